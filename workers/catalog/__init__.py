@@ -1,0 +1,89 @@
+"""The workload catalog: each workload's typed, bounded parameters. No jax here.
+
+The server imports this to validate jobs and build forms; workers import it to parse
+parameters before handing them to the JAX code in `workers.workloads`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from workers.catalog.base import WorkloadParams
+from workers.catalog.matmul import MatmulParams
+
+CATALOG_VERSION = 1
+"""Bumped whenever a workload's parameters change meaning."""
+
+DEFAULT_MAX_BYTES = 2 * 1024**3
+"""Cap on a job's input + output bytes unless a setting says otherwise."""
+
+WORKLOADS: dict[str, type[WorkloadParams]] = {
+    cls.workload: cls for cls in (MatmulParams,)
+}
+
+
+class CatalogError(ValueError):
+    """A job names an unknown workload or gives parameters outside their bounds.
+
+    `field` names the offending parameter; the message never echoes large input.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> tuple[str, str | None]:
+    """A short message naming the first bad field and its allowed range."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    loc = ".".join(str(part) for part in err["loc"])
+    field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
+    ctx = err.get("ctx") or {}
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
+    if bounds:
+        msg = f"{msg} (allowed: {bounds})"
+    if "expected" in ctx:
+        msg = f"{msg}"
+    return (f"{field}: {msg}" if field else msg), field
+
+
+def parse_params(
+    workload: str, params: dict[str, Any], max_bytes: int = DEFAULT_MAX_BYTES
+) -> WorkloadParams:
+    """Validate `params` for `workload`, or raise CatalogError naming the field."""
+    cls = WORKLOADS.get(workload)
+    if cls is None:
+        known = ", ".join(sorted(WORKLOADS))
+        raise CatalogError(f"workload: unknown workload (known: {known})", "workload")
+    try:
+        parsed = cls.model_validate(params)
+    except ValidationError as exc:
+        message, field = describe_validation_error(exc, "params.")
+        raise CatalogError(message, field) from None
+    size = parsed.input_bytes()
+    if size > max_bytes:
+        raise CatalogError(
+            f"params: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
+            "params",
+        )
+    return parsed
+
+
+def catalog_listing() -> list[dict[str, Any]]:
+    """Every workload with its parameters' JSON Schema, for the API and the run form."""
+    return [
+        {
+            "id": cls.workload,
+            "title": cls.title,
+            "summary": cls.summary,
+            "paths": [p.value for p in cls.paths],
+            "stages": [s.value for s in cls.stages],
+            "params_schema": cls.model_json_schema(),
+        }
+        for cls in WORKLOADS.values()
+    ]

@@ -1,0 +1,55 @@
+"""The base of every workload's parameter model. Pydantic only: the server imports it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from workers.protocol import Lax, PathId, StageId
+
+__all__ = ["DTYPE_BYTES", "Dtype", "Lax", "Precision", "WorkloadParams"]
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4}
+
+
+class Dtype(StrEnum):
+    """Floating-point storage types a workload may take."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+class Precision(StrEnum):
+    """jax.lax.Precision for contractions: how many bf16 passes a float32 dot may use."""
+
+    DEFAULT = "default"
+    HIGH = "high"
+    HIGHEST = "highest"
+
+
+class WorkloadParams(BaseModel):
+    """Typed, bounded parameters of one workload.
+
+    Subclasses declare fields with bounds; `input_bytes` says how much device memory the
+    inputs and outputs take so the total can be capped before a job is queued.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # Enum fields must be annotated `Annotated[Dtype, Lax]`: see workers.protocol.StrictModel.
+
+    workload: ClassVar[str]
+    title: ClassVar[str]
+    summary: ClassVar[str]
+    paths: ClassVar[tuple[PathId, ...]] = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
+    stages: ClassVar[tuple[StageId, ...]] = (StageId.COMPILE, StageId.EXECUTE)
+
+    def input_bytes(self) -> int:
+        """Bytes of inputs plus outputs the workload places on the device."""
+        raise NotImplementedError
+
+    def devices(self) -> int:
+        """How many devices one run spans."""
+        return 1

@@ -1,0 +1,29 @@
+"""`matmul`: C[m, n] = A[m, k] @ B[k, n]."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
+from workers.protocol import PathId
+
+
+class MatmulParams(WorkloadParams):
+    workload = "matmul"
+    title = "Matrix multiply"
+    summary = "A dense contraction: the regular, compute-heavy case libraries are built for."
+    paths = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU, PathId.CUDA)
+
+    m: int = Field(default=512, ge=1, le=16384, description="Rows of A and C.")
+    n: int = Field(default=512, ge=1, le=16384, description="Columns of B and C.")
+    k: int = Field(default=512, ge=1, le=16384, description="The contracted dimension.")
+    dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type of A, B and C.")
+    precision: Annotated[Precision, Lax] = Field(
+        default=Precision.DEFAULT, description="Contraction precision (jax.lax.Precision)."
+    )
+
+    def input_bytes(self) -> int:
+        size = DTYPE_BYTES[self.dtype.value]
+        return size * (self.m * self.k + self.k * self.n + self.m * self.n)

@@ -1,0 +1,399 @@
+"""The wire contract between the server, workers and `boundary run --json`.
+
+Pydantic only, no jax: the server imports this module, so it must stay light.
+Names follow DESIGN.md's vocabulary (path, stage, workload, job, run, boundary,
+worker). Fields may be added; nothing here is ever renamed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+PROTOCOL_VERSION = 1
+"""Bumped when a message changes shape in a way an older peer cannot read."""
+
+MAX_SAMPLES = 5000
+"""The most samples one measurement may take (the contract asks for at least 1,000)."""
+
+
+class StrictModel(BaseModel):
+    """A model that rejects unknown fields and never coerces types.
+
+    Enum fields are annotated `Lax` so their string values are accepted from Python
+    dicts as well as JSON; nothing else is coerced (`true` or `"8"` is no integer).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class OpenModel(BaseModel):
+    """A model read from a peer that may be newer than us: unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+Lax = Strict(False)
+"""Marks an enum field that accepts its string values (strict mode wants instances)."""
+
+
+# --- vocabulary -----------------------------------------------------------------------
+
+
+class PathId(StrEnum):
+    """A programming model on a kind of hardware."""
+
+    JAX_GPU = "jax-gpu"
+    JAX_TPU = "jax-tpu"
+    CUDA = "cuda"
+    JAX_CPU = "jax-cpu"
+
+
+class StageId(StrEnum):
+    """A part of the pipeline the reader highlights and a job can ask for."""
+
+    COMPILE = "compile"
+    EXECUTE = "execute"
+    SCALE = "scale"
+
+
+class BoundaryId(StrEnum):
+    """What a timing interval encloses. Every sample carries exactly one."""
+
+    LOWER = "lower"
+    COMPILE = "compile"
+    HOST_SYNC = "host-sync"
+    HOST_DISPATCH = "host-dispatch"
+    HOST_THROUGHPUT = "host-throughput"
+    TRANSFER_IN = "transfer-in"
+    TRANSFER_OUT = "transfer-out"
+    APPLICATION = "application"
+    DEVICE_EVENTS = "device-events"
+
+
+class Mode(StrEnum):
+    """Which call pattern the execute stage samples."""
+
+    LATENCY = "latency"
+    THROUGHPUT = "throughput"
+    APPLICATION = "application"
+    DISPATCH = "dispatch"
+
+
+class CachePolicy(StrEnum):
+    """How compilation caches are treated before the compile stage is timed."""
+
+    COLD = "cold"
+    PERSISTENT = "persistent"
+    WARM = "warm"
+
+
+class Platform(StrEnum):
+    """A JAX backend platform name."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    TPU = "tpu"
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life. The last four are final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATUSES = frozenset(
+    {JobStatus.DONE, JobStatus.FAILED, JobStatus.EXPIRED, JobStatus.CANCELLED}
+)
+
+MODE_BOUNDARIES: dict[Mode, tuple[BoundaryId, ...]] = {
+    Mode.LATENCY: (BoundaryId.HOST_SYNC,),
+    Mode.THROUGHPUT: (BoundaryId.HOST_THROUGHPUT,),
+    Mode.APPLICATION: (BoundaryId.TRANSFER_IN, BoundaryId.APPLICATION, BoundaryId.TRANSFER_OUT),
+    Mode.DISPATCH: (BoundaryId.HOST_DISPATCH,),
+}
+"""The boundaries each mode reports, in the order a reader should see them."""
+
+PATH_PLATFORM: dict[PathId, Platform] = {
+    PathId.JAX_GPU: Platform.GPU,
+    PathId.JAX_TPU: Platform.TPU,
+    PathId.CUDA: Platform.GPU,
+    PathId.JAX_CPU: Platform.CPU,
+}
+"""The JAX platform a path needs (the CUDA path needs an NVIDIA GPU to execute)."""
+
+
+# --- a job: what a user asks for ---------------------------------------------------------
+
+
+class MeasureOptions(StrictModel):
+    """How the execute stage is sampled."""
+
+    mode: Annotated[Mode, Lax] = Mode.LATENCY
+    samples: int | Literal["auto"] = Field(
+        default=20,
+        description="Exactly this many samples, or 'auto' to stop adaptively.",
+    )
+    cache: Annotated[CachePolicy, Lax] = CachePolicy.COLD
+    calls_per_sample: int = Field(
+        default=10, ge=1, le=1000, description="K: calls enqueued per sync in throughput mode."
+    )
+    max_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="Time cap on sampling ('auto' stops here too)."
+    )
+    auto_max_samples: int = Field(default=1000, ge=5, le=MAX_SAMPLES)
+    auto_rel_iqr: float = Field(
+        default=0.05, gt=0, le=1, description="'auto' stops once IQR / median falls below this."
+    )
+    warmup: int = Field(default=1, ge=1, le=100, description="Uncounted calls before sampling.")
+
+    def sample_count(self) -> int | None:
+        """The fixed sample count, or None when sampling is adaptive."""
+        return None if self.samples == "auto" else self.samples
+
+
+class JobSpec(StrictModel):
+    """A request: a workload with its parameters, a target path and measurement options."""
+
+    workload: str = Field(min_length=1, max_length=64)
+    path: Annotated[PathId, Lax] = PathId.JAX_CPU
+    params: dict[str, Any] = Field(default_factory=dict)
+    stages: list[Annotated[StageId, Lax]] = Field(
+        default_factory=lambda: [StageId.COMPILE, StageId.EXECUTE], min_length=1, max_length=3
+    )
+    measure: MeasureOptions = Field(default_factory=MeasureOptions)
+
+
+# --- a run: what came back --------------------------------------------------------------
+
+
+class Stats(OpenModel):
+    """Sample statistics, named as pytest-benchmark names them. Seconds throughout."""
+
+    min: float
+    max: float
+    mean: float
+    stddev: float
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    outliers: str = Field(description="'<stddev outliers>;<IQR outliers>' as pytest-benchmark.")
+    rounds: int
+    ops: float | None = Field(default=None, description="Calls per second at the mean.")
+    wide_spread: bool = Field(default=False, description="IQR / median above the warning level.")
+
+
+class Measurement(OpenModel):
+    """Samples under one timing boundary, with their statistics."""
+
+    boundary: BoundaryId
+    samples_s: list[float]
+    stats: Stats | None
+    calls_per_sample: int = 1
+    stopped_because: str | None = None
+    note: str | None = None
+
+
+class Correctness(OpenModel):
+    """The output checked against a float64 reference."""
+
+    passed: bool
+    error: float | None = Field(description="||out - ref|| / ||ref||; None if not finite.")
+    tolerance: float
+    reference: str = "float64 NumPy"
+    detail: str | None = None
+
+
+class CacheEvents(OpenModel):
+    """What the persistent compilation cache reported during the compile stage."""
+
+    hits: int = 0
+    misses: int = 0
+    time_saved_s: float | None = None
+
+
+class Environment(OpenModel):
+    """Everything needed to say where and how a run happened."""
+
+    platform: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    backend_platform_version: str | None = None
+    xla_flags: str = ""
+    precision: str | None = None
+    x64: bool = False
+    cache: CachePolicy = CachePolicy.COLD
+    cache_events: CacheEvents | None = None
+    host_cpu: str | None = None
+    python: str | None = None
+    hostname: str | None = None
+    timestamp: str
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="Backend-specific facts: driver, CUDA libraries, ..."
+    )
+
+
+class Artifacts(OpenModel):
+    """IR text produced by the stages; None when a stage did not produce it."""
+
+    jaxpr: str | None = None
+    stablehlo: str | None = None
+    hlo: str | None = None
+    ptx: str | None = None
+    sass: str | None = None
+
+
+ARTIFACT_NAMES: tuple[str, ...] = ("jaxpr", "stablehlo", "hlo", "ptx", "sass")
+
+
+class StageSeconds(OpenModel):
+    """Wall time of each compile-side stage, each timed on its own."""
+
+    trace: float | None = None
+    lower: float | None = None
+    compile: float | None = None
+
+
+class CostAnalysis(OpenModel):
+    """XLA's own estimate for the compiled program; None where the backend cannot say."""
+
+    flops: float | None = None
+    bytes_accessed: float | None = None
+
+
+class MemoryAnalysis(OpenModel):
+    """XLA's buffer sizes for the compiled program; None where the backend cannot say."""
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    temp_bytes: int | None = None
+    peak_bytes: int | None = None
+
+
+class Rates(OpenModel):
+    """Analytic work counts and the rates achieved at the median of the main boundary."""
+
+    flops: float
+    bytes: float
+    boundary: BoundaryId | None = None
+    flops_per_s: float | None = None
+    bytes_per_s: float | None = None
+
+
+class HloFusion(OpenModel):
+    name: str
+    kind: str
+    calls: list[str] = Field(default_factory=list)
+
+
+class HloCustomCall(OpenModel):
+    target: str
+    library: str | None = Field(default=None, description="e.g. cuBLAS, cuDNN, YNNPACK, oneDNN.")
+    shape: str | None = None
+
+
+class HloCollective(OpenModel):
+    kind: str
+    shape: str
+    bytes: int | None = None
+    replica_groups: str | None = None
+
+
+class HloSummary(OpenModel):
+    """What the optimized HLO says XLA chose: fusions, library calls, communication."""
+
+    fusions: list[HloFusion] = Field(default_factory=list)
+    custom_calls: list[HloCustomCall] = Field(default_factory=list)
+    collectives: list[HloCollective] = Field(default_factory=list)
+    copies: int = 0
+    transposes: int = 0
+    instructions: int = 0
+    op_counts: dict[str, int] = Field(default_factory=dict)
+
+
+class InputInfo(OpenModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class RunResult(OpenModel):
+    """One attempt at a job, complete and self-describing.
+
+    This is exactly what `boundary run --json` prints and what a worker posts.
+    """
+
+    protocol_version: int = PROTOCOL_VERSION
+    job: JobSpec
+    params: dict[str, Any] = Field(description="The parameters after validation and defaults.")
+    inputs: list[InputInfo] = Field(default_factory=list)
+    stage_seconds: StageSeconds = Field(default_factory=StageSeconds)
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+    hlo_summary: HloSummary | None = None
+    cost_analysis: CostAnalysis | None = None
+    memory_analysis: MemoryAnalysis | None = None
+    measurements: list[Measurement] = Field(default_factory=list)
+    correctness: Correctness | None = None
+    rates: Rates | None = None
+    environment: Environment
+    warnings: list[str] = Field(default_factory=list)
+    valid: bool = Field(description="False when correctness failed: timings are then not results.")
+    harness_seconds: float | None = Field(
+        default=None, description="The harness's own time outside every reported interval."
+    )
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- workers ----------------------------------------------------------------------------
+
+
+class Capabilities(OpenModel):
+    """What a worker found on its machine. Detected, never assumed."""
+
+    platform: Platform
+    device_kind: str
+    device_count: int = Field(ge=0)
+    max_virtual_devices: int = Field(
+        default=0, description="CPU workers can start runners with up to this many devices."
+    )
+    paths: list[PathId]
+    jax_version: str | None = None
+    jaxlib_version: str | None = None
+    cuda_compile: bool = False
+    cuda_run: bool = False
+    protocol_version: int = PROTOCOL_VERSION
+    catalog_version: int
+    hostname: str | None = None
+
+
+ProgressPhase = Literal[
+    "queued",
+    "leased",
+    "traced",
+    "lowered",
+    "compiled",
+    "warm-up",
+    "sampling",
+    "checked",
+    "done",
+    "failed",
+]
+
+
+class ProgressEvent(OpenModel):
+    """A fine-grained step of a running job; streamed, throttled, never stored."""
+
+    phase: ProgressPhase
+    k: int | None = None
+    n: int | None = None
+    message: str | None = None
