@@ -10,8 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from workers.catalog.attention import AttentionParams
 from workers.catalog.base import WorkloadParams
+from workers.catalog.elementwise import ElementwiseParams
+from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
+from workers.catalog.reduction import ReductionParams
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -20,7 +24,8 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 """Cap on a job's input + output bytes unless a setting says otherwise."""
 
 WORKLOADS: dict[str, type[WorkloadParams]] = {
-    cls.workload: cls for cls in (MatmulParams,)
+    cls.workload: cls
+    for cls in (MatmulParams, ElementwiseParams, ReductionParams, GatherParams, AttentionParams)
 }
 
 

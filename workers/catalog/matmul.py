@@ -19,7 +19,9 @@ class MatmulParams(WorkloadParams):
     m: int = Field(default=512, ge=1, le=16384, description="Rows of A and C.")
     n: int = Field(default=512, ge=1, le=16384, description="Columns of B and C.")
     k: int = Field(default=512, ge=1, le=16384, description="The contracted dimension.")
-    dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type of A, B and C.")
+    dtype: Annotated[Dtype, Lax] = Field(
+        default=Dtype.FLOAT32, description="Storage type of A, B and C."
+    )
     precision: Annotated[Precision, Lax] = Field(
         default=Precision.DEFAULT, description="Contraction precision (jax.lax.Precision)."
     )

@@ -1,0 +1,27 @@
+"""The JAX side of the catalog: one module per workload, registered here by name.
+
+Importing this package imports jax; the server imports `workers.catalog` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.workloads.attention import Attention
+from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
+from workers.workloads.elementwise import Elementwise
+from workers.workloads.gather import Gather
+from workers.workloads.matmul import Matmul
+from workers.workloads.reduction import Reduction
+
+__all__ = ["WORKLOADS", "HostArray", "InputSpec", "JaxFunction", "Workload", "get_workload"]
+
+WORKLOADS: dict[str, Workload[Any]] = {
+    w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())
+}
+"""Every workload the runner can execute, by catalog name."""
+
+
+def get_workload(name: str) -> Workload[Any]:
+    """The workload called `name`; KeyError if the catalog has none by that name."""
+    return WORKLOADS[name]

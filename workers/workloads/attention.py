@@ -1,0 +1,100 @@
+"""`attention` on JAX: softmax(Q Kᵀ / √d) V, written out as two contractions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from workers.catalog.attention import AttentionParams
+from workers.catalog.base import DTYPE_BYTES
+from workers.workloads.base import (
+    LAX_PRECISION,
+    HostArray,
+    InputSpec,
+    JaxFunction,
+    Workload,
+    as_float64,
+)
+from workers.workloads.matmul import contraction_tolerance
+
+_MASKED = -1e30
+"""Score given to masked keys: finite, so a row never becomes NaN, and exp() of it is 0."""
+
+
+def _attention64(q: HostArray, k: HostArray, v: HostArray, causal: bool) -> HostArray:
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        keep = np.tril(np.ones(scores.shape[-2:], dtype=bool))
+        scores = np.where(keep, scores, _MASKED)
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    result: HostArray = np.einsum("bhqk,bhkd->bhqd", weights, v)
+    return result
+
+
+class Attention(Workload[AttentionParams]):
+    """Scaled dot-product attention over [batch, heads, seq_len, head_dim] arrays.
+
+    Scores and the softmax are kept in float32 whatever the storage type, and the
+    weights are rounded to the storage type before the second contraction, as mixed-
+    precision transformer code does.
+    """
+
+    name = "attention"
+    params_type = AttentionParams
+
+    def input_specs(self, params: AttentionParams) -> list[InputSpec]:
+        shape = (params.batch, params.heads, params.seq_len, params.head_dim)
+        return [InputSpec(name, shape, params.dtype.value) for name in ("q", "k", "v")]
+
+    def function(self, params: AttentionParams) -> JaxFunction:
+        precision = LAX_PRECISION[params.precision]
+        scale = 1.0 / math.sqrt(params.head_dim)
+        causal = params.causal
+
+        def attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+            scores = jnp.einsum(
+                "bhqd,bhkd->bhqk", q, k, precision=precision, preferred_element_type=jnp.float32
+            )
+            scores = scores * scale
+            if causal:
+                length = q.shape[2]
+                keep = jnp.tril(jnp.ones((length, length), dtype=bool))
+                scores = jnp.where(keep, scores, _MASKED)
+            weights = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+            out = jnp.einsum(
+                "bhqk,bhkd->bhqd",
+                weights,
+                v,
+                precision=precision,
+                preferred_element_type=jnp.float32,
+            )
+            return out.astype(q.dtype)
+
+        return attention
+
+    def reference(self, params: AttentionParams, inputs: Sequence[HostArray]) -> HostArray:
+        q, k, v = (as_float64(x) for x in inputs)
+        return _attention64(q, k, v, params.causal)
+
+    def flop_count(self, params: AttentionParams) -> float:
+        # Two contractions of 2·S·S·D each, plus about five per score for scale and
+        # softmax. Masking skips no work in this formulation, so causal costs the same.
+        bh = params.batch * params.heads
+        s, d = params.seq_len, params.head_dim
+        return float(bh * (4 * s * s * d + 5 * s * s))
+
+    def byte_count(self, params: AttentionParams) -> float:
+        # Q, K, V read once and the output written once: the least any implementation moves.
+        size = DTYPE_BYTES[params.dtype.value]
+        return float(4 * params.batch * params.heads * params.seq_len * params.head_dim * size)
+
+    def tolerance(self, params: AttentionParams) -> float:
+        # The longer of the two contractions sets the float32 error growth.
+        length = max(params.seq_len, params.head_dim)
+        return 1.5 * contraction_tolerance(params.dtype, params.precision, length)

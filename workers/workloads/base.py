@@ -1,0 +1,110 @@
+"""The JAX side of a catalog entry: inputs, function, float64 reference and work counts.
+
+Each module in this package defines one `Workload` subclass; the parameter model it
+takes lives in `workers.catalog`, which stays free of jax so the server can import it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpy.typing as npt
+
+from workers.catalog.base import Precision, WorkloadParams
+
+HostArray = npt.NDArray[Any]
+"""A NumPy array on the host (float64 references, inputs of any storage type)."""
+
+JaxFunction = Callable[..., jax.Array]
+"""A pure function of device arrays returning one array: what gets traced and compiled."""
+
+P = TypeVar("P", bound=WorkloadParams)
+
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float32": 2.0**-24,
+    "bfloat16": 2.0**-8,
+    "float16": 2.0**-11,
+}
+"""Half the gap between 1 and the next representable number, per storage type."""
+
+LAX_PRECISION: dict[Precision, jax.lax.Precision] = {
+    Precision.DEFAULT: jax.lax.Precision.DEFAULT,
+    Precision.HIGH: jax.lax.Precision.HIGH,
+    Precision.HIGHEST: jax.lax.Precision.HIGHEST,
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The name, shape and storage type of one argument of a workload's function."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class Workload(ABC, Generic[P]):
+    """One workload's JAX function with everything needed to run and judge it.
+
+    A workload is stateless: every method takes its validated parameters. Inputs are
+    generated on the host from a seeded RNG (never zeros); the reference recomputes the
+    output in float64 from those same, already-rounded inputs.
+    """
+
+    name: ClassVar[str]
+    params_type: type[P]
+
+    def typed(self, params: WorkloadParams) -> P:
+        """`params` as this workload's own model, or TypeError if they belong to another."""
+        if not isinstance(params, self.params_type):
+            raise TypeError(f"{self.name} takes {self.params_type.__name__}, not {params!r}")
+        return params
+
+    @abstractmethod
+    def input_specs(self, params: P) -> list[InputSpec]:
+        """The function's arguments, in call order."""
+
+    def make_inputs(self, params: P, rng: np.random.Generator) -> list[HostArray]:
+        """Host arrays for every argument: standard normal values in the storage type."""
+        return [random_normal(spec, rng) for spec in self.input_specs(params)]
+
+    @abstractmethod
+    def function(self, params: P) -> JaxFunction:
+        """The pure JAX function; static choices (precision, masks) are closed over."""
+
+    @abstractmethod
+    def reference(self, params: P, inputs: Sequence[HostArray]) -> HostArray:
+        """The expected output, computed in float64 with NumPy."""
+
+    @abstractmethod
+    def flop_count(self, params: P) -> float:
+        """Floating-point operations one call performs (analytic, not XLA's estimate)."""
+
+    @abstractmethod
+    def byte_count(self, params: P) -> float:
+        """Bytes one call must at least move to and from memory (inputs read, output written)."""
+
+    @abstractmethod
+    def tolerance(self, params: P) -> float:
+        """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes."""
+
+
+def random_normal(spec: InputSpec, rng: np.random.Generator) -> HostArray:
+    """Standard normal samples drawn in float32 and rounded to the spec's storage type."""
+    values = rng.standard_normal(spec.shape, dtype=np.float32)
+    return values.astype(jnp.dtype(spec.dtype))
+
+
+def as_float64(array: HostArray) -> HostArray:
+    """`array` widened to float64 (exact for every storage type we use)."""
+    return np.asarray(array, dtype=np.float64)

@@ -1,0 +1,73 @@
+"""`elementwise` on JAX: a chain of bounded elementwise operations that XLA fuses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from workers.catalog.elementwise import ElementwiseParams
+from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload, as_float64
+
+CHAIN_OPS: tuple[str, ...] = ("sin", "affine", "tanh", "cos")
+"""The operations applied in turn. Each maps into [-1, 1] or shrinks distances (|f'| ≤ 1),
+so rounding errors never grow along the chain and values never overflow."""
+
+# Per-operation error allowed, by storage type: a few ulps for float32 (accelerators use
+# approximate sin/tanh), one rounding of the narrow types otherwise.
+_PER_OP_ERROR: dict[str, float] = {"float32": 1e-6, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+def apply_chain(x: Any, ops: int, lib: Any) -> Any:
+    """Apply the first `ops` operations of the repeating chain, with `lib` = jnp or np."""
+    steps: dict[str, Callable[[Any], Any]] = {
+        "sin": lib.sin,
+        "affine": lambda v: v * 0.75 + 0.125,
+        "tanh": lib.tanh,
+        "cos": lib.cos,
+    }
+    for i in range(ops):
+        x = steps[CHAIN_OPS[i % len(CHAIN_OPS)]](x)
+    return x
+
+
+class Elementwise(Workload[ElementwiseParams]):
+    """A vector pushed through `ops` elementwise operations: one fused kernel, not `ops`."""
+
+    name = "elementwise"
+    params_type = ElementwiseParams
+
+    def input_specs(self, params: ElementwiseParams) -> list[InputSpec]:
+        return [InputSpec("x", (params.n,), params.dtype.value)]
+
+    def function(self, params: ElementwiseParams) -> JaxFunction:
+        ops = params.ops
+
+        def chain(x: jax.Array) -> jax.Array:
+            result: jax.Array = apply_chain(x, ops, jnp)
+            return result
+
+        return chain
+
+    def reference(self, params: ElementwiseParams, inputs: Sequence[HostArray]) -> HostArray:
+        result: HostArray = np.asarray(apply_chain(as_float64(inputs[0]), params.ops, np))
+        return result
+
+    def flop_count(self, params: ElementwiseParams) -> float:
+        # Counted as one operation per element per step (the affine step's multiply-add
+        # counts two); transcendental functions count one, as XLA's cost model does.
+        per_element = sum(
+            2 if CHAIN_OPS[i % len(CHAIN_OPS)] == "affine" else 1 for i in range(params.ops)
+        )
+        return float(per_element * params.n)
+
+    def byte_count(self, params: ElementwiseParams) -> float:
+        return float(params.input_bytes())
+
+    def tolerance(self, params: ElementwiseParams) -> float:
+        # Independent roundings of random sign add up like √ops; the factor 2 is margin.
+        return 2 * _PER_OP_ERROR[params.dtype.value] * (1 + math.sqrt(params.ops))
