@@ -1,2 +1,135 @@
-def main() -> None:
-    raise SystemExit("not yet")
+"""The `boundary` command: serve | worker | run | export.
+
+Each subcommand imports what it needs only when it runs, so `boundary serve` never loads
+JAX into the server process and `boundary run` never loads the web stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In a child process: receive SIGTERM when the parent dies (Linux), even on SIGKILL."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def _serve(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="boundary serve", description="Start the server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="local workers on JAX's CPU backend (default 1; 0 for none)",
+    )
+    args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error("--workers: must be 0 or more")
+
+    import uvicorn
+
+    from app.reader.content import load_content
+    from app.settings import get_settings
+
+    load_content(get_settings().CONTENT_DIR)  # fail here, clearly, not inside uvicorn
+
+    # Local workers share a token with this server; make one when the operator set none.
+    token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
+    os.environ["BOUNDARY_WORKER_TOKEN"] = token
+    server_url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    children: list[subprocess.Popen[bytes]] = []
+    for i in range(args.workers):
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "worker", "--server", server_url,
+                 "--name", f"local-{i + 1}"],
+                env={**os.environ, "BOUNDARY_WORKER_TOKEN": token},
+                preexec_fn=_die_with_parent,
+            )
+        )
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            access_log=os.environ.get("BOUNDARY_ACCESS_LOG", "").lower() in ("1", "true"),
+            log_level="info",
+        )
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    return 0
+
+
+def _export(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="boundary export", description="Write the reader and guide as static HTML."
+    )
+    parser.add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    from app.export import export_site
+    from app.settings import get_settings
+
+    written = export_site(args.directory, get_settings())
+    print(f"wrote {len(written)} files to {args.directory}", file=sys.stderr)
+    print((args.directory / "index.html").resolve().as_uri())
+    return 0
+
+
+def _worker(argv: list[str]) -> int:
+    from workers.worker_cli import worker_command
+
+    return worker_command(argv)
+
+
+def _run(argv: list[str]) -> int:
+    from workers.cli import run_command
+
+    return run_command(argv)
+
+
+COMMANDS = {"serve": _serve, "worker": _worker, "run": _run, "export": _export}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: boundary {serve|worker|run|export} [options]  (boundary CMD --help)",
+              file=sys.stderr)
+        raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    from app.reader.content import ContentError
+
+    try:
+        code = COMMANDS[argv[0]](argv[1:])
+    except ContentError as exc:
+        print(f"boundary: content error: {exc}", file=sys.stderr)
+        code = 3
+    except KeyboardInterrupt:
+        code = 130
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Dependency aliases shared by routes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.main import AppState
+from app.settings import Settings
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.boundary
+    return state
+
+
+def get_app_settings(request: Request) -> Settings:
+    return get_state(request).settings
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]

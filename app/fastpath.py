@@ -1,0 +1,158 @@
+"""A thin ASGI layer that serves pre-rendered responses before any routing happens.
+
+Reader pages, their fragments and JSON twins, and static files are rendered once per
+content version. This layer answers GET and HEAD for them from memory: ETag/304,
+gzip or brotli bodies compressed on first use, headers built ahead of time. Everything
+else falls through to the FastAPI app. The point is speed: a full FastAPI route costs
+several times what this does (see bench/reader_load.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import brotli
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Headers = list[tuple[bytes, bytes]]
+
+MIN_COMPRESS = 512  # below this, compression costs more than it saves
+
+
+@dataclass
+class Entry:
+    """One representation of a resource, with its encodings made on demand."""
+
+    body: bytes
+    content_type: str
+    extra_headers: Headers
+    etag: str = ""
+    _encoded: dict[str, bytes] = field(default_factory=dict)
+    _headers: dict[str, Headers] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.etag = hashlib.sha256(self.body).hexdigest()[:20]
+
+    def encoded(self, encoding: str) -> bytes:
+        """The body in `encoding` ('br', 'gzip' or '')."""
+        body = self._encoded.get(encoding)
+        if body is None:
+            if encoding == "br":
+                body = brotli.compress(self.body, quality=11)
+            elif encoding == "gzip":
+                body = gzip.compress(self.body, compresslevel=9, mtime=0)
+            else:
+                body = self.body
+            self._encoded[encoding] = body
+        return body
+
+    def headers(self, encoding: str) -> Headers:
+        """Response headers for `encoding`, built once."""
+        cached = self._headers.get(encoding)
+        if cached is None:
+            body = self.encoded(encoding)
+            suffix = f"-{encoding}" if encoding else ""
+            cached = [
+                (b"content-type", self.content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"etag", f'"{self.etag}{suffix}"'.encode()),
+                (b"vary", b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Request"),
+                *self.extra_headers,
+            ]
+            if encoding:
+                cached.append((b"content-encoding", encoding.encode()))
+            self._headers[encoding] = cached
+        return cached
+
+    def not_modified_headers(self, encoding: str) -> Headers:
+        return [h for h in self.headers(encoding) if h[0] not in (b"content-length",)]
+
+
+@dataclass
+class Resource:
+    """What one URL serves: the full page, and optionally the htmx fragment."""
+
+    page: Entry
+    fragment: Entry | None = None
+
+
+def _choose_encoding(accept: bytes, size: int) -> str:
+    if size < MIN_COMPRESS or not accept:
+        return ""
+    if b"br" in accept:
+        return "br"
+    if b"gzip" in accept:
+        return "gzip"
+    return ""
+
+
+def _etag_matches(if_none_match: bytes, etag: str) -> bool:
+    for tag in if_none_match.split(b","):
+        tag = tag.strip()
+        if tag == b"*":
+            return True
+        if tag.startswith(b"W/"):
+            tag = tag[2:]
+        tag = tag.strip(b'"')
+        for suffix in (b"-br", b"-gzip"):
+            if tag.endswith(suffix):
+                tag = tag[: -len(suffix)]
+        if tag == etag.encode():
+            return True
+    return False
+
+
+class FastPath:
+    """Serve `resources` (URL path → Resource) from memory; pass the rest to `app`."""
+
+    def __init__(self, app: ASGIApp, resources: dict[str, Resource] | None = None) -> None:
+        self.app = app
+        self.resources: dict[str, Resource] = resources or {}
+
+    def replace(self, resources: dict[str, Resource]) -> None:
+        """Swap in a new rendering (a new content version) atomically."""
+        self.resources = resources
+
+    def urls(self) -> Iterable[str]:
+        return self.resources.keys()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        resource = self.resources.get(scope["path"])
+        if resource is None:
+            await self.app(scope, receive, send)
+            return
+        accept = inm = b""
+        partial = False
+        for name, value in scope["headers"]:
+            if name == b"accept-encoding":
+                accept = value
+            elif name == b"if-none-match":
+                inm = value
+            elif name == b"hx-request":
+                partial = partial or value == b"true"
+            elif name == b"hx-history-restore-request" or (
+                name == b"hx-request-type" and value == b"full"
+            ):
+                # htmx restoring history or targeting the body wants the whole page.
+                partial = False
+                break
+        entry = resource.fragment if (partial and resource.fragment) else resource.page
+        encoding = _choose_encoding(accept, len(entry.body))
+        if inm and _etag_matches(inm, entry.etag):
+            await send(
+                {"type": "http.response.start", "status": 304,
+                 "headers": entry.not_modified_headers(encoding)}
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": entry.headers(encoding)}
+        )
+        body = b"" if scope["method"] == "HEAD" else entry.encoded(encoding)
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,78 @@
+"""The application factory: `create_app(settings)` builds a fresh ASGI app.
+
+Layers, outermost first: FastPath (pre-rendered reader pages and static files from
+memory), SecurityHeaders (CSP and framing for everything else), then FastAPI routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from jinja2 import Environment
+
+from app.assets import Asset, load_assets
+from app.fastpath import Entry, FastPath, Resource
+from app.reader.content import Content, load_content
+from app.reader.site import render_site
+from app.routes import pages
+from app.security import SecurityHeaders, security_headers
+from app.settings import Settings, get_settings
+from app.templating import make_environment, pygments_css, server_linker
+
+PAGE_CACHE = (b"cache-control", b"no-cache")
+ASSET_CACHE = (b"cache-control", b"public, max-age=31536000, immutable")
+
+
+@dataclass
+class AppState:
+    """What routes need, attached to the FastAPI app as `app.state.boundary`."""
+
+    settings: Settings
+    content: Content
+    env: Environment
+    assets: dict[str, Asset]
+
+
+def build_assets() -> dict[str, Asset]:
+    from app.assets import STATIC_DIR
+
+    css = (STATIC_DIR / "app.css").read_bytes() + b"\n" + pygments_css().encode()
+    return load_assets(extra={"app.css": css})
+
+
+def build_resources(state: AppState) -> dict[str, Resource]:
+    """Pre-render the reader and index the static files, with their headers."""
+    settings = state.settings
+    public_base = (settings.PUBLIC_BASE_URL or "").rstrip("/")
+    resources: dict[str, Resource] = {}
+    for r in render_site(
+        state.content, state.env, state.assets, linker=server_linker, public_base=public_base
+    ):
+        headers = [PAGE_CACHE, *security_headers(r.url, settings.FRAME_ANCESTORS)]
+        fragment = Entry(r.fragment, r.content_type, headers) if r.fragment else None
+        resources[r.url] = Resource(Entry(r.body, r.content_type, headers), fragment)
+    for asset in state.assets.values():
+        url = f"/static/{asset.name}"
+        headers = [ASSET_CACHE, *security_headers(url, settings.FRAME_ANCESTORS)]
+        resources[url] = Resource(Entry(asset.body, asset.content_type, headers))
+    return resources
+
+
+def create_app(settings: Settings | None = None) -> FastPath:
+    """A new Boundary app. Raises ContentError if the content files are wrong."""
+    settings = settings or get_settings()
+    content = load_content(settings.CONTENT_DIR)
+    state = AppState(settings, content, make_environment(), build_assets())
+
+    api = FastAPI(
+        title="Boundary",
+        summary="Execution reader and measurement bench for JAX and CUDA.",
+        version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    api.state.boundary = state
+    pages.install(api)
+    return FastPath(SecurityHeaders(api, settings.FRAME_ANCESTORS), build_resources(state))

@@ -1,0 +1,136 @@
+"""HTML routes that are not pre-rendered: 404s, oEmbed, health."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.reader.content import READER_PATHS, READER_STAGES
+from app.reader.views import embed_url, not_found_context
+from app.templating import server_linker
+from workers.protocol import PathId, StageId
+
+EMBED_WIDTH = 720
+EMBED_HEIGHT = 900
+MAX_DIMENSION = 10_000
+
+_READER_URL = re.compile(r"^/(?:read|embed)/([a-z-]+)/([a-z-]+)/?$")
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.boundary
+
+
+def not_found_page(request: Request, what: str) -> Response:
+    """A 404 naming the valid paths and stages, as HTML or JSON by the URL's suffix."""
+    state = _state(request)
+    ctx = not_found_context(state.content, what)
+    if request.url.path.endswith(".json") or request.url.path.startswith("/api/"):
+        return JSONResponse(
+            {"detail": what, "valid_paths": ctx["valid_paths"], "valid_stages": ctx["valid_stages"]},
+            status_code=404,
+        )
+    assets = state.assets
+    html = state.env.get_template("404.html").render(
+        **ctx,
+        link=server_linker(""),
+        static=lambda name: assets[name].url,
+        export=False,
+        nav="",
+    )
+    return HTMLResponse(html, status_code=404)
+
+
+def _describe_unknown(path: str) -> str:
+    m = _READER_URL.match(path.removesuffix(".json"))
+    if not m:
+        return f"There is no page at {path[:200]}."
+    p, s = m.groups()
+    problems = []
+    if p not in {x.value for x in READER_PATHS}:
+        problems.append(f"unknown path {p[:40]!r}")
+    if s not in {x.value for x in READER_STAGES}:
+        problems.append(f"unknown stage {s[:40]!r}")
+    return "The reader has no such view: " + ", ".join(problems or ["unknown view"]) + "."
+
+
+def _origins(request: Request) -> tuple[str, set[str]]:
+    """The origin to link to (the public one when configured) and every origin we answer for."""
+    here = str(request.base_url).rstrip("/")
+    public = _state(request).settings.PUBLIC_BASE_URL
+    if not public:
+        return here, {here}
+    parts = urlsplit(public)
+    preferred = f"{parts.scheme}://{parts.netloc}"
+    return preferred, {here, preferred}
+
+
+def install(app: FastAPI) -> None:
+    """Add the page routes and the 404 handler to `app`."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404 and not request.url.path.startswith("/api/"):
+            return not_found_page(request, _describe_unknown(request.url.path))
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.api_route("/oembed", methods=["GET", "HEAD"], tags=["reader"])
+    async def oembed(
+        request: Request,
+        url: Annotated[str, Query(max_length=2048, description="A reader or embed URL.")],
+        maxwidth: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
+        maxheight: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
+        format: Annotated[str, Query(pattern="^(json|xml)$")] = "json",
+    ) -> Response:
+        """oEmbed (type `rich`) for this site's reader URLs; 404 for any other URL."""
+        if format != "json":
+            return JSONResponse({"detail": "format: only json is supported"}, status_code=501)
+        parts = urlsplit(url)
+        origin, own = _origins(request)
+        if parts.scheme or parts.netloc:
+            origin = f"{parts.scheme}://{parts.netloc}"
+            if origin not in own:
+                return JSONResponse({"detail": "url: not a URL of this site"}, status_code=404)
+        state = _state(request)
+        if parts.path in ("", "/"):
+            path, stage = state.content.site.default_path, state.content.site.default_stage
+        else:
+            m = _READER_URL.match(parts.path)
+            valid_p = {x.value for x in READER_PATHS}
+            valid_s = {x.value for x in READER_STAGES}
+            if not m or m.group(1) not in valid_p or m.group(2) not in valid_s:
+                return JSONResponse({"detail": "url: not a reader page"}, status_code=404)
+            path, stage = PathId(m.group(1)), StageId(m.group(2))
+        card = state.content.card(path, stage)
+        width = min(EMBED_WIDTH, maxwidth or EMBED_WIDTH)
+        height = min(EMBED_HEIGHT, maxheight or EMBED_HEIGHT)
+        src = origin + embed_url(path, stage)
+        title = card.title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+        html = (
+            f'<iframe src="{src}" width="{width}" height="{height}" title="{title}" '
+            'loading="lazy" frameborder="0"></iframe>'
+        )
+        return JSONResponse(
+            {
+                "version": "1.0",
+                "type": "rich",
+                "provider_name": "Boundary",
+                "provider_url": origin + "/",
+                "title": card.title,
+                "html": html,
+                "width": width,
+                "height": height,
+                "cache_age": 3600,
+            }
+        )

@@ -1,0 +1,60 @@
+"""Settings: environment variables prefixed BOUNDARY_, read when the app is built.
+
+Nothing reads settings at import time; `create_app(settings)` takes them, so every test
+builds an app with its own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.catalog import DEFAULT_MAX_BYTES
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Everything an operator can configure. Each field is the variable BOUNDARY_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="BOUNDARY_", extra="ignore", frozen=True)
+
+    DB: Path = Field(default=REPO_ROOT / "var" / "boundary.sqlite3", description="SQLite file.")
+    WORKER_TOKEN: str | None = Field(
+        default=None, description="Shared by `serve` and `worker`; `serve` makes one when unset."
+    )
+    SUBMIT_TOKEN: str | None = Field(
+        default=None, description="When set, job submission needs it as a bearer token."
+    )
+    PUBLIC_BASE_URL: str | None = Field(
+        default=None, description="The site's public origin, e.g. https://boundary.example.org."
+    )
+    FRAME_ANCESTORS: str = Field(
+        default="*", description="CSP frame-ancestors for /embed/ routes; others are 'self'."
+    )
+    CONTENT_DIR: Path = Field(default=REPO_ROOT / "app" / "content")
+    CACHE_DIR: Path = Field(
+        default=Path.home() / ".cache" / "boundary" / "jax",
+        description="JAX persistent compilation cache for the `persistent` cache policy.",
+    )
+    MAX_JOB_BYTES: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
+    QUEUE_TIMEOUT_S: float = Field(default=600.0, gt=0, description="Queued longer: expired.")
+    LEASE_S: float = Field(default=30.0, gt=0, le=30, description="A lease's deadline.")
+    MAX_ATTEMPTS: int = Field(default=3, ge=1, description="Leases a job may lose.")
+    JOB_TIMEOUT_S: float = Field(default=300.0, gt=0, description="A runner's time per job.")
+    MAX_QUEUE: int = Field(default=1000, ge=1, description="Queued jobs before 429.")
+    SUBMIT_RATE: int = Field(default=120, ge=1, description="Submissions per client per minute.")
+    RETAIN_RUNS: int = Field(default=5000, ge=1, description="Runs kept before pruning.")
+    ARTIFACT_MAX_BYTES: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
+    )
+    ACCESS_LOG: bool = Field(default=False, description="Log every request (costs speed).")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment on first use."""
+    return Settings()

@@ -1,0 +1,84 @@
+// Boundary: the reader's autoplay sequence and small enhancements. htmx does the rest.
+// Without JavaScript every view is a plain link; nothing here is needed to read.
+(function () {
+  "use strict";
+  var STEP_MS = 1600;
+  var reduced = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+
+  function Sequence(figure) {
+    this.figure = figure;
+    this.svg = figure.querySelector("svg.diagram");
+    this.button = figure.querySelector(".seq-toggle");
+    this.caption = figure.querySelector(".seq-caption");
+    var tpl = figure.querySelector("template.seq-steps");
+    this.steps = tpl ? Array.prototype.map.call(tpl.content.querySelectorAll("span"), function (s) {
+      return { stage: s.getAttribute("data-stage"), text: s.textContent };
+    }) : [];
+    this.selected = figure.getAttribute("data-selected");
+    this.index = 0;
+    this.timer = null;
+    this.button.hidden = false;
+    var self = this;
+    this.button.addEventListener("click", function () { self.playing() ? self.stop() : self.play(); });
+  }
+  Sequence.prototype.playing = function () { return this.timer !== null; };
+  Sequence.prototype.show = function (stage, text) {
+    this.svg.setAttribute("data-stage", stage);
+    this.caption.textContent = text;
+  };
+  Sequence.prototype.play = function () {
+    if (this.playing() || !this.steps.length) return;
+    var self = this;
+    this.index = 0;
+    this.show(this.steps[0].stage, this.steps[0].text);
+    this.timer = window.setInterval(function () {
+      self.index += 1;
+      if (self.index >= self.steps.length) { self.stop(); return; }  // brief: one pass, then rest
+      self.show(self.steps[self.index].stage, self.steps[self.index].text);
+    }, STEP_MS);
+    this.sync();
+  };
+  Sequence.prototype.stop = function () {
+    if (this.timer !== null) window.clearInterval(this.timer);
+    this.timer = null;
+    this.show(this.selected, this.caption.getAttribute("data-default"));
+    this.sync();
+  };
+  Sequence.prototype.sync = function () {
+    var on = this.playing();
+    this.figure.setAttribute("data-playing", on ? "true" : "false");
+    this.button.textContent = on ? "Pause" : "Play";
+    this.button.setAttribute("aria-pressed", on ? "true" : "false");
+    this.button.setAttribute("aria-label", on ? "Pause the stage sequence" : "Play the stage sequence");
+  };
+
+  var current = null;
+  function stopOnInteraction(event) {
+    if (current && current.playing() && !(event.target && event.target.closest && event.target.closest(".seq-toggle"))) {
+      current.stop();
+    }
+  }
+  ["pointerdown", "keydown", "wheel", "touchstart"].forEach(function (type) {
+    document.addEventListener(type, stopOnInteraction, { capture: true, passive: true });
+  });
+
+  function setUp(autoplay) {
+    var figure = document.querySelector("[data-sequence]");
+    if (!figure || figure.hasAttribute("data-ready")) return;
+    figure.setAttribute("data-ready", "");
+    current = new Sequence(figure);
+    current.sync();
+    if (autoplay && !reduced) current.play();
+  }
+
+  function fillEmbedSnippet() {
+    var box = document.getElementById("embed-snippet");
+    if (box && box.value.indexOf('src="/') !== -1) {
+      box.value = box.value.replace('src="/', 'src="' + window.location.origin + "/");
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { setUp(true); fillEmbedSnippet(); });
+  // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
+  document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); });
+})();
