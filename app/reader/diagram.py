@@ -18,11 +18,12 @@ BOX_H = 70
 LANE_H = 24
 FONT_PX = 12
 CHAR_PX = 6.6  # average advance of the UI font at FONT_PX, for wrapping labels
+LABEL_CHAR_PX = 6.2  # the same for the 11 px bracket labels
 
 
 def _wrap(label: str, width_px: float) -> list[str]:
     chars = max(6, int((width_px - 12) / CHAR_PX))
-    lines = textwrap.wrap(label, chars) or [label]
+    lines = textwrap.wrap(label, chars, break_long_words=False) or [label]
     return lines[:3]
 
 
@@ -53,11 +54,14 @@ def render_pipeline(path: PathInfo, selected: str, *, title_id: str) -> str:
             x0 = x_of(index[b.first])
             x1 = x_of(index[b.last]) + box_w
             y = PAD + lane * LANE_H + 14
+            text = f"{stage.value} · {b.label}"
+            # Keep the label inside the picture even when it is wider than its bracket.
+            half = len(text) * LABEL_CHAR_PX / 2
+            cx = min(max((x0 + x1) / 2, PAD + half), WIDTH - PAD - half)
             out.append(
                 f'<g class="bracket s-{stage.value}" data-stage="{stage.value}">'
                 f'<path d="M{x0:.1f} {y + 8}V{y}H{x1:.1f}V{y + 8}"/>'
-                f'<text x="{(x0 + x1) / 2:.1f}" y="{y - 4}" text-anchor="middle">'
-                f"{escape(stage.value)} · {escape(b.label)}</text></g>"
+                f'<text x="{cx:.1f}" y="{y - 4}" text-anchor="middle">{escape(text)}</text></g>"
             )
     for i, step in enumerate(steps):
         x = x_of(i)

@@ -1,0 +1,78 @@
+"""Server-rendered SVG charts of measured samples. No JavaScript, no chart library."""
+
+from __future__ import annotations
+
+from html import escape
+
+from workers.protocol import Measurement
+
+W, H = 720, 220
+PAD_L, PAD_R, PAD_T, PAD_B = 64, 16, 16, 36
+
+
+def format_seconds(value: float) -> str:
+    """A duration with a unit a reader can compare at a glance."""
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3f} ms"
+    return f"{value * 1e6:.1f} µs"
+
+
+def samples_svg(m: Measurement, *, title_id: str) -> str:
+    """Every sample in order, with the median line and the IQR band marked."""
+    samples = m.samples_s
+    if not samples:
+        return ""
+    lo, hi = min(samples), max(samples)
+    if hi == lo:
+        hi = lo * 1.01 + 1e-12
+    span = hi - lo
+    lo, hi = max(0.0, lo - span * 0.05), hi + span * 0.05
+    n = len(samples)
+    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+
+    def x(i: int) -> float:
+        return PAD_L + (plot_w * (i + 0.5) / n)
+
+    def y(v: float) -> float:
+        return PAD_T + plot_h * (1 - (v - lo) / (hi - lo))
+
+    label = (
+        f"{n} samples of the {m.boundary.value} boundary"
+        + (f", {m.calls_per_sample} calls each" if m.calls_per_sample > 1 else "")
+    )
+    parts = [
+        f'<svg class="samples" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
+        'xmlns="http://www.w3.org/2000/svg">',
+        f'<title id="{title_id}">{escape(label)}</title>',
+    ]
+    if m.stats is not None:
+        q1, q3, med = m.stats.q1, m.stats.q3, m.stats.median
+        parts.append(
+            f'<rect class="iqr" x="{PAD_L}" y="{y(q3):.1f}" width="{plot_w}" '
+            f'height="{max(1.0, y(q1) - y(q3)):.1f}"><title>IQR {escape(format_seconds(q1))}'
+            f" – {escape(format_seconds(q3))}</title></rect>"
+        )
+        parts.append(
+            f'<line class="median" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y(med):.1f}" '
+            f'y2="{y(med):.1f}"/><text class="median-label" x="{W - PAD_R - 4}" '
+            f'y="{y(med) - 4:.1f}" text-anchor="end">median {escape(format_seconds(med))}</text>'
+        )
+    radius = 2.5 if n <= 200 else 1.5
+    parts.extend(
+        f'<circle class="sample" cx="{x(i):.1f}" cy="{y(v):.1f}" r="{radius}"/>'
+        for i, v in enumerate(samples)
+    )
+    for frac in (0.0, 0.5, 1.0):
+        v = lo + (hi - lo) * frac
+        parts.append(
+            f'<text class="axis" x="{PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+            f"{escape(format_seconds(v))}</text>"
+        )
+    parts.append(
+        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
+        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
+        f"sample 1 … {n} in the order taken ({escape(m.boundary.value)})</text></svg>"
+    )
+    return "".join(parts)

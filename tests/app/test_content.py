@@ -1,0 +1,103 @@
+"""Content files are validated at start-up; a mistake names its file and field."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.main import create_app
+from app.reader.content import CONTENT_DIR, ContentError, load_content
+from app.settings import Settings
+
+
+@pytest.fixture
+def content_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "content"
+    shutil.copytree(CONTENT_DIR, target)
+    return target
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_shipped_content_is_complete() -> None:
+    content = load_content()
+    assert len(content.cards) == 9
+    assert len(content.guide.sections) == 11
+    assert len(content.version) == 16
+
+
+def test_version_changes_with_any_text(content_copy: Path) -> None:
+    before = load_content(content_copy).version
+    site = content_copy / "site.toml"
+    site.write_text(site.read_text() + "\n# an edit\n")
+    assert load_content(content_copy).version != before
+
+
+def _drop_line(field: str) -> Callable[[Path], None]:
+    def change(d: Path) -> None:
+        f = d / "cards" / "jax-tpu.execute.toml"
+        lines = f.read_text().splitlines(keepends=True)
+        f.write_text("".join(line for line in lines if not line.startswith(f"{field} =")))
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        (_drop_line("question"), ["jax-tpu.execute.toml", "question", "Field required"]),
+        (
+            lambda d: edit(d / "cards" / "cuda.scale.toml", 'guide_section = "', 'guide_section = "x'),
+            ["cuda.scale.toml", "guide_section"],
+        ),
+        (
+            lambda d: edit(d / "cards" / "jax-gpu.compile.toml", 'sources = ["', 'sources = ["nope", "'),
+            ["jax-gpu.compile.toml", "sources[0]", "nope"],
+        ),
+        (
+            lambda d: edit(d / "cards" / "jax-gpu.scale.toml", 'path = "jax-gpu"', 'path = "jax-gpx"'),
+            ["jax-gpu.scale.toml", "path"],
+        ),
+        (lambda d: (d / "cards" / "cuda.execute.toml").unlink(), ["cuda.execute.toml", "missing"]),
+        (
+            lambda d: (d / "hardware.toml").write_text((d / "hardware.toml").read_text() + "\nbogus = 1\n"),
+            ["hardware.toml", "bogus"],
+        ),
+        (lambda d: (d / "guide.toml").write_text("title = [unclosed"), ["guide.toml", "TOML"]),
+    ],
+    ids=["missing-field", "broken-section-link", "unknown-source", "unknown-path", "missing-card",
+         "unknown-field", "bad-toml"],
+)
+def test_mistakes_stop_start_up_with_file_and_field(
+    content_copy: Path, settings: Settings, change: Callable[[Path], None], names: list[str]
+) -> None:
+    change(content_copy)
+    with pytest.raises(ContentError) as info:
+        create_app(settings.model_copy(update={"CONTENT_DIR": content_copy}))
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_serve_refuses_to_start_on_bad_content(content_copy: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    _drop_line("title")(content_copy)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "1", "--workers", "0"],
+        env={**os.environ, "BOUNDARY_CONTENT_DIR": str(content_copy),
+             "BOUNDARY_DB": str(tmp_path / "db.sqlite3")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3
+    assert "jax-tpu.execute.toml" in proc.stderr and "title" in proc.stderr
