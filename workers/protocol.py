@@ -137,7 +137,7 @@ class MeasureOptions(StrictModel):
     """How the execute stage is sampled."""
 
     mode: Annotated[Mode, Lax] = Mode.LATENCY
-    samples: int | Literal["auto"] = Field(
+    samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | Literal["auto"] = Field(
         default=20,
         description="Exactly this many samples, or 'auto' to stop adaptively.",
     )
@@ -294,6 +294,13 @@ class HloFusion(OpenModel):
     name: str
     kind: str
     calls: list[str] = Field(default_factory=list)
+    backend_kind: str | None = Field(
+        default=None, description="A custom fusion's own kind, e.g. __ynn_fusion, __triton_gemm."
+    )
+    library: str | None = Field(default=None, description="The library a custom fusion calls.")
+    ops: list[str] = Field(
+        default_factory=list, description="Distinct operations fused, in order of appearance."
+    )
 
 
 class HloCustomCall(OpenModel):
@@ -319,6 +326,9 @@ class HloSummary(OpenModel):
     transposes: int = 0
     instructions: int = 0
     op_counts: dict[str, int] = Field(default_factory=dict)
+    libraries: list[str] = Field(
+        default_factory=list, description="Libraries the program calls, e.g. cuBLAS, YNNPACK."
+    )
 
 
 class InputInfo(OpenModel):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+import annotated_types
+from pydantic import BaseModel, ValidationError
 
 from workers.catalog.attention import AttentionParams
 from workers.catalog.base import WorkloadParams
@@ -40,20 +41,48 @@ class CatalogError(ValueError):
         self.field = field
 
 
-def describe_validation_error(exc: ValidationError, prefix: str = "") -> tuple[str, str | None]:
-    """A short message naming the first bad field and its allowed range."""
+def allowed_range(model: type[BaseModel], name: str) -> str | None:
+    """A field's numeric bounds as text, e.g. '1 ≤ m ≤ 16384'; None if it has none."""
+    info = model.model_fields.get(name)
+    if info is None:
+        return None
+    low = high = ""
+    for bound in info.metadata:
+        if isinstance(bound, annotated_types.Ge):
+            low = f"{bound.ge} ≤ "
+        elif isinstance(bound, annotated_types.Gt):
+            low = f"{bound.gt} < "
+        elif isinstance(bound, annotated_types.Le):
+            high = f" ≤ {bound.le}"
+        elif isinstance(bound, annotated_types.Lt):
+            high = f" < {bound.lt}"
+    return f"{low}{name}{high}" if low or high else None
+
+
+def describe_validation_error(
+    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> tuple[str, str | None]:
+    """A short message naming the first bad field and its allowed range.
+
+    With `model`, the range is the field's whole declared range, and an unknown field's
+    message lists the known ones.
+    """
     err = exc.errors(include_url=False, include_input=False)[0]
     loc = ".".join(str(part) for part in err["loc"])
     field = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
     ctx = err.get("ctx") or {}
     msg = err["msg"]
+    name = str(err["loc"][0]) if err["loc"] else ""
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
+        if model is not None:
+            msg = f"{msg} (known: {', '.join(model.model_fields)})"
     bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
-    if bounds:
+    declared = allowed_range(model, name) if model is not None and name else None
+    if declared and err["type"] != "extra_forbidden":
+        msg = f"{msg} (allowed: {declared})"
+    elif bounds:
         msg = f"{msg} (allowed: {bounds})"
-    if "expected" in ctx:
-        msg = f"{msg}"
     return (f"{field}: {msg}" if field else msg), field
 
 
@@ -68,7 +97,7 @@ def parse_params(
     try:
         parsed = cls.model_validate(params)
     except ValidationError as exc:
-        message, field = describe_validation_error(exc, "params.")
+        message, field = describe_validation_error(exc, "params.", cls)
         raise CatalogError(message, field) from None
     size = parsed.input_bytes()
     if size > max_bytes:

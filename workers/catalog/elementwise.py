@@ -17,7 +17,7 @@ class ElementwiseParams(WorkloadParams):
         "operation, so the time is memory traffic, not arithmetic."
     )
 
-    n: int = Field(default=1 << 20, ge=1, le=1 << 28, description="Elements in the vector.")
+    n: int = Field(default=1 << 18, ge=1, le=1 << 28, description="Elements in the vector.")
     ops: int = Field(default=8, ge=1, le=64, description="Elementwise operations in the chain.")
     dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type.")
 

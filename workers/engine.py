@@ -1,0 +1,320 @@
+"""The bench engine: one job through trace → lower → compile → execute, as one run.
+
+`run_job` is the entry point the CLI and the worker's runner call. It follows the
+measurement contract in DESIGN.md: parameters validated before anything runs, the
+requested path checked against the devices actually present, each compile-side stage
+timed on its own under a stated cache policy, inputs placed and ready before any timer
+starts, an uncounted warm-up, samples under exactly one boundary each, and an output
+checked against a float64 reference before any speed is presented.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from workers import harness
+from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, parse_params
+from workers.catalog.base import WorkloadParams
+from workers.compile_cache import (
+    apply_cache_policy,
+    cache_counts,
+    default_cache_dir,
+    events_between,
+)
+from workers.correctness import check_output
+from workers.environment import (
+    available_paths,
+    describe_devices,
+    detect_environment,
+    devices_by_platform,
+)
+from workers.ir import summarize_hlo
+from workers.jaxtyped import shape_dtype_struct
+from workers.protocol import (
+    PATH_PLATFORM,
+    Artifacts,
+    BoundaryId,
+    CostAnalysis,
+    InputInfo,
+    JobSpec,
+    Measurement,
+    MemoryAnalysis,
+    Mode,
+    PathId,
+    ProgressEvent,
+    ProgressPhase,
+    Rates,
+    RunResult,
+    StageId,
+    StageSeconds,
+)
+from workers.workloads import JaxFunction, get_workload
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "SEED",
+    "CatalogError",
+    "PathUnavailable",
+    "available_paths",
+    "detect_environment",
+    "run_job",
+    "select_devices",
+]
+
+SEED = 0
+"""Seed of the input generator: the same job always sees the same inputs."""
+
+MAIN_BOUNDARY: dict[Mode, BoundaryId | None] = {
+    Mode.LATENCY: BoundaryId.HOST_SYNC,
+    Mode.THROUGHPUT: BoundaryId.HOST_THROUGHPUT,
+    Mode.APPLICATION: BoundaryId.APPLICATION,
+    Mode.DISPATCH: None,  # dispatch time is never a speed
+}
+"""The boundary whose median the achieved rates are computed from."""
+
+WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
+
+Progress = Callable[[ProgressEvent], None]
+
+
+class PathUnavailable(ValueError):
+    """The job's path needs devices (or tools) this process does not have."""
+
+
+def select_devices(path: PathId) -> list[Any]:
+    """The devices that serve `path` here, or PathUnavailable naming what was found."""
+    if path is PathId.CUDA:
+        raise PathUnavailable(
+            "path cuda: the CUDA C++ path is added by a later issue; "
+            "use jax-gpu to run JAX on an NVIDIA GPU"
+        )
+    platform = PATH_PLATFORM[path].value
+    found = devices_by_platform()
+    devices = found.get(platform)
+    if not devices:
+        raise PathUnavailable(
+            f"path {path.value} needs a {platform} device; "
+            f"this process has: {describe_devices(found)}"
+        )
+    return devices
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted(workload: str, params: WorkloadParams) -> Any:
+    """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
+    function: JaxFunction = get_workload(workload).function(params)
+    return jax.jit(function)
+
+
+def _cost_analysis(compiled: Any) -> CostAnalysis | None:
+    try:
+        raw = compiled.cost_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if isinstance(raw, list):  # older jax returned one dict per program
+        raw = raw[0] if raw else None
+    if not isinstance(raw, dict):
+        return None
+
+    def pick(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) and value >= 0 else None
+
+    return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))
+
+
+def _memory_analysis(compiled: Any) -> MemoryAnalysis | None:
+    try:
+        stats = compiled.memory_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if stats is None:
+        return None
+
+    def size(name: str) -> int | None:
+        value = getattr(stats, name, None)
+        return int(value) if isinstance(value, int) and value >= 0 else None
+
+    return MemoryAnalysis(
+        argument_bytes=size("argument_size_in_bytes"),
+        output_bytes=size("output_size_in_bytes"),
+        temp_bytes=size("temp_size_in_bytes"),
+        peak_bytes=size("peak_memory_in_bytes"),
+    )
+
+
+def _withhold(measurements: list[Measurement]) -> list[Measurement]:
+    """The same samples with their statistics removed: an invalid run shows no speed."""
+    return [m.model_copy(update={"stats": None, "note": WITHHELD}) for m in measurements]
+
+
+def _rates(flops: float, moved: float, mode: Mode, measurements: list[Measurement]) -> Rates:
+    rates = Rates(flops=flops, bytes=moved)
+    boundary = MAIN_BOUNDARY[mode]
+    main = next((m for m in measurements if m.boundary is boundary), None)
+    if main is None or main.stats is None or main.stats.median <= 0:
+        return rates
+    rates.boundary = boundary
+    rates.flops_per_s = flops / main.stats.median if flops > 0 else None
+    rates.bytes_per_s = moved / main.stats.median if moved > 0 else None
+    return rates
+
+
+def _reported_seconds(stages: StageSeconds, measurements: list[Measurement]) -> float:
+    """The time inside every interval the run reports (stages and all samples)."""
+    total = sum(s for s in (stages.trace, stages.lower, stages.compile) if s is not None)
+    for m in measurements:
+        total += sum(m.samples_s) * m.calls_per_sample
+    return total
+
+
+def run_job(
+    job: JobSpec,
+    progress: Progress | None = None,
+    *,
+    cache_dir: Path | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    perturb: float | None = None,
+) -> RunResult:
+    """Run `job` (a protocol.JobSpec) on this process's devices and return its run.
+
+    Raises CatalogError for an unknown workload or parameters out of bounds, and
+    PathUnavailable when the job's path needs devices this process lacks. `cache_dir`
+    is the persistent compilation cache (default ~/.cache/boundary/jax); `max_bytes`
+    caps the job's input and output bytes. `perturb` is for tests only: it scales the
+    output by (1 + perturb) before the correctness check, so a wrong answer can be shown
+    to fail it and hide the speed.
+    """
+    started = time.perf_counter()
+    clock = time.perf_counter
+
+    def emit(phase: ProgressPhase, **fields: Any) -> None:
+        if progress is not None:
+            progress(ProgressEvent(phase=phase, **fields))
+
+    params = parse_params(job.workload, job.params, max_bytes)
+    if job.path not in params.paths:
+        offered = ", ".join(p.value for p in params.paths)
+        raise CatalogError(
+            f"path: {job.workload} does not run on {job.path.value} (it runs on: {offered})", "path"
+        )
+    extra_stages = [s.value for s in job.stages if s not in params.stages]
+    if extra_stages:
+        offered = ", ".join(s.value for s in params.stages)
+        raise CatalogError(
+            f"stages: {job.workload} does not offer {', '.join(extra_stages)} (offered: {offered})",
+            "stages",
+        )
+    devices = select_devices(job.path)
+    device = devices[0]
+    workload = get_workload(job.workload)
+    options = job.measure
+    specs = workload.input_specs(params)
+    unreported: dict[str, float] = {}
+
+    # --- compile side: trace, lower and compile, each timed on its own -----------------
+    apply_cache_policy(options.cache, cache_dir or default_cache_dir())
+    jitted = _jitted(job.workload, params)
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    abstract = [shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding) for s in specs]
+    before = cache_counts()
+    t0 = clock()
+    traced = jitted.trace(*abstract)
+    trace_s = clock() - t0
+    emit("traced")
+    t0 = clock()
+    lowered = traced.lower()
+    lower_s = clock() - t0
+    emit("lowered")
+    t0 = clock()
+    compiled = lowered.compile()
+    compile_s = clock() - t0
+    cache_events = events_between(before, cache_counts())
+    emit("compiled")
+    stage_seconds = StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s)
+
+    t0 = clock()
+    hlo = compiled.as_text()
+    artifacts = Artifacts(jaxpr=str(traced.jaxpr), stablehlo=lowered.as_text(), hlo=hlo)
+    summary = summarize_hlo(hlo) if hlo else None
+    unreported["artifacts"] = clock() - t0
+
+    flops = workload.flop_count(params)
+    moved = workload.byte_count(params)
+    measurements: list[Measurement] = []
+    warnings: list[str] = []
+    correctness = None
+    rates = Rates(flops=flops, bytes=moved)
+
+    # --- execute: inputs placed and ready, warm-up, samples, then the check -------------
+    if StageId.EXECUTE in job.stages:
+        t0 = clock()
+        host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
+        unreported["inputs"] = clock() - t0
+        t0 = clock()
+        args = harness.block_all(jax.device_put(host_inputs, device))
+        unreported["placement"] = clock() - t0
+        emit("warm-up")
+        t0 = clock()
+        harness.warm_up(compiled, args, options.warmup)
+        unreported["warm_up"] = clock() - t0
+        sampled = harness.sample(
+            options.mode,
+            compiled,
+            args=args,
+            host_inputs=host_inputs,
+            device=device,
+            options=options,
+            progress=progress,
+        )
+        measurements = sampled.measurements
+        warnings.extend(sampled.warnings)
+        unreported["untimed_work"] = sampled.untimed_s
+        t0 = clock()
+        output = np.asarray(sampled.output)
+        if perturb is not None:
+            output = output.astype(np.float64) * (1.0 + perturb)
+        reference = workload.reference(params, host_inputs)
+        correctness = check_output(output, reference, workload.tolerance(params))
+        unreported["check"] = clock() - t0
+        emit("checked", message="passed" if correctness.passed else correctness.detail)
+        if correctness.passed:
+            rates = _rates(flops, moved, options.mode, measurements)
+        else:
+            measurements = _withhold(measurements)
+            warnings.append(
+                f"correctness failed ({correctness.detail}): the timings are no result."
+            )
+
+    valid = correctness is None or correctness.passed
+    environment = detect_environment(device, options.cache, cache_events, devices)
+    result = RunResult(
+        job=job,
+        params=params.model_dump(mode="json"),
+        inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
+        stage_seconds=stage_seconds,
+        artifacts=artifacts,
+        hlo_summary=summary,
+        cost_analysis=_cost_analysis(compiled),
+        memory_analysis=_memory_analysis(compiled),
+        measurements=measurements,
+        correctness=correctness,
+        rates=rates,
+        environment=environment,
+        warnings=warnings,
+        valid=valid,
+        extra={"seed": SEED},
+    )
+    elapsed = time.perf_counter() - started
+    result.harness_seconds = max(0.0, elapsed - _reported_seconds(stage_seconds, measurements))
+    result.extra["unreported_s"] = unreported
+    emit("done")
+    return result
