@@ -288,6 +288,7 @@ def run_job(
         emit("checked", message="passed" if correctness.passed else correctness.detail)
         if correctness.passed:
             rates = _rates(flops, moved, options.mode, measurements)
+            warnings.extend(sampled.spread_warnings)
         else:
             measurements = _withhold(measurements)
             warnings.append(

@@ -118,6 +118,8 @@ class Sampled:
     warnings: list[str] = field(default_factory=list)
     untimed_s: float = 0.0
     """Work the loop did outside its intervals (waiting for dispatched calls, for example)."""
+    spread_warnings: list[str] = field(default_factory=list)
+    """Warnings about noisy samples: meaningful only if the output passes its check."""
 
 
 def warm_up(call: CompiledCall, args: Sequence[jax.Array], count: int) -> jax.Array:
@@ -309,7 +311,7 @@ def sample(
     for m in found.measurements:
         if m.stats is not None and m.stats.wide_spread:
             spread = m.stats.iqr / m.stats.median
-            found.warnings.append(
+            found.spread_warnings.append(
                 f"{m.boundary.value}: IQR/median is {spread:.0%}, above {WIDE_SPREAD:.0%}: "
                 "the machine was noisy; compare medians with care."
             )

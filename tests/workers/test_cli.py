@@ -1,0 +1,97 @@
+"""`boundary run`: the readable report, --json, --ir and errors that name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.cli import run_command
+from workers.protocol import BoundaryId, RunResult
+
+SMALL = ["m=32", "n=32", "k=32", "--samples", "3"]
+
+
+def test_report_shows_stages_stats_correctness_environment_and_hlo(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_command(["matmul", *SMALL]) == 0
+    out = capsys.readouterr().out
+    for words in ("matmul on jax-cpu", "stages", "trace", "host-sync", "median", "rounds 3",
+                  "correct   passed", "device    cpu", "jaxlib", "HLO", "YNNPACK"):  # fmt: skip
+        assert words in out, words
+
+
+def test_json_prints_one_run_result_and_nothing_else(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(["matmul", *SMALL, "--mode", "throughput", "--json"]) == 0
+    out = capsys.readouterr().out
+    run = RunResult.model_validate_json(out)
+    assert run.params["m"] == 32 and run.job.measure.samples == 3
+    assert run.measurements[0].boundary is BoundaryId.HOST_THROUGHPUT
+    assert out.count("\n") == 1
+
+
+def test_ir_prints_one_artifact(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        run_command(["reduction", "rows=8", "cols=8", "--stages", "compile", "--ir", "stablehlo"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("module @jit_reduce_sum")
+    assert "stablehlo.reduce" in out
+    assert run_command(["reduction", "rows=8", "cols=8", "--stages", "compile", "--ir", "ptx"]) == 1
+    assert "no ptx artifact" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["matmul", "m=0"],
+            "params.m: Input should be greater than or equal to 1 (allowed: 1 ≤ m ≤ 16384)",
+        ),
+        (["matmul", "m=big"], "params.m: Input should be a valid integer"),
+        (["matmul", "dtype=float64"], "params.dtype"),
+        (["matmul", "m"], "expected key=value"),
+        (["conv"], "unknown workload"),
+        (["matmul", "--path", "jax-tpu"], "path jax-tpu needs a tpu device; this process has: cpu"),
+    ],
+)
+def test_bad_jobs_exit_non_zero_naming_the_problem(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_command(argv) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(["matmul", "--samples", "0"]) == 2
+    assert "--samples" in capsys.readouterr().err
+    assert run_command(["matmul", "--stages", "compile,link"]) == 2
+    assert "'link' is no stage" in capsys.readouterr().err
+
+
+def test_settings_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOUNDARY_MAX_JOB_BYTES", "100")
+    assert run_command(["matmul", *SMALL]) == 2
+    assert "over the limit of 100" in capsys.readouterr().err
+    monkeypatch.setenv("BOUNDARY_MAX_JOB_BYTES", "lots")
+    assert run_command(["matmul", *SMALL]) == 2
+    assert "BOUNDARY_MAX_JOB_BYTES" in capsys.readouterr().err
+
+
+def test_invalid_run_exits_one_and_shows_no_speed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import workers.engine
+
+    real = workers.engine.run_job
+    monkeypatch.setattr(
+        workers.engine,
+        "run_job",
+        lambda job, progress, **kw: real(job, progress, perturb=1.0, **kw),
+    )
+    assert run_command(["matmul", *SMALL]) == 1
+    out = capsys.readouterr().out
+    assert "INVALID RUN" in out and "FAILED" in out
+    assert "median" not in out and "FLOP/s" not in out
