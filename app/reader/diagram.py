@@ -61,7 +61,7 @@ def render_pipeline(path: PathInfo, selected: str, *, title_id: str) -> str:
             out.append(
                 f'<g class="bracket s-{stage.value}" data-stage="{stage.value}">'
                 f'<path d="M{x0:.1f} {y + 8}V{y}H{x1:.1f}V{y + 8}"/>'
-                f'<text x="{cx:.1f}" y="{y - 4}" text-anchor="middle">{escape(text)}</text></g>"
+                f'<text x="{cx:.1f}" y="{y - 4}" text-anchor="middle">{escape(text)}</text></g>'
             )
     for i, step in enumerate(steps):
         x = x_of(i)

@@ -133,7 +133,11 @@ def test_embed_posts_its_height_to_the_parent(page: Page, reader_server: str) ->
         }""",
         reader_server + "/embed/jax-gpu/execute",
     )
-    page.wait_for_function("window.__messages.length > 0", timeout=10000)
-    message = page.evaluate("window.__messages[0]")
+    # Poll from Python: the page's CSP forbids the eval that wait_for_function would use.
+    for _ in range(100):
+        if page.evaluate("() => window.__messages.length") > 0:
+            break
+        page.wait_for_timeout(100)
+    message = page.evaluate("() => window.__messages[0]")
     assert message["context"] == "iframe.resize"
     assert isinstance(message["height"], int) and message["height"] > 300
