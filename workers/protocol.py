@@ -262,6 +262,10 @@ class StageSeconds(OpenModel):
     trace: float | None = None
     lower: float | None = None
     compile: float | None = None
+    warm_up: float | None = Field(
+        default=None,
+        description="The uncounted warm-up executions, first call included (host-sync).",
+    )
 
 
 class CostAnalysis(OpenModel):

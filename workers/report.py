@@ -120,7 +120,8 @@ def format_report(run: RunResult) -> str:
     )
     if run.measurements:
         lines.append(
-            f"execute   mode {job.measure.mode.value}, warm-up {job.measure.warmup} uncounted"
+            f"execute   mode {job.measure.mode.value}; warm-up of {job.measure.warmup} call(s) "
+            f"took {seconds(st.warm_up)}, first call included, and is not counted"
         )
         for m in run.measurements:
             lines.extend(_measurement_lines(m))

@@ -28,7 +28,8 @@ def test_workload_is_correct_and_leaves_artifacts(
     assert run.artifacts.hlo is not None and "HloModule" in run.artifacts.hlo
     assert run.artifacts.ptx is None and run.artifacts.sass is None
     assert run.hlo_summary is not None and run.hlo_summary.instructions > 0
-    for seconds in (run.stage_seconds.trace, run.stage_seconds.lower, run.stage_seconds.compile):
+    stages = run.stage_seconds
+    for seconds in (stages.trace, stages.lower, stages.compile, stages.warm_up):
         assert seconds is not None and seconds > 0
     assert run.cost_analysis is not None
     assert run.memory_analysis is not None and run.memory_analysis.argument_bytes
