@@ -33,7 +33,9 @@ class Asset:
         return f"/static/{self.name}?v={self.digest}"
 
 
-def load_assets(directory: Path = STATIC_DIR, extra: dict[str, bytes] | None = None) -> dict[str, Asset]:
+def load_assets(
+    directory: Path = STATIC_DIR, extra: dict[str, bytes] | None = None
+) -> dict[str, Asset]:
     """Every file under `directory` (plus generated `extra` files), keyed by relative name."""
     files: dict[str, bytes] = {
         p.relative_to(directory).as_posix(): p.read_bytes()

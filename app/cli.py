@@ -52,15 +52,25 @@ def _serve(argv: list[str]) -> int:
     # Local workers share a token with this server; make one when the operator set none.
     token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
     os.environ["BOUNDARY_WORKER_TOKEN"] = token
-    server_url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    server_url = f"http://{local_host}:{args.port}"
     children: list[subprocess.Popen[bytes]] = []
     for i in range(args.workers):
         children.append(
             subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "worker", "--server", server_url,
-                 "--name", f"local-{i + 1}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "worker",
+                    "--server",
+                    server_url,
+                    "--name",
+                    f"local-{i + 1}",
+                ],
                 env={**os.environ, "BOUNDARY_WORKER_TOKEN": token},
-                preexec_fn=_die_with_parent,
+                # No threads exist yet in this process, so preexec_fn is safe here.
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
         )
     try:
@@ -116,8 +126,10 @@ COMMANDS = {"serve": _serve, "worker": _worker, "run": _run, "export": _export}
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
-        print("usage: boundary {serve|worker|run|export} [options]  (boundary CMD --help)",
-              file=sys.stderr)
+        print(
+            "usage: boundary {serve|worker|run|export} [options]  (boundary CMD --help)",
+            file=sys.stderr,
+        )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
     from app.reader.content import ContentError
 

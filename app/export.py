@@ -21,7 +21,10 @@ def export_site(directory: Path, settings: Settings) -> list[Path]:
     assets = build_assets()
     written: list[Path] = []
     directory.mkdir(parents=True, exist_ok=True)
-    for r in render_site(content, make_environment(), assets, linker=export_linker, export=True):
+    for deferred in render_site(
+        content, make_environment(), assets, linker=export_linker, export=True
+    ):
+        r = deferred.make()
         target = directory / export_file(r.url)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(r.body)

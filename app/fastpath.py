@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import brotli
@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 Headers = list[tuple[bytes, bytes]]
 
+VARY = b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Request"
 MIN_COMPRESS = 512  # below this, compression costs more than it saves
 
 
@@ -59,7 +60,7 @@ class Entry:
                 (b"content-type", self.content_type.encode()),
                 (b"content-length", str(len(body)).encode()),
                 (b"etag", f'"{self.etag}{suffix}"'.encode()),
-                (b"vary", b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Request"),
+                (b"vary", VARY),
                 *self.extra_headers,
             ]
             if encoding:
@@ -90,8 +91,8 @@ def _choose_encoding(accept: bytes, size: int) -> str:
 
 
 def _etag_matches(if_none_match: bytes, etag: str) -> bool:
-    for tag in if_none_match.split(b","):
-        tag = tag.strip()
+    for raw in if_none_match.split(b","):
+        tag = raw.strip()
         if tag == b"*":
             return True
         if tag.startswith(b"W/"):
@@ -105,14 +106,21 @@ def _etag_matches(if_none_match: bytes, etag: str) -> bool:
     return False
 
 
+Resources = dict[str, Resource | Callable[[], Resource]]
+
+
 class FastPath:
-    """Serve `resources` (URL path → Resource) from memory; pass the rest to `app`."""
+    """Serve `resources` (URL path → Resource) from memory; pass the rest to `app`.
 
-    def __init__(self, app: ASGIApp, resources: dict[str, Resource] | None = None) -> None:
+    A resource may be given as a function that makes it: it is called on the URL's first
+    request and its result kept, so start-up renders nothing.
+    """
+
+    def __init__(self, app: ASGIApp, resources: Resources | None = None) -> None:
         self.app = app
-        self.resources: dict[str, Resource] = resources or {}
+        self.resources: Resources = resources or {}
 
-    def replace(self, resources: dict[str, Resource]) -> None:
+    def replace(self, resources: Resources) -> None:
         """Swap in a new rendering (a new content version) atomically."""
         self.resources = resources
 
@@ -127,6 +135,8 @@ class FastPath:
         if resource is None:
             await self.app(scope, receive, send)
             return
+        if not isinstance(resource, Resource):
+            resource = self.resources[scope["path"]] = resource()
         accept = inm = b""
         partial = False
         for name, value in scope["headers"]:
@@ -146,8 +156,11 @@ class FastPath:
         encoding = _choose_encoding(accept, len(entry.body))
         if inm and _etag_matches(inm, entry.etag):
             await send(
-                {"type": "http.response.start", "status": 304,
-                 "headers": entry.not_modified_headers(encoding)}
+                {
+                    "type": "http.response.start",
+                    "status": 304,
+                    "headers": entry.not_modified_headers(encoding),
+                }
             )
             await send({"type": "http.response.body", "body": b""})
             return

@@ -6,18 +6,23 @@ memory), SecurityHeaders (CSP and framing for everything else), then FastAPI rou
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from fastapi import FastAPI
 from jinja2 import Environment
 
 from app.assets import Asset, load_assets
-from app.fastpath import Entry, FastPath, Resource
+from app.dispatch import Dispatcher
+from app.fastpath import Entry, FastPath, Resource, Resources
 from app.reader.content import Content, load_content
-from app.reader.site import render_site
+from app.reader.site import Deferred, render_site
 from app.routes import pages
 from app.security import SecurityHeaders, security_headers
 from app.settings import Settings, get_settings
+from app.store import Store
 from app.templating import make_environment, pygments_css, server_linker
 
 PAGE_CACHE = (b"cache-control", b"no-cache")
@@ -32,6 +37,7 @@ class AppState:
     content: Content
     env: Environment
     assets: dict[str, Asset]
+    dispatcher: Dispatcher | None = None
 
 
 def build_assets() -> dict[str, Asset]:
@@ -41,17 +47,22 @@ def build_assets() -> dict[str, Asset]:
     return load_assets(extra={"app.css": css})
 
 
-def build_resources(state: AppState) -> dict[str, Resource]:
-    """Pre-render the reader and index the static files, with their headers."""
+def build_resources(state: AppState) -> Resources:
+    """The reader's renderings (made on first request) and the static files, with headers."""
     settings = state.settings
     public_base = (settings.PUBLIC_BASE_URL or "").rstrip("/")
-    resources: dict[str, Resource] = {}
-    for r in render_site(
-        state.content, state.env, state.assets, linker=server_linker, public_base=public_base
-    ):
+    resources: Resources = {}
+
+    def resource(deferred: Deferred) -> Resource:
+        r = deferred.make()
         headers = [PAGE_CACHE, *security_headers(r.url, settings.FRAME_ANCESTORS)]
         fragment = Entry(r.fragment, r.content_type, headers) if r.fragment else None
-        resources[r.url] = Resource(Entry(r.body, r.content_type, headers), fragment)
+        return Resource(Entry(r.body, r.content_type, headers), fragment)
+
+    for deferred in render_site(
+        state.content, state.env, state.assets, linker=server_linker, public_base=public_base
+    ):
+        resources[deferred.url] = partial(resource, deferred)
     for asset in state.assets.values():
         url = f"/static/{asset.name}"
         headers = [ASSET_CACHE, *security_headers(url, settings.FRAME_ANCESTORS)]
@@ -64,6 +75,14 @@ def create_app(settings: Settings | None = None) -> FastPath:
     settings = settings or get_settings()
     content = load_content(settings.CONTENT_DIR)
     state = AppState(settings, content, make_environment(), build_assets())
+    dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)
+    state.dispatcher = dispatcher
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        dispatcher.start()  # the reaper of expired leases and queued jobs
+        yield
+        await dispatcher.stop()
 
     api = FastAPI(
         title="Boundary",
@@ -72,7 +91,14 @@ def create_app(settings: Settings | None = None) -> FastPath:
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        lifespan=lifespan,
     )
     api.state.boundary = state
     pages.install(api)
+    from app.routes import api as api_routes  # they import app.deps → here
+    from app.routes import ops, worker_api
+
+    api.include_router(api_routes.router)
+    api.include_router(worker_api.router)
+    api.include_router(ops.router)
     return FastPath(SecurityHeaders(api, settings.FRAME_ANCESTORS), build_resources(state))

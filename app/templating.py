@@ -87,4 +87,5 @@ def make_environment() -> Environment:
 
 def pygments_css() -> str:
     """The stylesheet for highlighted code, scoped to `.hl`."""
-    return HtmlFormatter(style="friendly").get_style_defs(".hl")
+    css: str = HtmlFormatter(style="friendly").get_style_defs(".hl")  # type: ignore[no-untyped-call]
+    return css

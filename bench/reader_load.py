@@ -58,9 +58,20 @@ def wrk(url: str, seconds: int, connections: int) -> tuple[float, float]:
     """(requests/s, p99 in ms) from one wrk run."""
     pin = ["taskset", "-c", "1"] if shutil.which("taskset") else []
     out = subprocess.run(
-        [*pin, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
-         "-H", "Accept-Encoding: br, gzip", url],
-        capture_output=True, text=True, check=True,
+        [
+            *pin,
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-H",
+            "Accept-Encoding: br, gzip",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     m = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
@@ -88,8 +99,17 @@ def main() -> int:
     reader = start([PY, "-m", "app.cli", "serve", "--port", str(reader_port)], env)
     first = wait_first_response(reader_url, reader, t0)
     hello = start(
-        [PY, "-m", "uvicorn", "bench.hello_starlette:app", "--port", str(hello_port),
-         "--log-level", "warning"], env,
+        [
+            PY,
+            "-m",
+            "uvicorn",
+            "bench.hello_starlette:app",
+            "--port",
+            str(hello_port),
+            "--log-level",
+            "warning",
+        ],
+        env,
     )
     wait_first_response(hello_url, hello, time.perf_counter())
     try:

@@ -247,7 +247,8 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
         for sid in READER_STAGES:
             if sid not in staged:
                 raise ContentError(
-                    f"{paths_file}: field path[{pid.value}].boundaries: none for stage {sid.value!r}"
+                    f"{paths_file}: field path[{pid.value}].boundaries: "
+                    f"none for stage {sid.value!r}"
                 )
 
     stages_file = directory / "stages.toml"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from jinja2 import Environment
@@ -23,6 +24,7 @@ from app.reader.views import (
     reader_json,
     reader_url,
 )
+from workers.protocol import PathId, StageId
 
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
@@ -45,6 +47,15 @@ def dump_json(data: Any) -> bytes:
     return json.dumps(data, ensure_ascii=False, indent=2).encode()
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A rendering not made yet: the server makes each on its first request, so start-up
+    stays fast; the export makes them all at once."""
+
+    url: str
+    make: Callable[[], Rendered]
+
+
 def render_site(
     content: Content,
     env: Environment,
@@ -53,8 +64,8 @@ def render_site(
     linker: Linker,
     export: bool = False,
     public_base: str = "",
-) -> list[Rendered]:
-    """Every reader page, fragment, embed and JSON twin, plus the guide."""
+) -> list[Deferred]:
+    """Every reader page, fragment, embed and JSON twin, plus the guide, deferred."""
 
     def render(template: str, current: str, ctx: dict[str, Any], **extra: Any) -> bytes:
         link = linker(current)
@@ -65,21 +76,36 @@ def render_site(
         params = {"export": export, "embed": False, "fragment": False, **ctx, **extra}
         return env.get_template(template).render(link=link, static=static, **params).encode()
 
-    out: list[Rendered] = []
+    def reader(path: PathId, stage: StageId, url: str) -> Rendered:
+        ctx = reader_context(content, path, stage, public_base)
+        page = render("reader.html", url, ctx, nav="reader")
+        fragment = render("_reader.html", url, ctx, nav="reader", fragment=True)
+        return Rendered(url, page, HTML, fragment)
+
+    def twin(path: PathId, stage: StageId, url: str) -> Rendered:
+        return Rendered(url, dump_json(reader_json(reader_context(content, path, stage, ""))), JSON)
+
+    def embed(path: PathId, stage: StageId, url: str) -> Rendered:
+        ctx = reader_context(content, path, stage, public_base)
+        return Rendered(url, render("embed.html", url, ctx, embed=True), HTML)
+
+    def guide() -> Rendered:
+        return Rendered(
+            "/guide", render("guide.html", "/guide", guide_context(content), nav="guide"), HTML
+        )
+
+    def guide_twin() -> Rendered:
+        return Rendered("/guide.json", dump_json(guide_json(guide_context(content))), JSON)
+
+    out: list[Deferred] = []
     for path in READER_PATHS:
         for stage in READER_STAGES:
-            url = reader_url(path, stage)
-            ctx = reader_context(content, path, stage, public_base)
-            page = render("reader.html", url, ctx, nav="reader")
-            fragment = render("_reader.html", url, ctx, nav="reader", fragment=True)
-            out.append(Rendered(url, page, HTML, fragment))
-            out.append(Rendered(url + ".json", dump_json(reader_json(ctx)), JSON))
-            eurl = embed_url(path, stage)
-            out.append(Rendered(eurl, render("embed.html", eurl, ctx, embed=True), HTML))
-            if (path, stage) == (content.site.default_path, content.site.default_stage):
-                home = render("reader.html", "/", ctx, nav="reader")
-                out.append(Rendered("/", home, HTML, fragment))
-    gctx = guide_context(content)
-    out.append(Rendered("/guide", render("guide.html", "/guide", gctx, nav="guide"), HTML))
-    out.append(Rendered("/guide.json", dump_json(guide_json(gctx)), JSON))
+            url, eurl = reader_url(path, stage), embed_url(path, stage)
+            out.append(Deferred(url, partial(reader, path, stage, url)))
+            out.append(Deferred(url + ".json", partial(twin, path, stage, url + ".json")))
+            out.append(Deferred(eurl, partial(embed, path, stage, eurl)))
+    home = (content.site.default_path, content.site.default_stage)
+    out.append(Deferred("/", partial(reader, *home, "/")))
+    out.append(Deferred("/guide", guide))
+    out.append(Deferred("/guide.json", guide_twin))
     return out

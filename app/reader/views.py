@@ -21,7 +21,9 @@ def embed_url(path: PathId | str, stage: StageId | str) -> str:
     return f"/embed/{PathId(path).value}/{StageId(stage).value}"
 
 
-def reader_context(content: Content, path: PathId, stage: StageId, public_base: str) -> dict[str, Any]:
+def reader_context(
+    content: Content, path: PathId, stage: StageId, public_base: str
+) -> dict[str, Any]:
     """Everything the reader shows for one path at one stage."""
     card = content.card(path, stage)
     info = content.paths[path]

@@ -32,7 +32,11 @@ def not_found_page(request: Request, what: str) -> Response:
     ctx = not_found_context(state.content, what)
     if request.url.path.endswith(".json") or request.url.path.startswith("/api/"):
         return JSONResponse(
-            {"detail": what, "valid_paths": ctx["valid_paths"], "valid_stages": ctx["valid_stages"]},
+            {
+                "detail": what,
+                "valid_paths": ctx["valid_paths"],
+                "valid_stages": ctx["valid_stages"],
+            },
             status_code=404,
         )
     assets = state.assets

@@ -54,26 +54,41 @@ def _drop_line(field: str) -> Callable[[Path], None]:
     [
         (_drop_line("question"), ["jax-tpu.execute.toml", "question", "Field required"]),
         (
-            lambda d: edit(d / "cards" / "cuda.scale.toml", 'guide_section = "', 'guide_section = "x'),
+            lambda d: edit(
+                d / "cards" / "cuda.scale.toml", 'guide_section = "', 'guide_section = "x'
+            ),
             ["cuda.scale.toml", "guide_section"],
         ),
         (
-            lambda d: edit(d / "cards" / "jax-gpu.compile.toml", 'sources = ["', 'sources = ["nope", "'),
+            lambda d: edit(
+                d / "cards" / "jax-gpu.compile.toml", 'sources = ["', 'sources = ["nope", "'
+            ),
             ["jax-gpu.compile.toml", "sources[0]", "nope"],
         ),
         (
-            lambda d: edit(d / "cards" / "jax-gpu.scale.toml", 'path = "jax-gpu"', 'path = "jax-gpx"'),
+            lambda d: edit(
+                d / "cards" / "jax-gpu.scale.toml", 'path = "jax-gpu"', 'path = "jax-gpx"'
+            ),
             ["jax-gpu.scale.toml", "path"],
         ),
         (lambda d: (d / "cards" / "cuda.execute.toml").unlink(), ["cuda.execute.toml", "missing"]),
         (
-            lambda d: (d / "hardware.toml").write_text((d / "hardware.toml").read_text() + "\nbogus = 1\n"),
+            lambda d: (d / "hardware.toml").write_text(
+                (d / "hardware.toml").read_text() + "\nbogus = 1\n"
+            ),
             ["hardware.toml", "bogus"],
         ),
         (lambda d: (d / "guide.toml").write_text("title = [unclosed"), ["guide.toml", "TOML"]),
     ],
-    ids=["missing-field", "broken-section-link", "unknown-source", "unknown-path", "missing-card",
-         "unknown-field", "bad-toml"],
+    ids=[
+        "missing-field",
+        "broken-section-link",
+        "unknown-source",
+        "unknown-path",
+        "missing-card",
+        "unknown-field",
+        "bad-toml",
+    ],
 )
 def test_mistakes_stop_start_up_with_file_and_field(
     content_copy: Path, settings: Settings, change: Callable[[Path], None], names: list[str]
@@ -91,10 +106,13 @@ def test_serve_refuses_to_start_on_bad_content(content_copy: Path, tmp_path: Pat
     import sys
 
     _drop_line("title")(content_copy)
-    proc = subprocess.run(
+    proc = subprocess.run(  # noqa: PLW1510 (the exit code is asserted below)
         [sys.executable, "-m", "app.cli", "serve", "--port", "1", "--workers", "0"],
-        env={**os.environ, "BOUNDARY_CONTENT_DIR": str(content_copy),
-             "BOUNDARY_DB": str(tmp_path / "db.sqlite3")},
+        env={
+            **os.environ,
+            "BOUNDARY_CONTENT_DIR": str(content_copy),
+            "BOUNDARY_DB": str(tmp_path / "db.sqlite3"),
+        },
         capture_output=True,
         text=True,
         timeout=60,

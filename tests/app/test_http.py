@@ -37,9 +37,7 @@ async def test_frame_ancestors_come_from_settings(settings: Settings) -> None:
     from app.main import create_app
 
     app = create_app(settings.model_copy(update={"FRAME_ANCESTORS": "https://wiki.example.org"}))
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         assert "frame-ancestors https://wiki.example.org" in csp(await c.get("/embed/cuda/scale"))
         assert "frame-ancestors 'self'" in csp(await c.get("/read/cuda/scale"))
 

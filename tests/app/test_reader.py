@@ -45,8 +45,12 @@ async def test_every_view_has_its_own_card_and_json_twin(
     html = r.text
     assert current(html, "path") == [path]
     assert current(html, "stage") == [stage]
-    card = content.cards[(READER_PATHS[[p.value for p in READER_PATHS].index(path)],
-                          READER_STAGES[[s.value for s in READER_STAGES].index(stage)])]
+    card = content.cards[
+        (
+            READER_PATHS[[p.value for p in READER_PATHS].index(path)],
+            READER_STAGES[[s.value for s in READER_STAGES].index(stage)],
+        )
+    ]
     assert card.title in html
     # The diagram highlights the selected stage, server-side.
     assert f'<svg class="diagram" data-stage="{stage}"' in html
@@ -125,12 +129,21 @@ async def test_guide_has_every_section_and_the_hardware_panel(client: httpx.Asyn
 
 @pytest.mark.parametrize(
     "figure",
-    ["32 GB", "1,638 GB/s", "800 GB/s", "256", "180 GB", "7.7 TB/s", "1.4 TB", "1.8 TB/s",
-     "14.4 TB/s"],
+    [
+        "32 GB",
+        "1,638 GB/s",
+        "800 GB/s",
+        "256",
+        "180 GB",
+        "7.7 TB/s",
+        "1.4 TB",
+        "1.8 TB/s",
+        "14.4 TB/s",
+    ],
 )
 async def test_hardware_panel_keeps_vendor_labels(client: httpx.AsyncClient, figure: str) -> None:
     html = (await client.get("/read/jax-tpu/scale")).text
-    panel = html[html.index('id="hardware"'):]
+    panel = html[html.index('id="hardware"') :]
     assert f'<td class="value">{figure}' in panel
     assert "10^9" in panel and "2^30" in panel
 
