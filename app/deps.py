@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
+from app.dispatch import Dispatcher
 from app.main import AppState
 from app.settings import Settings
 
@@ -21,3 +22,13 @@ def get_app_settings(request: Request) -> Settings:
 
 StateDep = Annotated[AppState, Depends(get_state)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+
+def get_dispatcher(request: Request) -> Dispatcher:
+    dispatcher = get_state(request).dispatcher
+    if dispatcher is None:
+        raise HTTPException(status_code=503, detail="the bench is not running on this server")
+    return dispatcher
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]

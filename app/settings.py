@@ -52,6 +52,21 @@ class Settings(BaseSettings):
         default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
     )
     ACCESS_LOG: bool = Field(default=False, description="Log every request (costs speed).")
+    POLL_S: float = Field(
+        default=25.0, gt=0, le=60, description="How long a worker's lease request may wait."
+    )
+    WORKER_STALE_S: float = Field(
+        default=60.0, gt=0, description="A worker silent longer than this counts as gone."
+    )
+    REAP_INTERVAL_S: float = Field(
+        default=0.5, gt=0, le=10, description="How often expired leases and queued jobs are reaped."
+    )
+    INLINE_ARTIFACT_BYTES: int = Field(
+        default=64 * 1024, ge=256, description="IR text per artifact returned inline with a run."
+    )
+    MAX_BODY_BYTES: int = Field(
+        default=64 * 1024, ge=1024, description="Largest job submission body accepted."
+    )
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,3 +32,42 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
+
+
+# --- the bench: jobs, workers, dispatch (tests/app/test_api_*, test_worker_api, ...) ---------
+
+BENCH_WORKER_TOKEN = "test-worker-token"
+
+
+@pytest.fixture
+def bench_settings(tmp_path: Path) -> Settings:
+    """Settings for dispatch tests: a worker token, short poll, quick reaper."""
+    return Settings(
+        DB=tmp_path / "bench.sqlite3",
+        CACHE_DIR=tmp_path / "jax-cache",
+        WORKER_TOKEN=BENCH_WORKER_TOKEN,
+        POLL_S=2.0,
+        REAP_INTERVAL_S=0.05,
+    )
+
+
+@pytest.fixture
+def bench_app(bench_settings: Settings) -> Any:
+    """A fresh app built from `bench_settings` (its lifespan, hence the reaper, not run)."""
+    from app.main import create_app
+
+    return create_app(bench_settings)
+
+
+@pytest.fixture
+async def bench_client(bench_app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client of `bench_app`."""
+    transport = httpx.ASGITransport(app=bench_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        yield c
+
+
+@pytest.fixture
+def bench_dispatcher(bench_app: Any) -> Any:
+    """The `app.dispatch.Dispatcher` inside `bench_app`."""
+    return bench_app.app.app.state.boundary.dispatcher

@@ -1,0 +1,332 @@
+"""The public JSON API under /api/v1: submit and follow jobs, list workloads and workers.
+
+Reads answer GET and HEAD. Submission is strict (see app.submission). A job's run is
+returned inline with its artifacts capped; each artifact links to its full text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from app.deps import DispatcherDep, SettingsDep
+from app.dispatch import Dispatcher
+from app.schemas import (
+    JobPublic,
+    JobsPublic,
+    MessagePublic,
+    ValidationErrorPublic,
+    WorkerPublic,
+    WorkersPublic,
+    WorkloadsPublic,
+)
+from app.store import JobRow, now
+from app.submission import check_bearer, read_json_body, validate_job
+from workers.catalog import catalog_listing
+from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
+
+PREFIX = "/api/v1"
+
+router = APIRouter(prefix=PREFIX, tags=["jobs"])
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
+    """Register a GET route that also answers HEAD (documented once, under GET)."""
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        router.add_api_route(path, endpoint, methods=["GET"], **options)
+        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
+        return endpoint
+
+    return register
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema with its local $defs substituted in place, for OpenAPI's requestBody."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    result: dict[str, Any] = walk(schema)
+    return result
+
+
+JOB_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_defs(JobSpec.model_json_schema())}},
+    }
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
+    413: {"model": MessagePublic, "description": "The body is too large."},
+    415: {"model": MessagePublic, "description": "The body is not application/json."},
+    422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
+    429: {"model": MessagePublic, "description": "Queue full or rate exceeded; see Retry-After."},
+}
+
+
+def job_links(job_id: str) -> dict[str, str]:
+    base = f"{PREFIX}/jobs/{job_id}"
+    return {"self": base, "events": f"{base}/events", "cancel": f"{base}/cancel"}
+
+
+def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
+    """The JSON of a job without its run."""
+    spec = job.spec
+    progress = dispatcher.hub.latest(job.id) if job.status == JobStatus.RUNNING else None
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "reason": dispatcher.waiting_reason(job),
+        "attempts": job.attempts,
+        "workload": job.workload,
+        "path": job.path,
+        "params": spec.get("params", {}),
+        "stages": spec.get("stages", []),
+        "measure": spec.get("measure", {}),
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+        "worker_id": job.worker_id,
+        "progress": progress.model_dump(exclude_none=True) if progress else None,
+        "stderr_tail": job.stderr_tail,
+        "links": job_links(job.id),
+    }
+
+
+def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
+    """The JSON of a job with its run inline (artifacts capped, linked in full)."""
+    out = job_summary(job, dispatcher)
+    run = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
+    if run is None:
+        out["run"] = None
+        return out
+    result: dict[str, Any] = json.loads(run.result)
+    base = f"{PREFIX}/jobs/{job.id}/artifacts"
+    result.update(
+        attempt=run.attempt,
+        worker_id=run.worker_id,
+        stored_at=iso(run.created_at),
+        artifact_links={name: f"{base}/{name}" for name in run.artifact_names},
+        artifacts_truncated=run.truncated,
+        run_seconds=run.run_s,
+    )
+    out["run"] = result
+    return out
+
+
+def _job_or_404(job_id: str, dispatcher: Dispatcher) -> JobRow:
+    job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
+    return job
+
+
+def existing_job(job_id: str, dispatcher: DispatcherDep) -> JobRow:
+    """Dependency: the job named in the URL, or 404 before any response starts."""
+    return _job_or_404(job_id, dispatcher)
+
+
+ExistingJob = Annotated[JobRow, Depends(existing_job)]
+
+
+@router.post(
+    "/jobs",
+    status_code=202,
+    response_model=JobPublic,
+    responses=ERRORS,
+    openapi_extra=JOB_BODY,
+    summary="Submit a job",
+)
+async def submit_job(
+    request: Request, settings: SettingsDep, dispatcher: DispatcherDep
+) -> JSONResponse:
+    """Queue a job: a workload with its parameters, a path, stages and measurement options."""
+    if settings.SUBMIT_TOKEN is not None:
+        check_bearer(request, settings.SUBMIT_TOKEN, "job submission")
+    client = request.client.host if request.client else None
+    wait = dispatcher.rate.retry_after(client or "?", now())
+    if wait is not None:
+        raise HTTPException(
+            status_code=429,
+            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
+            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
+        )
+    data = await read_json_body(request, settings.MAX_BODY_BYTES)
+    valid = validate_job(data, settings.MAX_JOB_BYTES)
+    if dispatcher.store.count_queued() >= settings.MAX_QUEUE:
+        raise HTTPException(
+            status_code=429,
+            detail=f"the queue is full ({settings.MAX_QUEUE} jobs); try again later",
+            headers={"Retry-After": "30"},
+        )
+    job = dispatcher.submit(valid.spec, valid.devices, client)
+    body = job_public(job, dispatcher)
+    return JSONResponse(body, status_code=202, headers={"Location": body["links"]["self"]})
+
+
+@read_route("/jobs", response_model=JobsPublic, summary="List jobs")
+async def list_jobs(
+    dispatcher: DispatcherDep,
+    workload: Annotated[str | None, Query(max_length=64)] = None,
+    path: PathId | None = None,
+    status: JobStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> JSONResponse:
+    """Jobs, newest first, filtered by workload, path and status."""
+    jobs, count = dispatcher.store.list_jobs(
+        workload, path.value if path else None, status.value if status else None, limit
+    )
+    return JSONResponse({"data": [job_summary(j, dispatcher) for j in jobs], "count": count})
+
+
+@read_route(
+    "/jobs/{job_id}",
+    response_model=JobPublic,
+    responses={404: {"model": MessagePublic}},
+    summary="Get a job and its run",
+)
+async def get_job(job: ExistingJob, dispatcher: DispatcherDep) -> JSONResponse:
+    """The job's status (with the reason when it failed, expired or waits) and its run."""
+    return JSONResponse(job_public(job, dispatcher))
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobPublic,
+    responses={404: {"model": MessagePublic}, 409: {"model": MessagePublic}},
+    summary="Cancel a job",
+)
+async def cancel_job(
+    request: Request, job: ExistingJob, dispatcher: DispatcherDep, settings: SettingsDep
+) -> JSONResponse:
+    """Cancel a queued or running job (a running one stops at the worker's next heartbeat)."""
+    if settings.SUBMIT_TOKEN is not None:
+        check_bearer(request, settings.SUBMIT_TOKEN, "cancelling a job")
+    if not dispatcher.cancel(job.id):
+        current = _job_or_404(job.id, dispatcher)
+        raise HTTPException(status_code=409, detail=f"the job has already ended ({current.status})")
+    return JSONResponse(job_public(_job_or_404(job.id, dispatcher), dispatcher))
+
+
+@read_route(
+    "/jobs/{job_id}/artifacts/{name}",
+    response_class=PlainTextResponse,
+    responses={404: {"model": MessagePublic}},
+    summary="Full text of an artifact",
+)
+async def get_artifact(job: ExistingJob, name: str, dispatcher: DispatcherDep) -> PlainTextResponse:
+    """The full IR text (jaxpr, stablehlo, hlo, ptx or sass) a run produced."""
+    found = dispatcher.store.get_artifact(job.id, name) if name in ARTIFACT_NAMES else None
+    if found is None:
+        names = ", ".join(ARTIFACT_NAMES)
+        raise HTTPException(
+            status_code=404, detail=f"the job has no artifact {name[:40]!r} (names: {names})"
+        )
+    text, cut = found
+    headers = {"X-Boundary-Truncated": "true"} if cut else {}
+    return PlainTextResponse(text, headers=headers)
+
+
+@router.get(
+    "/jobs/{job_id}/events",
+    response_class=EventSourceResponse,
+    responses={404: {"model": MessagePublic}},
+    summary="Follow a job (server-sent events)",
+)
+async def job_events(job: ExistingJob, dispatcher: DispatcherDep) -> AsyncIterator[ServerSentEvent]:
+    """`status` events on each state change and throttled `progress` events while it runs;
+    the stream ends after a final status."""
+    with dispatcher.hub.subscribe(job.id) as queue:
+        current = dispatcher.store.get_job(job.id) or job  # re-read: we now miss nothing
+        yield ServerSentEvent(event="status", data=_status_data(current, dispatcher))
+        if current.status in FINAL_STATUSES:
+            return
+        latest = dispatcher.hub.latest(job.id)
+        if latest is not None:
+            yield ServerSentEvent(event="progress", data=latest.model_dump(exclude_none=True))
+        while True:
+            notice = await queue.get()
+            if notice.kind == "status":
+                fresh = dispatcher.store.get_job(job.id) or current
+                yield ServerSentEvent(event="status", data=_status_data(fresh, dispatcher))
+                if fresh.status in FINAL_STATUSES:
+                    return
+            else:
+                yield ServerSentEvent(event="progress", data=notice.data)
+
+
+def _status_data(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "reason": dispatcher.waiting_reason(job),
+        "attempts": job.attempts,
+        "links": job_links(job.id),
+    }
+
+
+@read_route(
+    "/workloads",
+    response_model=WorkloadsPublic,
+    tags=["catalog"],
+    summary="List workloads",
+)
+async def list_workloads() -> JSONResponse:
+    """Every workload with its parameters' JSON Schema."""
+    data = catalog_listing()
+    return JSONResponse({"data": data, "count": len(data)})
+
+
+@read_route(
+    "/workers",
+    response_model=WorkersPublic,
+    tags=["workers"],
+    summary="List connected workers",
+)
+async def list_workers(dispatcher: DispatcherDep) -> JSONResponse:
+    """Workers heard from recently, with their capabilities and current job."""
+    at = now()
+    data = []
+    for w in dispatcher.connected_workers():
+        caps = w.capabilities
+        item = WorkerPublic(
+            id=w.id,
+            name=w.name,
+            platform=caps.platform.value,
+            paths=caps.paths,
+            device_kind=caps.device_kind,
+            device_count=caps.device_count,
+            max_virtual_devices=caps.max_virtual_devices,
+            cuda_compile=caps.cuda_compile,
+            cuda_run=caps.cuda_run,
+            jax_version=caps.jax_version,
+            hostname=caps.hostname,
+            registered_at=iso(w.registered_at),
+            last_heartbeat=iso(w.last_seen),
+            last_heartbeat_age_s=round(max(0.0, at - w.last_seen), 3),
+            current_job=w.current_job,
+            polling=w.polling > 0,
+        )
+        data.append(item.model_dump(mode="json"))
+    return JSONResponse({"data": data, "count": len(data)})

@@ -1,0 +1,202 @@
+"""Endpoints workers call under /api/v1/worker, each with `Bearer <WORKER_TOKEN>`.
+
+register → lease (long-poll) → heartbeat / progress while running → result, and release
+when a worker shuts down with a lease in hand. Reports are idempotent: posting a result
+twice is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from app.deps import DispatcherDep, SettingsDep
+from app.dispatch import NotYours, UnknownWorker, Verdict
+from app.schemas import (
+    HeartbeatRequest,
+    LeaseReply,
+    LeaseRequest,
+    MessagePublic,
+    ProgressReport,
+    RegisterReply,
+    ReleaseRequest,
+    ReportReply,
+    ResultReport,
+    WorkerRegister,
+)
+from app.submission import check_bearer, field_errors, parse_strict_json
+from workers.catalog import CATALOG_VERSION
+from workers.protocol import PROTOCOL_VERSION
+
+HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for three misses
+
+
+def require_worker_token(request: Request, settings: SettingsDep) -> None:
+    """Dependency: 401 unless the request carries the worker token."""
+    check_bearer(request, settings.WORKER_TOKEN, "worker endpoints")
+
+
+router = APIRouter(
+    prefix="/api/v1/worker",
+    tags=["worker"],
+    dependencies=[Depends(require_worker_token)],
+    responses={401: {"model": MessagePublic, "description": "Missing or wrong worker token."}},
+)
+
+
+def _verdict(v: Verdict) -> ReportReply:
+    return ReportReply(accepted=v.accepted, status=v.status, cancel=v.cancel, reason=v.reason)
+
+
+def _unknown_worker(worker_id: str) -> HTTPException:
+    return HTTPException(
+        status_code=404, detail=f"unknown worker {worker_id[:64]!r}: register again"
+    )
+
+
+def _version_problem(body: Any) -> str | None:
+    """Which side to upgrade when the worker speaks another protocol or catalog version."""
+    caps = body.get("capabilities") if isinstance(body, dict) else None
+    if not isinstance(caps, dict):
+        return None
+    for what, ours in (("protocol", PROTOCOL_VERSION), ("catalog", CATALOG_VERSION)):
+        theirs = caps.get(f"{what}_version")
+        if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs != ours:
+            side = "the server" if theirs > ours else "the worker"
+            return (
+                f"{what} version mismatch: the worker has {theirs}, the server has {ours}; "
+                f"upgrade {side}"
+            )
+    return None
+
+
+@router.post(
+    "/register",
+    response_model=RegisterReply,
+    responses={409: {"model": MessagePublic, "description": "Versions differ."}},
+)
+async def register(
+    request: Request, dispatcher: DispatcherDep, settings: SettingsDep
+) -> RegisterReply:
+    """Record a worker's capabilities; the reply says how often to heartbeat."""
+    body = parse_strict_json(await request.body())
+    problem = _version_problem(body)
+    if problem is not None:
+        raise HTTPException(status_code=409, detail=problem)
+    try:
+        message = WorkerRegister.model_validate(body)
+    except ValidationError as exc:
+        field_errors(
+            [
+                (".".join(str(p) for p in e["loc"]), e["msg"])
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+        )
+    worker_id = dispatcher.register(message.capabilities, message.name, message.worker_id)
+    return RegisterReply(
+        worker_id=worker_id,
+        lease_s=settings.LEASE_S,
+        heartbeat_s=settings.LEASE_S * HEARTBEAT_FRACTION,
+        poll_s=settings.POLL_S,
+        job_timeout_s=settings.JOB_TIMEOUT_S,
+        artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
+    )
+
+
+@router.post(
+    "/lease",
+    response_model=LeaseReply,
+    responses={204: {"description": "No job came within the wait."}, 404: {"model": MessagePublic}},
+)
+async def lease(
+    message: LeaseRequest, request: Request, dispatcher: DispatcherDep, settings: SettingsDep
+) -> Response:
+    """Wait (long-poll, up to POLL_S) for a job this worker can run."""
+    wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
+    try:
+        grant = await dispatcher.lease(message.worker_id, wait_s)
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
+    if grant is None:
+        return Response(status_code=204)
+    if await request.is_disconnected():
+        # The worker hung up while we waited: give the job straight back.
+        dispatcher.release(message.worker_id, grant.job_id)
+        return Response(status_code=204)
+    reply = LeaseReply(
+        job_id=grant.job_id,
+        attempt=grant.attempt,
+        spec=grant.spec,
+        requirements=grant.requirements,
+        lease_deadline=grant.lease_deadline,
+        timeout_s=grant.timeout_s,
+    )
+    return JSONResponse(reply.model_dump(mode="json"))
+
+
+@router.post("/heartbeat", response_model=ReportReply, responses={404: {"model": MessagePublic}})
+async def heartbeat(message: HeartbeatRequest, dispatcher: DispatcherDep) -> ReportReply:
+    """Extend the lease on the worker's job; `cancel` tells it to abandon the job."""
+    try:
+        return _verdict(dispatcher.heartbeat(message.worker_id, message.job_id))
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
+
+
+@router.post("/progress", response_model=ReportReply)
+async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> ReportReply:
+    """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
+    return _verdict(dispatcher.progress(message.worker_id, message.job_id, message.events))
+
+
+@router.post(
+    "/result",
+    response_model=ReportReply,
+    responses={404: {"model": MessagePublic}, 409: {"model": MessagePublic}},
+)
+async def result(message: ResultReport, dispatcher: DispatcherDep) -> ReportReply:
+    """The run of a job, or why it failed. Posting the same report twice is harmless."""
+    if (message.result is None) == (message.failure is None):
+        field_errors([("result", "send exactly one of result and failure")])
+    try:
+        if message.result is not None:
+            spec = dispatcher.store.get_job(message.job_id)
+            if spec is not None and (
+                message.result.job.workload != spec.workload
+                or message.result.job.path.value != spec.path
+            ):
+                field_errors([("result.job", "the result is for another workload or path")])
+            verdict = dispatcher.complete(
+                message.worker_id,
+                message.job_id,
+                message.attempt,
+                message.result,
+                message.run_seconds,
+            )
+        else:
+            assert message.failure is not None
+            verdict = dispatcher.fail(
+                message.worker_id,
+                message.job_id,
+                message.failure.reason,
+                message.failure.stderr_tail,
+            )
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
+    except NotYours as exc:
+        raise HTTPException(status_code=409, detail=str(exc)) from None
+    except LookupError:
+        raise HTTPException(status_code=404, detail="no such job") from None
+    return _verdict(verdict)
+
+
+@router.post("/release", response_model=ReportReply, responses={404: {"model": MessagePublic}})
+async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> ReportReply:
+    """Give a lease back (the worker is shutting down); the job is queued again."""
+    try:
+        return _verdict(dispatcher.release(message.worker_id, message.job_id))
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None

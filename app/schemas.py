@@ -1,0 +1,205 @@
+"""Shapes of the JSON API: what clients send and what they get back.
+
+Names say their role (JobPublic, JobsPublic{data, count}, ...). The request of
+POST /api/v1/jobs is `workers.protocol.JobSpec` itself, parsed strictly by hand (see
+app.routes.api); worker messages are here because only the server reads them as models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workers.protocol import (
+    Capabilities,
+    JobStatus,
+    MeasureOptions,
+    PathId,
+    ProgressEvent,
+    RunResult,
+    StageId,
+)
+
+
+class FieldError(BaseModel):
+    field: str | None = Field(description="Dotted name of the offending field, e.g. params.m.")
+    message: str
+
+
+class ValidationErrorPublic(BaseModel):
+    """A 422: every problem found, each naming its field; large input is never echoed."""
+
+    detail: list[FieldError]
+
+
+class MessagePublic(BaseModel):
+    detail: str
+
+
+class RunPublic(RunResult):
+    """A run result with its artifacts capped for inline use and links to the full text."""
+
+    attempt: int
+    worker_id: str | None
+    stored_at: str
+    artifact_links: dict[str, str] = Field(
+        description="Artifact name → URL of its full text (text/plain)."
+    )
+    artifacts_truncated: list[str] = Field(
+        description="Artifacts cut for inline use; their links give the full text."
+    )
+    run_seconds: float | None = Field(
+        default=None, description="The runner's wall time for the whole job, as it reported it."
+    )
+
+
+class JobLinks(BaseModel):
+    self: str
+    events: str
+    cancel: str
+
+
+class JobSummary(BaseModel):
+    """A job without its run: what listings return."""
+
+    id: str
+    status: JobStatus
+    reason: str | None = Field(
+        description="Why it failed, expired or was cancelled; for a queued job, why it waits."
+    )
+    attempts: int
+    workload: str
+    path: PathId
+    params: dict[str, Any]
+    stages: list[StageId]
+    measure: MeasureOptions
+    created_at: str
+    updated_at: str
+    worker_id: str | None = Field(description="The worker that last held the job.")
+    progress: ProgressEvent | None = Field(
+        default=None, description="Latest progress of a running job (memory only)."
+    )
+    stderr_tail: str | None = None
+    links: JobLinks
+
+
+class JobPublic(JobSummary):
+    """A job with its run inline when it has one."""
+
+    run: RunPublic | None = None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobSummary]
+    count: int = Field(description="Jobs matching the filters, beyond `limit` too.")
+
+
+class WorkloadsPublic(BaseModel):
+    data: list[dict[str, Any]]
+    count: int
+
+
+class WorkerPublic(BaseModel):
+    id: str
+    name: str | None
+    platform: str
+    paths: list[PathId]
+    device_kind: str
+    device_count: int
+    max_virtual_devices: int
+    cuda_compile: bool
+    cuda_run: bool
+    jax_version: str | None
+    hostname: str | None
+    registered_at: str
+    last_heartbeat: str
+    last_heartbeat_age_s: float
+    current_job: str | None
+    polling: bool
+
+
+class WorkersPublic(BaseModel):
+    data: list[WorkerPublic]
+    count: int
+
+
+# --- worker API -------------------------------------------------------------------------
+
+
+class WorkerMessage(BaseModel):
+    """A message from a worker, which may be newer than us: unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class WorkerRegister(WorkerMessage):
+    capabilities: Capabilities
+    name: str | None = Field(default=None, max_length=200)
+    worker_id: str | None = Field(
+        default=None, max_length=64, description="The id it had, when registering again."
+    )
+
+
+class RegisterReply(BaseModel):
+    worker_id: str
+    lease_s: float
+    heartbeat_s: float
+    poll_s: float
+    job_timeout_s: float
+    artifact_max_bytes: int
+
+
+class LeaseRequest(WorkerMessage):
+    worker_id: str
+    wait_s: float | None = Field(default=None, ge=0, le=60)
+
+
+class LeaseReply(BaseModel):
+    job_id: str
+    attempt: int
+    spec: dict[str, Any]
+    requirements: dict[str, Any]
+    lease_deadline: float
+    timeout_s: float
+
+
+class HeartbeatRequest(WorkerMessage):
+    worker_id: str
+    job_id: str | None = None
+
+
+class ProgressReport(WorkerMessage):
+    worker_id: str
+    job_id: str
+    events: list[ProgressEvent] = Field(max_length=1000)
+
+
+class Failure(WorkerMessage):
+    reason: str = Field(max_length=20_000)
+    stderr_tail: str | None = Field(default=None, max_length=64_000)
+
+
+class ResultReport(WorkerMessage):
+    """Exactly one of `result` and `failure`."""
+
+    worker_id: str
+    job_id: str
+    attempt: int = 0
+    result: RunResult | None = None
+    failure: Failure | None = None
+    run_seconds: float | None = None
+
+
+class ReleaseRequest(WorkerMessage):
+    worker_id: str
+    job_id: str
+
+
+class ReportReply(BaseModel):
+    """The server's answer to a worker's report."""
+
+    accepted: bool
+    status: JobStatus
+    cancel: bool = False
+    reason: str | None = None

@@ -1,0 +1,174 @@
+"""Strict reading of a job submission: JSON only, no NaN, no coercion, bounded size.
+
+The body is read and parsed here rather than by FastAPI so that a NaN literal, a
+duplicate key or an oversized body never reaches the default validation handler, and
+so every error names its field without echoing the input.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from fastapi import HTTPException, Request
+from pydantic import ValidationError
+
+from workers.catalog import WORKLOADS, CatalogError, parse_params
+from workers.protocol import MAX_SAMPLES, JobSpec
+
+MAX_FIELD_CHARS = 80
+MAX_ERRORS = 20
+
+
+def field_errors(problems: list[tuple[str | None, str]]) -> NoReturn:
+    """Raise a 422 listing `problems` as [{"field", "message"}]."""
+    detail = [
+        {"field": _clip(field) if field else None, "message": _clip(message, 300)}
+        for field, message in problems[:MAX_ERRORS]
+    ]
+    raise HTTPException(status_code=422, detail=detail)
+
+
+def _clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_bearer(request: Request, expected: str | None, what: str) -> None:
+    """Refuse (401) a request without `Authorization: Bearer <expected>`."""
+    if expected is None:
+        raise HTTPException(
+            status_code=401,
+            detail=f"{what} needs a token, and none is configured on this server",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    ok = scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode(), expected.encode()
+    )
+    if not ok:
+        message = "missing bearer token" if not header else "wrong bearer token"
+        raise HTTPException(
+            status_code=401,
+            detail=f"{what}: {message}",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    """The request body parsed strictly as JSON; 415, 413 or 422 otherwise."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise HTTPException(status_code=415, detail="send the job as application/json")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(status_code=413, detail=f"the body is over {limit:,} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(status_code=413, detail=f"the body is over {limit:,} bytes")
+        chunks.append(chunk)
+    return parse_strict_json(b"".join(chunks))
+
+
+class _Rejected(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise _Rejected(f"{name} is not allowed (JSON has no NaN or Infinity)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Rejected(f"duplicate key {_clip(key, 40)!r}")
+        out[key] = value
+    return out
+
+
+def parse_strict_json(body: bytes) -> Any:
+    """`body` as JSON with NaN, Infinity and duplicate keys refused (422 naming 'body')."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        field_errors([("body", "not UTF-8 text")])
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except _Rejected as exc:
+        field_errors([("body", str(exc))])
+    except json.JSONDecodeError as exc:
+        field_errors([("body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")])
+    except RecursionError:
+        field_errors([("body", "nested too deeply")])
+
+
+_UNION_TAGS = frozenset({"int", "str", "float", "bool", "none", "list", "dict"})
+
+
+def _is_union_tag(part: str | int) -> bool:
+    """Pydantic names the member of a union in the error location ('constrained-int')."""
+    return isinstance(part, str) and (part in _UNION_TAGS or any(c in part for c in "[-'("))
+
+
+def _pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str | None, str]]:
+    """One problem per field; a union's alternatives are joined into one message."""
+    by_field: dict[str | None, list[str]] = {}
+    for err in exc.errors(include_url=False, include_input=False, include_context=True):
+        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
+        field = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or None)
+        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        ctx = err.get("ctx") or {}
+        bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
+        if bounds:
+            message = f"{message} (allowed: {bounds})"
+        messages = by_field.setdefault(field, [])
+        if message not in messages:
+            messages.append(message)
+    return [(field, "; or ".join(messages)) for field, messages in by_field.items()]
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    """A submission that passed every check, with the devices its parameters span."""
+
+    spec: JobSpec
+    devices: int
+
+
+def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
+    """Check a parsed submission against the protocol and the catalog (422 on failure)."""
+    if not isinstance(data, dict):
+        field_errors([("body", "expected a JSON object")])
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        field_errors(_pydantic_problems(exc))
+    try:
+        params = parse_params(spec.workload, spec.params, max_job_bytes)
+    except CatalogError as exc:
+        field_errors([(exc.field, str(exc))])
+    cls = WORKLOADS[spec.workload]
+    problems: list[tuple[str | None, str]] = []
+    if spec.path not in cls.paths:
+        offered = ", ".join(p.value for p in cls.paths)
+        problems.append(
+            ("path", f"{spec.workload} does not run on {spec.path} (offers: {offered})")
+        )
+    for stage in spec.stages:
+        if stage not in cls.stages:
+            offered = ", ".join(s.value for s in cls.stages)
+            problems.append(("stages", f"{spec.workload} has no {stage} stage (offers: {offered})"))
+    if len(set(spec.stages)) != len(spec.stages):
+        problems.append(("stages", "a stage is named twice"))
+    samples = spec.measure.samples
+    if isinstance(samples, int) and not 1 <= samples <= MAX_SAMPLES:
+        problems.append(("measure.samples", f"out of range (allowed: ge=1, le={MAX_SAMPLES})"))
+    if problems:
+        field_errors(problems)
+    return ValidJob(spec, params.devices())

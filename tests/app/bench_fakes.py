@@ -1,0 +1,113 @@
+"""A worker played by the test through the worker API, and a run result to post."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from workers.catalog import CATALOG_VERSION
+from workers.protocol import PROTOCOL_VERSION
+
+WORKER_TOKEN = "test-worker-token"  # the token of the bench_settings fixture
+AUTH = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+
+MATMUL: dict[str, Any] = {
+    "workload": "matmul",
+    "path": "jax-cpu",
+    "params": {"m": 64, "n": 64, "k": 64},
+    "measure": {"samples": 5},
+}
+
+
+def capabilities(platform: str = "cpu", **changes: Any) -> dict[str, Any]:
+    path = {"cpu": "jax-cpu", "gpu": "jax-gpu", "tpu": "jax-tpu"}[platform]
+    caps = {
+        "platform": platform,
+        "device_kind": "cpu" if platform == "cpu" else "NVIDIA H200",
+        "device_count": 1,
+        "max_virtual_devices": 8 if platform == "cpu" else 0,
+        "paths": [path],
+        "jax_version": "0.10.2",
+        "cuda_compile": False,
+        "cuda_run": False,
+        "protocol_version": PROTOCOL_VERSION,
+        "catalog_version": CATALOG_VERSION,
+    }
+    caps.update(changes)
+    return caps
+
+
+def run_result(spec: dict[str, Any], hlo: str = "HloModule m\n") -> dict[str, Any]:
+    """A plausible RunResult for `spec` (as a worker would post it)."""
+    return {
+        "job": spec,
+        "params": spec["params"],
+        "stage_seconds": {"trace": 0.001, "lower": 0.004, "compile": 0.01},
+        "artifacts": {"jaxpr": "{ lambda ; a b. }", "stablehlo": "module {}", "hlo": hlo},
+        "measurements": [
+            {"boundary": "host-sync", "samples_s": [0.001, 0.002, 0.0015], "stats": None}
+        ],
+        "correctness": {"passed": True, "error": 1e-7, "tolerance": 1e-5},
+        "environment": {
+            "platform": "cpu",
+            "device_kind": "cpu",
+            "device_count": 1,
+            "jax_version": "0.10.2",
+            "jaxlib_version": "0.10.2",
+            "timestamp": "2026-11-01T00:00:00+00:00",
+        },
+        "valid": True,
+    }
+
+
+class FakeWorker:
+    """Registers, leases and reports through the HTTP worker API."""
+
+    def __init__(self, client: httpx.AsyncClient, caps: dict[str, Any] | None = None) -> None:
+        self.client = client
+        self.caps = caps or capabilities()
+        self.id = ""
+
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.client.post(f"/api/v1/worker/{path}", json=body, headers=AUTH)
+
+    async def register(self) -> dict[str, Any]:
+        r = await self.post("register", {"capabilities": self.caps, "name": "fake"})
+        assert r.status_code == 200, r.text
+        reply: dict[str, Any] = r.json()
+        self.id = reply["worker_id"]
+        return reply
+
+    async def lease(self, wait_s: float = 0.0) -> dict[str, Any] | None:
+        r = await self.post("lease", {"worker_id": self.id, "wait_s": wait_s})
+        if r.status_code == 204:
+            return None
+        assert r.status_code == 200, r.text
+        grant: dict[str, Any] = r.json()
+        return grant
+
+    async def heartbeat(self, job_id: str | None) -> dict[str, Any]:
+        r = await self.post("heartbeat", {"worker_id": self.id, "job_id": job_id})
+        assert r.status_code == 200, r.text
+        reply: dict[str, Any] = r.json()
+        return reply
+
+    async def finish(self, grant: dict[str, Any], **result_changes: Any) -> httpx.Response:
+        result = run_result(grant["spec"]) | result_changes
+        body = {
+            "worker_id": self.id,
+            "job_id": grant["job_id"],
+            "attempt": grant["attempt"],
+            "result": result,
+            "run_seconds": 0.05,
+        }
+        return await self.post("result", body)
+
+    async def fail(
+        self, job_id: str, reason: str, stderr_tail: str | None = None
+    ) -> httpx.Response:
+        failure = {"reason": reason, "stderr_tail": stderr_tail}
+        return await self.post(
+            "result", {"worker_id": self.id, "job_id": job_id, "failure": failure}
+        )
