@@ -37,10 +37,10 @@ _CUDA_VERSION_GETTERS: tuple[str, ...] = (
     "cuda_runtime_get_version",
     "cudnn_get_version",
     "cublas_get_version",
+    "cupti_get_version",
     "cufft_get_version",
     "cusolver_get_version",
     "cusparse_get_version",
-    "nccl_get_version",
 )
 """Version getters that CUDA builds of jaxlib expose; absent ones are skipped."""
 

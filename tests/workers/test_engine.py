@@ -162,6 +162,7 @@ def test_persistent_cache_misses_then_hits(
     assert first.environment.cache_events.misses >= 1 and first.environment.cache_events.hits == 0
     assert second.environment.cache_events is not None
     assert second.environment.cache_events.hits >= 1
+    assert second.environment.cache_events.time_saved_s is not None
     assert any(tmp_path.iterdir())
 
 

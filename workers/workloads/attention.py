@@ -26,14 +26,14 @@ _MASKED = -1e30
 
 
 def _attention64(q: HostArray, k: HostArray, v: HostArray, causal: bool) -> HostArray:
-    scores = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) / math.sqrt(q.shape[-1])
     if causal:
         keep = np.tril(np.ones(scores.shape[-2:], dtype=bool))
         scores = np.where(keep, scores, _MASKED)
     scores -= scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores)
     weights /= weights.sum(axis=-1, keepdims=True)
-    result: HostArray = np.einsum("bhqk,bhkd->bhqd", weights, v)
+    result: HostArray = np.matmul(weights, v)
     return result
 
 
