@@ -101,4 +101,7 @@ def create_app(settings: Settings | None = None) -> FastPath:
     api.include_router(api_routes.router)
     api.include_router(worker_api.router)
     api.include_router(ops.router)
+    from app.routes import runs
+
+    api.include_router(runs.router)
     return FastPath(SecurityHeaders(api, settings.FRAME_ANCESTORS), build_resources(state))

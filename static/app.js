@@ -82,3 +82,30 @@
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
   document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); });
 })();
+// IR view: filter-highlight lines matching the search box; mark the active artifact tab.
+(function () {
+  "use strict";
+  document.addEventListener("input", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("ir-search")) return;
+    var view = box.closest(".ir-view");
+    var needle = box.value.toLowerCase();
+    var lines = view.querySelectorAll(".ir-lines li");
+    var hits = 0, first = null;
+    for (var i = 0; i < lines.length; i++) {
+      var hit = needle.length > 1 && lines[i].textContent.toLowerCase().indexOf(needle) !== -1;
+      lines[i].classList.toggle("hit", hit);
+      if (hit) { hits++; if (!first) first = lines[i]; }
+    }
+    view.querySelector(".ir-count").textContent = needle.length > 1 ? hits + " matching lines" : "";
+    if (first) first.scrollIntoView({ block: "nearest" });
+  });
+  document.addEventListener("htmx:after:swap", function () {
+    var view = document.querySelector(".ir-view");
+    if (!view) return;
+    var name = view.getAttribute("data-artifact");
+    document.querySelectorAll(".tabs a[data-artifact]").forEach(function (a) {
+      a.setAttribute("aria-current", a.getAttribute("data-artifact") === name ? "true" : "false");
+    });
+  });
+})();

@@ -38,9 +38,8 @@ def samples_svg(m: Measurement, *, title_id: str) -> str:
     def y(v: float) -> float:
         return PAD_T + plot_h * (1 - (v - lo) / (hi - lo))
 
-    label = (
-        f"{n} samples of the {m.boundary.value} boundary"
-        + (f", {m.calls_per_sample} calls each" if m.calls_per_sample > 1 else "")
+    label = f"{n} samples of the {m.boundary.value} boundary" + (
+        f", {m.calls_per_sample} calls each" if m.calls_per_sample > 1 else ""
     )
     parts = [
         f'<svg class="samples" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '

@@ -1,0 +1,299 @@
+"""The bench's pages: the run form, a run's live progress and full result, history and
+workers. Each page has a fragment (htmx) and a JSON twin built from the same job JSON
+the API returns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
+
+from app.deps import DispatcherDep, StateDep
+from app.dispatch import Dispatcher
+from app.main import AppState
+from app.routes.api import job_public
+from app.runs.form import FormState, measure_fields, param_fields, read_form
+from app.runs.ir_view import render_ir
+from app.runs.views import run_context, samples_csv
+from app.store import now
+from app.submission import validate_job
+from app.templating import server_linker
+from workers.catalog import WORKLOADS
+from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
+
+router = APIRouter(include_in_schema=False)
+
+FORM_MAX_BYTES = 64 * 1024
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def page_route(path: str) -> Callable[[Endpoint], Endpoint]:
+    """Register an HTML page for GET and HEAD."""
+    return router.api_route(path, methods=["GET", "HEAD"], response_class=HTMLResponse)
+
+
+def is_htmx(request: Request) -> bool:
+    return (
+        request.headers.get("hx-request") == "true"
+        and "hx-history-restore-request" not in request.headers
+        and request.headers.get("hx-request-type") != "full"
+    )
+
+
+def render(
+    state: AppState, template: str, ctx: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
+    """A template with what base.html needs, as an uncached HTML response."""
+    assets = state.assets
+    html = state.env.get_template(template).render(
+        site=state.content.site,
+        content_version=state.content.version,
+        link=server_linker(""),
+        static=lambda name: assets[name].url,
+        export=False,
+        embed=False,
+        **ctx,
+    )
+    return HTMLResponse(html, status_code, headers={"Cache-Control": "no-store"})
+
+
+def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
+    job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
+    return job_public(job, dispatcher)
+
+
+def _public_base(state: AppState, request: Request) -> str:
+    return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
+
+
+def _connected_paths(dispatcher: Dispatcher) -> list[str]:
+    paths: list[str] = []
+    for w in dispatcher.connected_workers():
+        for p in w.capabilities.paths:
+            if p.value not in paths:
+                paths.append(p.value)
+    return paths
+
+
+def _form_context(state: AppState, dispatcher: Dispatcher, form: FormState) -> dict[str, Any]:
+    workload = WORKLOADS[form.workload]
+    connected = _connected_paths(dispatcher)
+    return {
+        "form": form,
+        "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
+        "workload": workload,
+        "params": param_fields(form.workload),
+        "measure": measure_fields(),
+        "paths": [p.value for p in workload.paths],
+        "connected": connected,
+        "token_needed": state.settings.SUBMIT_TOKEN is not None,
+        "nav": "runs",
+    }
+
+
+@page_route("/runs/new")
+async def new_run(
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    workload: Annotated[str, Query(max_length=64)] = "matmul",
+    path: Annotated[str | None, Query(max_length=16)] = None,
+) -> HTMLResponse:
+    """The run form, generated from the catalog."""
+    if workload not in WORKLOADS:
+        workload = "matmul"
+    offered = [p.value for p in WORKLOADS[workload].paths]
+    connected = _connected_paths(dispatcher)
+    chosen = (
+        path
+        if path in offered
+        else next((p for p in offered if p in connected), PathId.JAX_CPU.value)
+    )
+    ctx = _form_context(state, dispatcher, FormState(workload=workload, path=chosen))
+    return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
+
+
+@router.post("/runs", response_class=HTMLResponse)
+async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDep) -> Response:
+    """Queue a job from the form; on a mistake, show the form again with every value kept."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
+    body_bytes = await request.body()
+    if len(body_bytes) > FORM_MAX_BYTES:
+        raise HTTPException(status_code=413, detail=f"the form is over {FORM_MAX_BYTES:,} bytes")
+    pairs = parse_qsl(body_bytes.decode("utf-8", "replace"), keep_blank_values=True)
+    form = {k: v for k, v in pairs if k != "stages"}
+    stages = [v for k, v in pairs if k == "stages"]
+    body, form_state = read_form(form, stages)
+    settings = state.settings
+
+    def again(status: int) -> HTMLResponse:
+        if form_state.workload not in WORKLOADS:
+            form_state.workload = "matmul"
+        ctx = _form_context(state, dispatcher, form_state)
+        return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx, status)
+
+    if form_state.errors:
+        return again(422)
+    token = settings.SUBMIT_TOKEN
+    if token is not None and form.get("token") != token:
+        form_state.errors["token"] = "this server needs its submission token"
+        return again(401)
+    client = request.client.host if request.client else "?"
+    wait = dispatcher.rate.retry_after(client, now())
+    if wait is not None or dispatcher.store.count_queued() >= settings.MAX_QUEUE:
+        form_state.general.append("Too many jobs right now; wait a little and submit again.")
+        response = again(429)
+        response.headers["Retry-After"] = str(max(1, int((wait or 30) + 0.999)))
+        return response
+    try:
+        valid = validate_job(body, settings.MAX_JOB_BYTES)
+    except HTTPException as exc:
+        problems: list[dict[str, str]] = exc.detail if isinstance(exc.detail, list) else []
+        for problem in problems:
+            key = problem.get("field") or "general"
+            if key == "general":
+                form_state.general.append(problem["message"])
+            else:
+                form_state.errors[key] = problem["message"]
+        return again(exc.status_code)
+    job = dispatcher.submit(valid.spec, valid.devices, client)
+    url = f"/runs/{job.id}"
+    if is_htmx(request):
+        ctx = run_context(job_public(job, dispatcher), _public_base(state, request))
+        response = render(state, "_run.html", {**ctx, "nav": "runs"})
+        response.headers["HX-Push-Url"] = url
+        return response
+    return RedirectResponse(url, status_code=303)
+
+
+@router.api_route("/runs/{job_id}.json", methods=["GET", "HEAD"])
+async def run_json(job_id: str, dispatcher: DispatcherDep) -> JSONResponse:
+    return JSONResponse(_job_json(job_id, dispatcher))
+
+
+@router.api_route("/runs/{job_id}/samples.csv", methods=["GET", "HEAD"])
+async def run_csv(job_id: str, dispatcher: DispatcherDep) -> PlainTextResponse:
+    text = samples_csv(_job_json(job_id, dispatcher))
+    return PlainTextResponse(
+        text,
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{job_id}-samples.csv"'},
+    )
+
+
+@page_route("/runs/{job_id}/ir/{name}")
+async def run_ir(
+    job_id: str, name: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> HTMLResponse:
+    """One artifact, full length, line-numbered and highlighted (a tab's content)."""
+    if name not in ARTIFACT_NAMES:
+        raise HTTPException(status_code=404, detail=f"no artifact {name[:20]!r}")
+    found = dispatcher.store.get_artifact(job_id, name) if len(job_id) <= 64 else None
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name}")
+    text, _ = found
+    ctx = {
+        "name": name,
+        "ir": render_ir(text),
+        "lines": text.count("\n") + 1,
+        "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
+        "job_id": job_id,
+        "nav": "runs",
+    }
+    return render(state, "_ir.html" if is_htmx(request) else "ir_page.html", ctx)
+
+
+@page_route("/runs/{job_id}")
+async def run_page(
+    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> HTMLResponse:
+    """One job: its live progress while it runs, everything it measured once done."""
+    ctx = run_context(_job_json(job_id, dispatcher), _public_base(state, request))
+    ctx["nav"] = "runs"
+    return render(state, "_run.html" if is_htmx(request) else "run.html", ctx)
+
+
+@router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
+async def run_live(
+    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> AsyncIterator[ServerSentEvent]:
+    """Server-sent HTML: the progress panel on each change; at the end, the result."""
+    _job_json(job_id, dispatcher)  # 404 before the stream starts
+    env = state.env
+
+    def panel() -> str:
+        ctx = run_context(_job_json(job_id, dispatcher), _public_base(state, request))
+        return env.get_template("_run_progress.html").render(**ctx)
+
+    with dispatcher.hub.subscribe(job_id) as queue:
+        yield ServerSentEvent(raw_data=panel())
+        while True:
+            job = dispatcher.store.get_job(job_id)
+            if job is None or job.status in FINAL_STATUSES:
+                break
+            try:
+                notice = await asyncio.wait_for(queue.get(), timeout=15)
+            except TimeoutError:
+                yield ServerSentEvent(comment="keep-alive")
+                continue
+            yield ServerSentEvent(raw_data=panel())
+            if notice.final:
+                break
+        yield ServerSentEvent(raw_data=panel())
+        yield ServerSentEvent(event="done", data="done")
+
+
+@page_route("/runs")
+async def runs_page(
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    *,
+    workload: Annotated[str | None, Query(max_length=64)] = None,
+    path: Annotated[str | None, Query(max_length=16)] = None,
+    status: Annotated[str | None, Query(max_length=16)] = None,
+) -> HTMLResponse:
+    """Job history, newest first, filtered by workload, path and status."""
+    filters = {
+        "workload": workload if workload in WORKLOADS else None,
+        "path": path if path in {p.value for p in PathId} else None,
+        "status": status if status in {s.value for s in JobStatus} else None,
+    }
+    jobs, count = dispatcher.store.list_jobs(**filters, limit=200)
+    ctx = {
+        "jobs": [job_public(j, dispatcher) for j in jobs],
+        "count": count,
+        "filters": filters,
+        "workloads": list(WORKLOADS),
+        "paths": [p.value for p in PathId],
+        "statuses": [s.value for s in JobStatus],
+        "nav": "runs",
+    }
+    return render(state, "runs.html", ctx)
+
+
+@page_route("/workers")
+async def workers_page(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
+    """Connected workers: capabilities, last heartbeat, current job."""
+    at = now()
+    workers = [
+        {
+            "id": w.id,
+            "name": w.name,
+            "caps": w.capabilities,
+            "seen_s": at - w.last_seen,
+            "job": w.current_job,
+        }
+        for w in dispatcher.connected_workers()
+    ]
+    return render(state, "workers.html", {"workers": workers, "nav": "workers"})

@@ -1,0 +1,170 @@
+"""The run form: built from the catalog's JSON Schemas, read back into a job.
+
+HTML forms send strings; this is the one place where "512" becomes 512, using each
+parameter's declared type. Everything after that goes through the API's strict checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.catalog import WORKLOADS
+from workers.protocol import MAX_SAMPLES, CachePolicy, Mode, PathId, StageId
+
+
+@dataclass(frozen=True)
+class Field:
+    """One input of the form."""
+
+    name: str
+    label: str
+    kind: str  # "integer" | "number" | "select" | "checkbox" | "text"
+    default: Any
+    help: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class FormState:
+    """What the user chose and what was wrong with it, so nothing typed is lost."""
+
+    workload: str
+    path: str
+    values: dict[str, str] = field(default_factory=dict)
+    stages: list[str] = field(default_factory=lambda: ["compile", "execute"])
+    errors: dict[str, str] = field(default_factory=dict)
+    general: list[str] = field(default_factory=list)
+
+
+def _resolve(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    ref = prop.get("$ref") or next(
+        (item.get("$ref") for item in prop.get("allOf", []) if "$ref" in item), None
+    )
+    if ref:
+        return {**defs[ref.rsplit("/", 1)[-1]], **{k: v for k, v in prop.items() if k != "$ref"}}
+    return prop
+
+
+def param_fields(workload: str) -> list[Field]:
+    """The inputs for a workload's parameters, with their limits."""
+    schema = WORKLOADS[workload].model_json_schema()
+    defs = schema.get("$defs", {})
+    fields = []
+    for name, raw in schema.get("properties", {}).items():
+        prop = _resolve(raw, defs)
+        label = name.replace("_", " ")
+        help_text = prop.get("description", "")
+        if "enum" in prop:
+            fields.append(
+                Field(
+                    name,
+                    label,
+                    "select",
+                    prop.get("default"),
+                    help_text,
+                    options=tuple(str(v) for v in prop["enum"]),
+                )
+            )
+        elif prop.get("type") == "boolean":
+            fields.append(Field(name, label, "checkbox", prop.get("default", False), help_text))
+        elif prop.get("type") in ("integer", "number"):
+            fields.append(
+                Field(
+                    name,
+                    label,
+                    prop["type"],
+                    prop.get("default"),
+                    help_text,
+                    minimum=prop.get("minimum", prop.get("exclusiveMinimum")),
+                    maximum=prop.get("maximum", prop.get("exclusiveMaximum")),
+                )
+            )
+        else:
+            fields.append(Field(name, label, "text", prop.get("default"), help_text))
+    return fields
+
+
+def measure_fields() -> list[Field]:
+    return [
+        Field(
+            "mode",
+            "mode",
+            "select",
+            Mode.LATENCY.value,
+            "latency: host-sync per call; throughput: K calls per sync; application: "
+            "with transfers; dispatch: a teaching demo, not a speed",
+            options=tuple(m.value for m in Mode),
+        ),
+        Field(
+            "samples",
+            "samples",
+            "text",
+            "20",
+            f"a count from 1 to {MAX_SAMPLES}, or auto to stop when the spread settles",
+        ),
+        Field(
+            "cache",
+            "cache",
+            "select",
+            CachePolicy.COLD.value,
+            "cold: caches cleared; persistent: the on-disk cache; warm: keep everything",
+            options=tuple(c.value for c in CachePolicy),
+        ),
+    ]
+
+
+def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], FormState]:
+    """The job body from form fields, or errors naming each bad field."""
+    workload = form.get("workload", "")
+    state = FormState(workload=workload, path=form.get("path", PathId.JAX_CPU.value))
+    state.values = {k: v for k, v in form.items() if k not in ("workload", "path")}
+    state.stages = stages
+    if workload not in WORKLOADS:
+        state.errors["workload"] = f"unknown workload (known: {', '.join(sorted(WORKLOADS))})"
+        return {}, state
+    params: dict[str, Any] = {}
+    for f in param_fields(workload):
+        raw = form.get(f"param.{f.name}")
+        if f.kind == "checkbox":
+            params[f.name] = raw is not None
+            continue
+        if raw is None or raw.strip() == "":
+            continue  # the workload's default applies
+        raw = raw.strip()
+        if f.kind == "integer":
+            try:
+                params[f.name] = int(raw)
+            except ValueError:
+                state.errors[f"params.{f.name}"] = f"{raw[:20]!r} is not a whole number"
+        elif f.kind == "number":
+            try:
+                params[f.name] = float(raw)
+            except ValueError:
+                state.errors[f"params.{f.name}"] = f"{raw[:20]!r} is not a number"
+        else:
+            params[f.name] = raw
+    measure: dict[str, Any] = {}
+    for key in ("mode", "cache"):
+        if form.get(f"measure.{key}"):
+            measure[key] = form[f"measure.{key}"]
+    samples = form.get("measure.samples", "").strip()
+    if samples:
+        if samples == "auto":
+            measure["samples"] = "auto"
+        elif samples.isdigit():
+            measure["samples"] = int(samples)
+        else:
+            state.errors["measure.samples"] = f"{samples[:20]!r}: give a count or auto"
+    body = {
+        "workload": workload,
+        "path": state.path,
+        "params": params,
+        "stages": [s for s in (StageId.COMPILE.value, StageId.EXECUTE.value) if s in stages],
+        "measure": measure,
+    }
+    if not body["stages"]:
+        state.errors["stages"] = "choose at least one stage"
+    return body, state

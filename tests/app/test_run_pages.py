@@ -1,0 +1,192 @@
+"""The bench's pages, in-process: the run form, a run's page with a real result, history,
+workers, the CSV and IR views. Results come from the real engine (JAX on the CPU)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.bench_fakes import FakeWorker
+from workers.protocol import JobSpec
+
+pytestmark = pytest.mark.anyio
+
+SMALL = {"m": 64, "n": 48, "k": 32, "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def real_results() -> dict[str, dict[str, Any]]:
+    """A valid and a deliberately perturbed run of a small matmul, made by the engine."""
+    from workers.engine import run_job
+
+    spec = JobSpec.model_validate(
+        {"workload": "matmul", "params": SMALL, "measure": {"samples": 12}}
+    )
+    good = run_job(spec).model_dump(mode="json")
+    bad = run_job(spec, perturb=0.5).model_dump(mode="json")
+    return {"good": good, "bad": bad}
+
+
+async def submit_form(client: httpx.AsyncClient, **fields: str) -> httpx.Response:
+    data = {
+        "workload": "matmul",
+        "path": "jax-cpu",
+        "param.m": "64",
+        "param.n": "48",
+        "param.k": "32",
+        "param.dtype": "float32",
+        "measure.samples": "12",
+        "stages": ["compile", "execute"],
+        **fields,
+    }
+    return await client.post("/runs", data=data)
+
+
+async def finish_with(client: httpx.AsyncClient, result: dict[str, Any]) -> tuple[str, FakeWorker]:
+    """Queue the form's job, lease it with a registered worker, post `result` for it."""
+    worker = FakeWorker(client)
+    await worker.register()
+    r = await submit_form(client)
+    assert r.status_code == 303
+    job_id = r.headers["location"].rsplit("/", 1)[1]
+    grant = await worker.lease()
+    assert grant is not None and grant["job_id"] == job_id
+    posted = await worker.post(
+        "result",
+        {
+            "worker_id": worker.id,
+            "job_id": job_id,
+            "attempt": grant["attempt"],
+            "result": {**result, "job": grant["spec"]},
+            "run_seconds": 0.5,
+        },
+    )
+    assert posted.status_code == 200, posted.text
+    return job_id, worker
+
+
+async def test_form_is_built_from_the_catalog(bench_client: httpx.AsyncClient) -> None:
+    r = await bench_client.get("/runs/new?path=jax-gpu")
+    assert r.status_code == 200
+    html = r.text
+    for name in ("m", "n", "k", "dtype", "precision"):
+        assert f'name="param.{name}"' in html
+    assert "Allowed: 1–16384" in html
+    assert '<option value="jax-gpu" selected>jax-gpu (no worker connected)' in html
+    frag = await bench_client.get("/runs/new?workload=attention", headers={"HX-Request": "true"})
+    assert frag.text.startswith("<form")
+    assert 'name="param.causal"' in frag.text
+
+
+async def test_bad_form_input_names_the_field_and_keeps_every_value(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    r = await submit_form(bench_client, **{"param.m": "0", "param.n": "wide"})
+    assert r.status_code == 422
+    assert "&#39;wide&#39; is not a whole number" in r.text
+    assert 'value="wide"' in r.text and 'value="0"' in r.text
+    r = await submit_form(bench_client, **{"param.m": "0"})
+    assert r.status_code == 422
+    assert re.search(r"greater than or equal to 1", r.text)
+    assert 'value="0"' in r.text and 'value="48"' in r.text
+    r = await submit_form(bench_client, **{"measure.samples": "many"})
+    assert r.status_code == 422 and "give a count or auto" in r.text
+    # Nothing was queued by any of these.
+    assert (await bench_client.get("/api/v1/jobs")).json()["count"] == 0
+
+
+async def test_a_queued_job_says_why_it_waits(bench_client: httpx.AsyncClient) -> None:
+    r = await submit_form(bench_client, path="jax-gpu")
+    assert r.status_code == 303
+    page = await bench_client.get(r.headers["location"])
+    assert page.status_code == 200
+    assert "no worker for jax-gpu is connected" in page.text
+    assert 'hx-sse:connect="/runs/' in page.text
+    assert "boundary run matmul m=64 n=48 k=32 dtype=float32 --path jax-gpu" in page.text
+
+
+async def test_a_done_run_shows_everything_it_measured(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    job_id, worker = await finish_with(bench_client, real_results["good"])
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Correct within tolerance" in page
+    assert "Boundary <code>host-sync</code> · 12 samples" in page
+    assert '<svg class="samples"' in page and "median " in page
+    for stat in ("min", "median", "q1", "q3", "iqr", "outliers"):
+        assert f'<th scope="col">{stat}</th>' in page
+    assert "Stage times" in page and "compile" in page
+    assert "What XLA chose" in page
+    assert 'data-artifact="hlo"' in page and 'data-artifact="stablehlo"' in page
+    assert "device_kind" in page
+    assert "GFLOP/s" in page
+
+    ir = await bench_client.get(f"/runs/{job_id}/ir/stablehlo", headers={"HX-Request": "true"})
+    assert ir.status_code == 200
+    assert '<ol class="ir-lines">' in ir.text
+    assert "stablehlo.dot_general" in ir.text
+    full = await bench_client.get(f"/runs/{job_id}/ir/hlo")
+    assert full.text.startswith("<!doctype html>")
+
+    as_json = (await bench_client.get(f"/runs/{job_id}.json")).json()
+    api = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert as_json == api
+    rows = list(
+        csv.DictReader(io.StringIO((await bench_client.get(f"/runs/{job_id}/samples.csv")).text))
+    )
+    assert len(rows) == 12
+    assert [float(r["seconds"]) for r in rows] == api["run"]["measurements"][0]["samples_s"]
+    assert {r["boundary"] for r in rows} == {"host-sync"}
+
+    history = (await bench_client.get("/runs?workload=matmul&status=done")).text
+    assert job_id in history
+    assert job_id not in (await bench_client.get("/runs?status=failed")).text
+    workers = (await bench_client.get("/workers")).text
+    assert "fake" in workers and "jax-cpu" in workers
+
+
+async def test_a_run_that_fails_its_check_hides_its_speed(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    assert real_results["bad"]["valid"] is False
+    job_id, _ = await finish_with(bench_client, real_results["bad"])
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Correctness check failed" in page
+    assert "a run whose output failed the check shows no speed" in page
+    assert '<svg class="samples"' not in page
+    assert "GFLOP/s" not in page
+
+
+async def test_failures_are_shown_escaped(bench_client: httpx.AsyncClient) -> None:
+    worker = FakeWorker(bench_client)
+    await worker.register()
+    r = await submit_form(bench_client)
+    job_id = r.headers["location"].rsplit("/", 1)[1]
+    grant = await worker.lease()
+    assert grant is not None
+    await worker.fail(job_id, "runner crashed <script>alert(1)</script>", "<img src=x onerror=1>")
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+    assert "<img src=x" not in page
+
+
+async def test_live_progress_ends_with_the_result(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    job_id, _ = await finish_with(bench_client, real_results["good"])
+    r = await bench_client.get(f"/runs/{job_id}/live")
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert "Status: done" in r.text
+    assert f'hx-get="/runs/{job_id}"' in r.text
+    assert "event: done" in r.text
+
+
+async def test_unknown_runs_404(bench_client: httpx.AsyncClient) -> None:
+    assert (await bench_client.get("/runs/nope")).status_code == 404
+    assert (await bench_client.get("/runs/nope.json")).status_code == 404
+    assert (await bench_client.get("/runs/nope/ir/secret")).status_code == 404
