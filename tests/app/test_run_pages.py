@@ -113,7 +113,7 @@ async def test_a_queued_job_says_why_it_waits(bench_client: httpx.AsyncClient) -
 async def test_a_done_run_shows_everything_it_measured(
     bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
 ) -> None:
-    job_id, worker = await finish_with(bench_client, real_results["good"])
+    job_id, _ = await finish_with(bench_client, real_results["good"])
     page = (await bench_client.get(f"/runs/{job_id}")).text
     assert "Correct within tolerance" in page
     assert "Boundary <code>host-sync</code> · 12 samples" in page
