@@ -182,6 +182,9 @@ class Dispatcher:
         self._notify()  # a new worker may make a waiting job runnable
         return worker_id
 
+    def worker_or_none(self, worker_id: str) -> WorkerEntry | None:
+        return self._workers.get(worker_id)
+
     def worker(self, worker_id: str) -> WorkerEntry:
         entry = self._workers.get(worker_id)
         if entry is None:

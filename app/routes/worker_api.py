@@ -7,6 +7,8 @@ twice is harmless.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -55,6 +57,12 @@ def _unknown_worker(worker_id: str) -> HTTPException:
     return HTTPException(
         status_code=404, detail=f"unknown worker {worker_id[:64]!r}: register again"
     )
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the request body was read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _version_problem(body: Any) -> str | None:
@@ -116,14 +124,24 @@ async def lease(
 ) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
-    try:
-        grant = await dispatcher.lease(message.worker_id, wait_s)
-    except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
+    if dispatcher.worker_or_none(message.worker_id) is None:
+        raise _unknown_worker(message.worker_id)
+    # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
+    # so that a departed worker is never handed a job and the server can shut down.
+    leasing = asyncio.create_task(dispatcher.lease(message.worker_id, wait_s))
+    hang_up = asyncio.create_task(_disconnected(request))
+    await asyncio.wait({leasing, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    gone = hang_up.done()
+    hang_up.cancel()
+    if not leasing.done():
+        leasing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leasing
+        return Response(status_code=204)
+    grant = leasing.result()
     if grant is None:
         return Response(status_code=204)
-    if await request.is_disconnected():
-        # The worker hung up while we waited: give the job straight back.
+    if gone:  # a job came just as the worker left: give it straight back
         dispatcher.release(message.worker_id, grant.job_id)
         return Response(status_code=204)
     reply = LeaseReply(

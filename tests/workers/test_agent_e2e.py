@@ -1,0 +1,277 @@
+"""End to end: a real server (uvicorn) and real worker processes on 127.0.0.1.
+
+Every test stops what it started. The hang hook of workers.runner (BOUNDARY_TEST_HOOKS=1
+with BOUNDARY_TEST_HANG_FILE) makes a job hang on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from workers.protocol import JobSpec
+from workers.submit import submit_to_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "e2e-worker-token"
+SMALL = {
+    "workload": "matmul",
+    "path": "jax-cpu",
+    "params": {"m": 32, "n": 32, "k": 32},
+    "measure": {"samples": 3},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Cluster:
+    """Starts servers and workers; `close` stops every process it started."""
+
+    def __init__(self, tmp: Path, **settings: str) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "BOUNDARY_DB": str(tmp / "boundary.sqlite3"),
+            "BOUNDARY_WORKER_TOKEN": TOKEN,
+            "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+            "BOUNDARY_POLL_S": "5",
+            "BOUNDARY_LEASE_S": "3",
+            "BOUNDARY_REAP_INTERVAL_S": "0.2",
+            **{f"BOUNDARY_{k}": v for k, v in settings.items()},
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.server: subprocess.Popen[bytes] | None = None
+        self.client = httpx.Client(base_url=self.url, timeout=10.0)
+
+    def _spawn(self, args: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
+        out = open(self.tmp / log, "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def start_server(self) -> None:
+        args = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
+        args += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
+        self.server = self._spawn(args, self.env, "server.log")
+        self.wait(self._ready, 30, "the server to start")
+
+    def _ready(self) -> bool:
+        try:
+            return self.client.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def kill_server(self) -> None:
+        assert self.server is not None
+        self.server.kill()
+        self.server.wait(10)
+
+    def start_worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "workers.worker_cli", "--server", self.url, "--name", name]
+        return self._spawn(args, {**self.env, **env}, f"worker-{name}.log")
+
+    def wait_worker(self, name: str, timeout: float = 60) -> str:
+        def registered() -> str | None:
+            data = self.client.get("/api/v1/workers").json()["data"]
+            return next((w["id"] for w in data if w["name"] == name), None)
+
+        worker_id: str = self.wait(registered, timeout, f"worker {name} to register")
+        return worker_id
+
+    def submit(self, spec: dict[str, Any] = SMALL) -> str:
+        r = self.client.post("/api/v1/jobs", json=spec)
+        assert r.status_code == 202, r.text
+        job_id: str = r.json()["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        body: dict[str, Any] = self.client.get(f"/api/v1/jobs/{job_id}").json()
+        return body
+
+    def wait_status(self, job_id: str, statuses: set[str], timeout: float = 90) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            job = self.job(job_id)
+            return job if job["status"] in statuses else None
+
+        job: dict[str, Any] = self.wait(reached, timeout, f"job {job_id} to reach {statuses}")
+        return job
+
+    def wait(self, probe: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = probe()
+            if value:
+                return value
+            time.sleep(0.1)
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.tmp.glob("*.log"))
+        raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+    def close(self) -> None:
+        self.client.close()
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    made: list[Cluster] = []
+
+    def make(**settings: str) -> Cluster:
+        c = Cluster(tmp_path, **settings)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_a_real_worker_runs_a_job_and_the_run_is_kept(
+    cluster: Callable[..., Cluster], capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = cluster()
+    c.start_server()
+    c.start_worker("w1")
+    worker_id = c.wait_worker("w1")
+    workers = c.client.get("/api/v1/workers").json()["data"]
+    assert workers[0]["platform"] == "cpu" and workers[0]["paths"] == ["jax-cpu"]
+
+    job_id = c.submit()
+    job = c.wait_status(job_id, {"done", "failed"})
+    assert job["status"] == "done", job
+    run = job["run"]
+    assert run["valid"] is True and run["worker_id"] == worker_id
+    assert run["measurements"][0]["boundary"] == "host-sync"
+    assert len(run["measurements"][0]["samples_s"]) == 3
+    hlo = c.client.get(run["artifact_links"]["hlo"])
+    assert hlo.status_code == 200 and "HloModule" in hlo.text
+
+    # `boundary run --server` prints the same single JSON document a local run prints.
+    spec = JobSpec.model_validate(SMALL)
+    assert submit_to_server(spec, c.url, True, None) == 0
+    out = capsys.readouterr().out
+    printed = out.strip().splitlines()
+    assert len(printed) == 1 and '"valid":true' in printed[0]
+
+
+def test_a_gpu_job_never_runs_on_cpu_workers(cluster: Callable[..., Cluster]) -> None:
+    c = cluster(QUEUE_TIMEOUT_S="4")
+    c.start_server()
+    c.start_worker("cpu-only")
+    c.wait_worker("cpu-only")
+    job_id = c.submit({**SMALL, "path": "jax-gpu"})
+    cpu_job = c.submit()
+    assert c.wait_status(cpu_job, {"done"})["status"] == "done"
+    waiting = c.job(job_id)
+    assert waiting["status"] == "queued"
+    assert waiting["reason"].startswith("no worker for jax-gpu is connected")
+    expired = c.wait_status(job_id, {"expired", "done", "failed"}, timeout=30)
+    assert expired["status"] == "expired" and expired["attempts"] == 0
+    assert "no worker for jax-gpu" in expired["reason"]
+
+
+def test_a_killed_worker_loses_its_job_to_another_and_its_runner_dies(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(LEASE_S="2")
+    hang = c.tmp / "hang"
+    hang.touch()
+    c.start_server()
+    first = c.start_worker("doomed", BOUNDARY_TEST_HOOKS="1", BOUNDARY_TEST_HANG_FILE=str(hang))
+    doomed_id = c.wait_worker("doomed")
+    job_id = c.submit()
+    c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
+    assert c.job(job_id)["status"] == "running"
+    runners = children_of(first.pid)
+    assert runners, "the worker should have a runner child"
+
+    first.kill()
+    first.wait(10)
+    c.wait(lambda: not any(alive(pid) for pid in runners), 10, "the runner to die")
+
+    c.start_worker("rescuer")
+    rescuer_id = c.wait_worker("rescuer")
+    job = c.wait_status(job_id, {"done", "failed"}, timeout=90)
+    assert job["status"] == "done", job
+    assert job["attempts"] == 2
+    assert job["run"]["worker_id"] == rescuer_id != doomed_id
+
+
+def test_queued_jobs_survive_a_server_restart(cluster: Callable[..., Cluster]) -> None:
+    c = cluster()
+    c.start_server()
+    jobs = [c.submit() for _ in range(3)]
+    c.kill_server()  # SIGKILL: nothing is flushed on the way out
+    c.start_worker("patient")  # finds no server and keeps retrying
+    time.sleep(1.0)
+    c.start_server()
+    for job_id in jobs:
+        assert c.wait_status(job_id, {"done", "failed"})["status"] == "done"
+
+
+def test_a_hung_runner_is_killed_and_the_worker_takes_the_next_job(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(JOB_TIMEOUT_S="3")
+    hang = c.tmp / "hang"
+    hang.touch()
+    c.start_server()
+    c.start_worker("w", BOUNDARY_TEST_HOOKS="1", BOUNDARY_TEST_HANG_FILE=str(hang))
+    c.wait_worker("w")
+    hung = c.submit()
+    failed = c.wait_status(hung, {"done", "failed"}, timeout=60)
+    assert failed["status"] == "failed"
+    assert "past its time limit of 3 s" in failed["reason"]
+    assert "test hook: hanging" in failed["stderr_tail"]
+    next_job = c.submit()
+    assert c.wait_status(next_job, {"done", "failed"})["status"] == "done"

@@ -1,0 +1,350 @@
+"""The worker agent: register, long-poll for a lease, run the job on a warm runner,
+heartbeat and forward progress while it runs, post the result; again.
+
+The agent never imports JAX: capabilities are detected inside the runner child, from
+the devices JAX actually started. It survives a server restart by retrying with
+backoff. On SIGTERM (or Ctrl-C) it stops taking jobs and finishes the one in hand; a
+second signal kills the runner and gives the lease back. Its runners die with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from workers.runner import DEFAULT_MAX_VIRTUAL_DEVICES
+from workers.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
+
+log = logging.getLogger("boundary.worker")
+
+API = "/api/v1/worker"
+MAX_BACKOFF_S = 10.0
+PROGRESS_INTERVAL_S = 0.25
+
+
+class Fatal(RuntimeError):
+    """The server refused us for good (wrong token, incompatible versions)."""
+
+
+@dataclass
+class AgentConfig:
+    server: str
+    token: str | None
+    name: str | None = None
+    max_virtual_devices: int = DEFAULT_MAX_VIRTUAL_DEVICES
+    cache_dir: Path | None = None
+    max_job_bytes: int | None = None
+
+
+class ProgressForwarder:
+    """Batches a job's progress events and sends them at most every PROGRESS_INTERVAL_S.
+
+    Within one phase only the latest event is kept (k/N counts supersede each other);
+    every change of phase is sent.
+    """
+
+    def __init__(self, send: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
+        self._send = send
+        self._pending: list[dict[str, Any]] = []
+
+    def add(self, event: dict[str, Any]) -> None:
+        if self._pending and self._pending[-1].get("phase") == event.get("phase"):
+            self._pending[-1] = event
+        else:
+            self._pending.append(event)
+            del self._pending[:-50]
+
+    async def flush(self) -> None:
+        if self._pending:
+            batch, self._pending = self._pending, []
+            await self._send(batch)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            await self.flush()
+
+
+class Agent:
+    """One worker process attached to the devices its runners find."""
+
+    def __init__(self, config: AgentConfig, pool: RunnerPool | None = None) -> None:
+        self.config = config
+        self.pool = pool or RunnerPool()
+        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        self.client = httpx.AsyncClient(
+            base_url=config.server.rstrip("/"), headers=headers, timeout=30.0
+        )
+        self.worker_id: str | None = None
+        self.capabilities: dict[str, Any] = {}
+        self.heartbeat_s = 5.0
+        self.poll_s = 25.0
+        self.artifact_max_bytes = 4 * 1024 * 1024
+        self.stopping = False
+        self._abort = asyncio.Event()
+        self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
+        self.jobs_done = 0
+
+    # --- talking to the server ---------------------------------------------------------
+
+    async def _post(
+        self, path: str, body: dict[str, Any], *, timeout: float | None = None, retry: bool = True
+    ) -> httpx.Response:
+        """POST, retrying with backoff while the server is unreachable or restarting."""
+        delay = 0.25
+        while True:
+            try:
+                response = await self.client.post(
+                    f"{API}{path}", json=body, timeout=timeout or 30.0
+                )
+            except httpx.TransportError as exc:
+                if not retry or self._abort.is_set():
+                    raise
+                log.warning("server unreachable (%s); retrying in %.1f s", exc, delay)
+            else:
+                if response.status_code == 401:
+                    raise Fatal(f"the server refused the worker token: {_detail(response)}")
+                if response.status_code not in (502, 503, 504) or not retry:
+                    return response
+                log.warning("server answered %d; retrying in %.1f s", response.status_code, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+
+    async def register(self) -> None:
+        body = {
+            "capabilities": self.capabilities,
+            "name": self.config.name,
+            "worker_id": self.worker_id,
+        }
+        response = await self._post("/register", body)
+        if response.status_code == 409:
+            raise Fatal(_detail(response))
+        if response.status_code != 200:
+            raise Fatal(f"registration failed ({response.status_code}): {_detail(response)}")
+        reply = response.json()
+        self.worker_id = reply["worker_id"]
+        self.heartbeat_s = float(reply["heartbeat_s"])
+        self.poll_s = float(reply["poll_s"])
+        self.artifact_max_bytes = int(reply["artifact_max_bytes"])
+        caps = self.capabilities
+        log.info(
+            "registered as %s: %s, %d × %s, paths %s",
+            self.worker_id,
+            caps.get("platform"),
+            caps.get("device_count", 0),
+            caps.get("device_kind"),
+            ", ".join(caps.get("paths", [])),
+        )
+
+    async def _lease(self) -> dict[str, Any] | None:
+        body = {"worker_id": self.worker_id, "wait_s": self.poll_s}
+        response = await self._post("/lease", body, timeout=self.poll_s + 15.0)
+        if response.status_code == 204:
+            return None
+        if response.status_code == 404:
+            log.warning("the server does not know this worker; registering again")
+            await self.register()
+            return None
+        if response.status_code != 200:
+            log.warning("lease failed (%d): %s", response.status_code, _detail(response))
+            await asyncio.sleep(1.0)
+            return None
+        grant: dict[str, Any] = response.json()
+        return grant
+
+    # --- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve jobs until asked to stop; the exit status."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            runner = await self.pool.get(1)
+            self.capabilities = await runner.detect(self.config.max_virtual_devices)
+            await self.register()
+            while not self.stopping:
+                self._poll_task = asyncio.create_task(self._lease())
+                try:
+                    grant = await self._poll_task
+                except asyncio.CancelledError:
+                    if self.stopping:
+                        break
+                    raise
+                finally:
+                    self._poll_task = None
+                if grant is not None:
+                    await self.handle(grant)
+            return 0
+        except Fatal as exc:
+            log.error("%s", exc)
+            return 3
+        except RunnerFailed as exc:
+            log.error("could not start a runner: %s\n%s", exc, exc.stderr_tail)
+            return 4
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.pool.close()
+            await self.client.aclose()
+
+    def request_stop(self) -> None:
+        """First call: finish the current job, take no more. Second: give the lease back."""
+        if self.stopping:
+            log.warning("stopping now: the current job's lease is given back")
+            self._abort.set()
+            return
+        log.info("stopping after the current job (signal again to stop at once)")
+        self.stopping = True
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+
+    async def handle(self, grant: dict[str, Any]) -> None:
+        """Run one leased job and report how it went."""
+        job_id: str = grant["job_id"]
+        req = grant.get("requirements", {})
+        devices = int(req.get("devices", 1)) if req.get("path") == "jax-cpu" else 1
+        cancelled = asyncio.Event()
+        forwarder = ProgressForwarder(lambda batch: self._progress(job_id, batch))
+        helpers = [
+            asyncio.create_task(self._heartbeats(job_id, cancelled)),
+            asyncio.create_task(forwarder.run()),
+        ]
+        report: dict[str, Any] | None = None
+        try:
+            report = await self._execute(grant, max(devices, 1), forwarder, cancelled)
+        finally:
+            for task in helpers:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if report is None:  # cancelled, lost, or given back: nothing to report
+            return
+        try:
+            await forwarder.flush()
+            await self._report({"worker_id": self.worker_id, "job_id": job_id, **report})
+        except httpx.TransportError as exc:
+            log.error("could not report job %s (%s); its lease will expire", job_id, exc)
+
+    async def _execute(
+        self,
+        grant: dict[str, Any],
+        devices: int,
+        forwarder: ProgressForwarder,
+        cancelled: asyncio.Event,
+    ) -> dict[str, Any] | None:
+        job_id = grant["job_id"]
+        request = {
+            "job": grant["spec"],
+            "cache_dir": str(self.config.cache_dir) if self.config.cache_dir else None,
+            "max_bytes": self.config.max_job_bytes,
+        }
+        runner: Runner | None = None
+        try:
+            runner = await self.pool.get(devices)
+            work = asyncio.create_task(
+                runner.run(request, float(grant["timeout_s"]), forwarder.add)
+            )
+            stop = asyncio.create_task(cancelled.wait())
+            abort = asyncio.create_task(self._abort.wait())
+            done, _ = await asyncio.wait({work, stop, abort}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (stop, abort):
+                task.cancel()
+            if work not in done:
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RunnerFailed):
+                    await work
+                await runner.kill()
+                self.pool.forget(runner)
+                self.pool.warm(devices)
+                if abort in done:
+                    await self._post("/release", {"worker_id": self.worker_id, "job_id": job_id})
+                    log.info("job %s given back", job_id)
+                else:
+                    log.info("job %s abandoned: the server cancelled it or its lease", job_id)
+                return None
+            outcome: Outcome = work.result()
+        except RunnerFailed as exc:
+            log.warning("job %s failed: %s", job_id, exc)
+            if runner is not None:
+                self.pool.forget(runner)
+            self.pool.warm(devices)  # a fresh runner for the next job
+            return {"failure": {"reason": str(exc), "stderr_tail": exc.stderr_tail or None}}
+        if outcome.result is None:
+            reason = f"{outcome.error_kind or 'error'}: {outcome.error}"
+            return {"failure": {"reason": reason, "stderr_tail": runner.stderr_tail() or None}}
+        self.jobs_done += 1
+        return {
+            "attempt": grant["attempt"],
+            "result": _cap_artifacts(outcome.result, self.artifact_max_bytes),
+            "run_seconds": outcome.run_s,
+        }
+
+    async def _heartbeats(self, job_id: str, cancelled: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            body = {"worker_id": self.worker_id, "job_id": job_id}
+            try:
+                response = await self._post("/heartbeat", body, timeout=10.0, retry=False)
+            except httpx.TransportError as exc:
+                log.warning("heartbeat failed (%s); the job goes on", exc)
+                continue
+            if response.status_code == 200 and response.json().get("cancel"):
+                log.info("job %s: %s", job_id, response.json().get("reason"))
+                cancelled.set()
+                return
+
+    async def _progress(self, job_id: str, batch: list[dict[str, Any]]) -> None:
+        body = {"worker_id": self.worker_id, "job_id": job_id, "events": batch}
+        with contextlib.suppress(httpx.TransportError):
+            await self._post("/progress", body, timeout=10.0, retry=False)
+
+    async def _report(self, body: dict[str, Any]) -> None:
+        """Post a result or failure until the server has an answer for it."""
+        response = await self._post("/result", body, timeout=120.0)
+        if response.status_code == 404 and "worker" in _detail(response):
+            await self.register()
+            body["worker_id"] = self.worker_id
+            response = await self._post("/result", body, timeout=120.0)
+        if response.status_code == 422 and "result" in body:
+            failure = {"reason": f"the server refused the run: {_detail(response)[:1500]}"}
+            response = await self._post(
+                "/result",
+                {"worker_id": body["worker_id"], "job_id": body["job_id"], "failure": failure},
+            )
+        if response.status_code != 200:
+            log.warning(
+                "report on %s refused (%d): %s",
+                body["job_id"],
+                response.status_code,
+                _detail(response),
+            )
+        else:
+            log.info("job %s reported: %s", body["job_id"], response.json().get("status"))
+
+
+def _cap_artifacts(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Cut IR text the server would not store anyway, so the upload stays small."""
+    artifacts = result.get("artifacts") or {}
+    for name, text in list(artifacts.items()):
+        if isinstance(text, str) and len(text) > max_bytes:
+            data = text.encode()
+            if len(data) > max_bytes:
+                artifacts[name] = data[:max_bytes].decode(errors="ignore")
+    return result
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return response.text[:500]
+    return detail if isinstance(detail, str) else str(detail)[:500]

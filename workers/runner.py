@@ -1,0 +1,179 @@
+"""The runner: a warm child process that imports JAX once and runs jobs through
+`workers.engine.run_job`, and the agent's handle on it.
+
+Wire: the agent writes one JSON request per line to the child's stdin; the child answers
+with one JSON message per line on a private copy of its original stdout, having pointed
+file descriptor 1 at stderr so that nothing JAX or a library prints can corrupt the
+stream. Messages: `ready`, `capabilities`, `started`, `progress`, `result`, `error`.
+
+A runner never outlives its worker: on Linux it asks the kernel for SIGKILL when its
+parent dies (PR_SET_PDEATHSIG), and a watchdog thread exits as soon as stdin reaches
+end-of-file, which also happens when the parent is killed.
+
+Test hook (honoured only when BOUNDARY_TEST_HOOKS=1 is in the worker's environment): if
+the file named by BOUNDARY_TEST_HANG_FILE exists when a job starts, the runner deletes
+it and hangs instead of running the job — a deterministic hang for the tests of the job
+time limit and of a worker killed mid-job. Nothing else about a job can make it hang.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+PARENT_ENV = "BOUNDARY_RUNNER_PARENT"
+TEST_HOOKS_ENV = "BOUNDARY_TEST_HOOKS"
+HANG_FILE_ENV = "BOUNDARY_TEST_HANG_FILE"
+PR_SET_PDEATHSIG = 1
+DEFAULT_MAX_VIRTUAL_DEVICES = 8
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the stdin watchdog still covers us
+    expected = os.environ.get(PARENT_ENV)
+    if expected and expected.isdigit() and os.getppid() != int(expected):
+        os._exit(1)  # the parent died before the death signal was armed
+
+
+class Channel:
+    """The child's side of the wire: requests from stdin, messages to the saved stdout."""
+
+    def __init__(self) -> None:
+        out_fd = os.dup(1)
+        os.dup2(2, 1)  # stray prints go to stderr, never into the message stream
+        sys.stdout = sys.stderr
+        self._out: IO[str] = os.fdopen(out_fd, "w", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+        self.requests: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, name="stdin-watchdog", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            if line.strip():
+                self.requests.put(json.loads(line))
+        os._exit(0)  # end-of-file: the worker is gone or wants us gone
+
+    def send(self, message_type: str, /, **fields: Any) -> None:
+        line = json.dumps({"type": message_type, **fields})
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
+    import shutil
+    import socket
+
+    import jax
+
+    from workers.catalog import CATALOG_VERSION
+    from workers.environment import available_paths, devices_by_platform, jaxlib_version
+    from workers.protocol import PROTOCOL_VERSION, PathId, Platform
+
+    found = devices_by_platform()
+    platform = next((p for p in ("tpu", "gpu", "cpu") if found.get(p)), "cpu")
+    devices = found.get(platform, [])
+    offered = available_paths()
+    main_path = {"cpu": PathId.JAX_CPU, "gpu": PathId.JAX_GPU, "tpu": PathId.JAX_TPU}[platform]
+    paths = [p.value for p in offered if p in (main_path, PathId.CUDA)]
+    cuda_compile = shutil.which("nvcc") is not None
+    return {
+        "platform": Platform(platform).value,
+        "device_kind": str(devices[0].device_kind) if devices else "none",
+        "device_count": len(devices),
+        "max_virtual_devices": max_virtual_devices if platform == "cpu" else 0,
+        "paths": paths,
+        "jax_version": jax.__version__,
+        "jaxlib_version": jaxlib_version(),
+        "cuda_compile": cuda_compile,
+        "cuda_run": cuda_compile and platform == "gpu" and PathId.CUDA in offered,
+        "protocol_version": PROTOCOL_VERSION,
+        "catalog_version": CATALOG_VERSION,
+        "hostname": socket.gethostname(),
+    }
+
+
+def _maybe_hang() -> None:
+    if os.environ.get(TEST_HOOKS_ENV) != "1":
+        return
+    hang_file = os.environ.get(HANG_FILE_ENV)
+    if hang_file and os.path.exists(hang_file):
+        os.unlink(hang_file)
+        print("test hook: hanging instead of running the job", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+def _run(channel: Channel, request: dict[str, Any]) -> None:
+    from workers.catalog import CatalogError
+    from workers.engine import PathUnavailable, run_job
+    from workers.protocol import JobSpec, ProgressEvent
+
+    def progress(event: ProgressEvent) -> None:
+        channel.send("progress", event=event.model_dump(mode="json", exclude_none=True))
+
+    channel.send("started")
+    _maybe_hang()
+    started = time.perf_counter()
+    try:
+        job = JobSpec.model_validate(request["job"])
+        cache_dir = request.get("cache_dir")
+        result = run_job(
+            job,
+            progress,
+            cache_dir=Path(cache_dir) if cache_dir else None,
+            max_bytes=int(request.get("max_bytes") or 2 * 1024**3),
+        )
+    except CatalogError as exc:
+        channel.send("error", kind="catalog", message=str(exc), field=exc.field)
+        return
+    except PathUnavailable as exc:
+        channel.send("error", kind="path", message=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - any engine failure is reported, not fatal
+        traceback.print_exc()
+        channel.send("error", kind="exception", message=f"{type(exc).__name__}: {exc}"[:2000])
+        return
+    elapsed = time.perf_counter() - started
+    channel.send("result", result=json.loads(result.model_dump_json()), run_s=elapsed)
+
+
+def child_main() -> None:
+    """The runner process: warm up, then serve requests until stdin closes."""
+    die_with_parent()
+    channel = Channel()
+    started = time.perf_counter()
+    import workers.engine  # noqa: F401 - the point of a warm runner: import JAX once
+
+    channel.send("ready", pid=os.getpid(), import_s=time.perf_counter() - started)
+    while True:
+        request = channel.requests.get()
+        op = request.get("op")
+        if op == "detect":
+            channel.send(
+                "capabilities",
+                data=_capabilities(int(request.get("max_virtual_devices") or 0)),
+            )
+        elif op == "run":
+            _run(channel, request)
+        else:
+            channel.send("error", kind="protocol", message=f"unknown op {op!r}")
+
+
+if __name__ == "__main__":
+    child_main()
