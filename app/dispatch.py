@@ -16,14 +16,14 @@ import logging
 import re
 import secrets
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.progress import ProgressHub
 from app.requirements import Requirements, describe_need, job_requirements, unmet
 from app.settings import Settings
 from app.store import JobRow, NewRun, Store, WorkerRow, now
+from app.submission import RateLimiter
 from workers.protocol import (
     ARTIFACT_NAMES,
     FINAL_STATUSES,
@@ -37,6 +37,10 @@ from workers.protocol import (
 log = logging.getLogger("boundary.dispatch")
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+FORGET_WORKERS_S = 24 * 3600.0  # workers silent this long are not even remembered
+START_ALLOWANCE_S = 300.0
+"""Beyond JOB_TIMEOUT_S, how long a running job may hold a lease before the server gives
+up on it (the worker's own limit excludes starting a runner, which may import JAX)."""
 
 
 class UnknownWorker(LookupError):
@@ -82,27 +86,6 @@ class Verdict:
     reason: str | None = None
 
 
-@dataclass
-class RateLimiter:
-    """At most `per_minute` events per key in any sliding 60-second window."""
-
-    per_minute: int
-    _hits: dict[str, deque[float]] = field(default_factory=dict)
-
-    def retry_after(self, key: str, at: float) -> float | None:
-        """Count one event for `key`; None if allowed, else seconds until one would be."""
-        hits = self._hits.setdefault(key, deque())
-        while hits and hits[0] <= at - 60.0:
-            hits.popleft()
-        if len(hits) >= self.per_minute:
-            return hits[0] + 60.0 - at
-        hits.append(at)
-        if len(self._hits) > 10_000:  # forget quiet clients so the table stays small
-            for k in [k for k, v in self._hits.items() if not v or v[-1] <= at - 60.0]:
-                del self._hits[k]
-        return None
-
-
 def cap_text(text: str, max_bytes: int) -> tuple[str, bool]:
     """`text` cut to at most `max_bytes` of UTF-8, and whether it was cut."""
     data = text.encode()
@@ -122,7 +105,7 @@ class Dispatcher:
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._workers: dict[str, WorkerEntry] = {}
-        for row in store.list_workers():
+        for row in store.list_workers(seen_since=now() - FORGET_WORKERS_S):
             self._remember(row)
 
     def _remember(self, row: WorkerRow) -> None:
@@ -221,7 +204,8 @@ class Dispatcher:
             entry.last_seen = now()
 
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
-        for job in self.store.jobs_with_status(JobStatus.QUEUED, self.settings.MAX_QUEUE):
+        paths = [p.value for p in entry.capabilities.paths]  # a job's path is always offered
+        for job in self.store.jobs_with_status(JobStatus.QUEUED, self.settings.MAX_QUEUE, paths):
             if unmet(job.requirements, entry.capabilities) is not None:
                 continue
             at = now()
@@ -362,6 +346,19 @@ class Dispatcher:
                 done = self.store.requeue(job.id, at, f"lease expired on worker {worker}")
                 self._notify()
             if done:
+                moved += 1
+                self._announce(job.id)
+        # A backstop for a worker that heartbeats but never reports (its own limit failed).
+        overdue = at - settings.JOB_TIMEOUT_S - START_ALLOWANCE_S
+        for job in self.store.overdue_running(overdue):
+            reason = (
+                f"ran past the server's limit ({settings.JOB_TIMEOUT_S:g} s plus "
+                f"{START_ALLOWANCE_S:g} s to start a runner) on worker {job.lease_owner}"
+            )
+            if self.store.end_job(
+                job.id, JobStatus.FAILED, reason, at, from_statuses=(JobStatus.RUNNING,)
+            ):
+                self._worker_done(job.lease_owner or "?", job.id)
                 moved += 1
                 self._announce(job.id)
         for job in self.store.expired_queued(at - settings.QUEUE_TIMEOUT_S):

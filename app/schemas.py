@@ -22,6 +22,29 @@ from workers.protocol import (
 )
 
 
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON Schema with its local $defs substituted in place.
+
+    For `openapi_extra` request bodies of routes that parse their body by hand: OpenAPI
+    cannot resolve a JSON Schema's own `#/$defs/...` references.
+    """
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    result: dict[str, Any] = walk(schema)
+    return result
+
+
 class FieldError(BaseModel):
     field: str | None = Field(description="Dotted name of the offending field, e.g. params.m.")
     message: str

@@ -164,11 +164,25 @@ class Store:
         count = self._read(f"SELECT count(*) FROM jobs {clause}", tuple(args))[0][0]
         return [JobRow.from_row(r) for r in rows], int(count)
 
-    def jobs_with_status(self, status: JobStatus, limit: int = 10_000) -> list[JobRow]:
-        """Oldest first."""
+    def jobs_with_status(
+        self, status: JobStatus, limit: int = 10_000, paths: list[str] | None = None
+    ) -> list[JobRow]:
+        """Oldest first; only jobs for one of `paths` when given."""
+        where, args = "status = ?", [status.value]
+        if paths is not None:
+            where += f" AND path IN ({','.join('?' for _ in paths)})"
+            args += paths
         rows = self._read(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY created_at LIMIT ?",
-            (status.value, limit),
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY created_at LIMIT ?",
+            (*args, limit),
+        )
+        return [JobRow.from_row(r) for r in rows]
+
+    def overdue_running(self, leased_before: float) -> list[JobRow]:
+        """Running jobs leased (or last re-leased) before `leased_before`."""
+        rows = self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? AND updated_at < ?",
+            (JobStatus.RUNNING.value, leased_before),
         )
         return [JobRow.from_row(r) for r in rows]
 
@@ -389,10 +403,11 @@ class Store:
         with self._tx() as db:
             db.execute("UPDATE workers SET last_heartbeat = ? WHERE id = ?", (now, worker_id))
 
-    def list_workers(self) -> list[WorkerRow]:
+    def list_workers(self, seen_since: float = 0.0) -> list[WorkerRow]:
         rows = self._read(
             "SELECT id, name, capabilities, registered_at, last_heartbeat, current_job "
-            "FROM workers ORDER BY registered_at"
+            "FROM workers WHERE last_heartbeat >= ? ORDER BY registered_at",
+            (seen_since,),
         )
         return [WorkerRow(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5]) for r in rows]
 

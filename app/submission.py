@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from fastapi import HTTPException, Request
@@ -131,6 +132,27 @@ def _pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str
         if message not in messages:
             messages.append(message)
     return [(field, "; or ".join(messages)) for field, messages in by_field.items()]
+
+
+@dataclass
+class RateLimiter:
+    """At most `per_minute` events per key in any sliding 60-second window."""
+
+    per_minute: int
+    _hits: dict[str, deque[float]] = field(default_factory=dict)
+
+    def retry_after(self, key: str, at: float) -> float | None:
+        """Count one event for `key`; None if allowed, else seconds until one would be."""
+        hits = self._hits.setdefault(key, deque())
+        while hits and hits[0] <= at - 60.0:
+            hits.popleft()
+        if len(hits) >= self.per_minute:
+            return hits[0] + 60.0 - at
+        hits.append(at)
+        if len(self._hits) > 10_000:  # forget quiet clients so the table stays small
+            for k in [k for k, v in self._hits.items() if not v or v[-1] <= at - 60.0]:
+                del self._hits[k]
+        return None
 
 
 @dataclass(frozen=True)

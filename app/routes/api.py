@@ -25,6 +25,7 @@ from app.schemas import (
     WorkerPublic,
     WorkersPublic,
     WorkloadsPublic,
+    inline_schema,
 )
 from app.store import JobRow, now
 from app.submission import check_bearer, read_json_body, validate_job
@@ -53,28 +54,10 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
-def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
-    """A JSON Schema with its local $defs substituted in place, for OpenAPI's requestBody."""
-    defs = schema.pop("$defs", {})
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return walk(defs[ref.removeprefix("#/$defs/")])
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    result: dict[str, Any] = walk(schema)
-    return result
-
-
 JOB_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": _inline_defs(JobSpec.model_json_schema())}},
+        "content": {"application/json": {"schema": inline_schema(JobSpec)}},
     }
 }
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -28,6 +28,7 @@ from app.schemas import (
     ReportReply,
     ResultReport,
     WorkerRegister,
+    inline_schema,
 )
 from app.submission import check_bearer, field_errors, parse_strict_json
 from workers.catalog import CATALOG_VERSION
@@ -85,6 +86,12 @@ def _version_problem(body: Any) -> str | None:
     "/register",
     response_model=RegisterReply,
     responses={409: {"model": MessagePublic, "description": "Versions differ."}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(WorkerRegister)}},
+        }
+    },
 )
 async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep

@@ -309,3 +309,20 @@ async def test_metrics_and_readyz(bench_client: httpx.AsyncClient) -> None:
     assert f'boundary_worker_last_heartbeat_age_seconds{{worker="{worker.id}"}}' in text
     for line in text.splitlines():
         assert line.startswith("#") or len(line.split(" ")) == 2, line
+
+
+async def test_a_job_held_far_past_its_limit_is_failed_by_the_server(
+    bench_client: httpx.AsyncClient, bench_dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("app.dispatch.START_ALLOWANCE_S", 0.0)
+    bench_dispatcher.settings = bench_dispatcher.settings.model_copy(update={"JOB_TIMEOUT_S": 0.2})
+    worker = FakeWorker(bench_client)
+    await worker.register()
+    job_id = await submit(bench_client)
+    assert await worker.lease() is not None
+    await asyncio.sleep(0.3)
+    assert (await worker.heartbeat(job_id))["cancel"] is False  # alive, yet too slow
+    assert bench_dispatcher.reap() == 1
+    job = await get(bench_client, job_id)
+    assert job["status"] == "failed" and "ran past the server's limit" in job["reason"]
+    assert (await worker.heartbeat(job_id))["cancel"] is True

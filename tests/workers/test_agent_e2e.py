@@ -275,3 +275,39 @@ def test_a_hung_runner_is_killed_and_the_worker_takes_the_next_job(
     assert "test hook: hanging" in failed["stderr_tail"]
     next_job = c.submit()
     assert c.wait_status(next_job, {"done", "failed"})["status"] == "done"
+
+
+def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(LEASE_S="2")  # heartbeats every 0.5 s
+    hang = c.tmp / "hang"
+    hang.touch()
+    c.start_server()
+    worker = c.start_worker("w", BOUNDARY_TEST_HOOKS="1", BOUNDARY_TEST_HANG_FILE=str(hang))
+    c.wait_worker("w")
+
+    # Cancelling a running job reaches the worker at its next heartbeat: the hung runner
+    # is killed, and the next job runs on a fresh one.
+    hung = c.submit()
+    c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
+    assert c.client.post(f"/api/v1/jobs/{hung}/cancel").json()["status"] == "cancelled"
+    after = c.submit()
+    assert c.wait_status(after, {"done", "failed"})["status"] == "done"
+
+    # SIGTERM: the worker finishes its job first; a second SIGTERM gives the lease back.
+    hang.touch()
+    held = c.submit()
+    c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
+    runners = children_of(worker.pid)
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert worker.poll() is None and c.job(held)["status"] == "running"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    job = c.job(held)
+    assert job["status"] == "queued" and job["attempts"] == 0
+    assert not any(alive(pid) for pid in runners)
+
+    c.start_worker("next")
+    assert c.wait_status(held, {"done", "failed"})["status"] == "done"
