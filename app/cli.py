@@ -44,14 +44,15 @@ def _serve(argv: list[str]) -> int:
 
     import uvicorn
 
-    from app.reader.content import load_content
-    from app.settings import get_settings
-
-    load_content(get_settings().CONTENT_DIR)  # fail here, clearly, not inside uvicorn
-
     # Local workers share a token with this server; make one when the operator set none.
     token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
     os.environ["BOUNDARY_WORKER_TOKEN"] = token
+
+    from app.reader.content import load_content
+    from app.settings import get_settings
+
+    # Settings are read once per process: only after the token is in the environment.
+    load_content(get_settings().CONTENT_DIR)  # fail here, clearly, not inside uvicorn
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     server_url = f"http://{local_host}:{args.port}"
     children: list[subprocess.Popen[bytes]] = []

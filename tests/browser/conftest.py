@@ -46,14 +46,16 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0
     raise RuntimeError("server did not come up")
 
 
-@pytest.fixture(scope="session")
-def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`boundary serve --workers 0` on a free loopback port; stopped after the session."""
+def serve(tmp: Path, workers: int) -> Iterator[str]:
+    """`boundary serve` on a free loopback port with `workers` local workers, then stopped."""
     port = free_port()
-    tmp: Path = tmp_path_factory.mktemp("server")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "0"],
-        env={**os.environ, "BOUNDARY_DB": str(tmp / "db.sqlite3")},
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)],
+        env={
+            **os.environ,
+            "BOUNDARY_DB": str(tmp / "db.sqlite3"),
+            "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+        },
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -62,9 +64,21 @@ def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server with no workers: the reader needs none."""
+    yield from serve(tmp_path_factory.mktemp("reader"), workers=0)
+
+
+@pytest.fixture(scope="session")
+def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server as `boundary serve` starts by default: with one local CPU worker."""
+    yield from serve(tmp_path_factory.mktemp("bench"), workers=1)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,62 @@
+"""A job submitted through the page, in a real browser, runs on the real local worker and
+its IR and samples render; progress arrives without a page reload."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
+
+
+@pytest.fixture
+def page(browser: Browser) -> Any:
+    context = browser.new_context()
+    p = context.new_page()
+    yield p
+    context.close()
+
+
+def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) -> None:
+    page.goto(bench_server + "/runs/new")
+    page.evaluate("window.__marker = 'no reload'")
+    page.fill("#p-m", "96")
+    page.fill("#p-n", "64")
+    page.fill("#p-k", "80")
+    page.fill("#m-samples", "15")
+    page.get_by_role("button", name="Queue the run").click()
+    expect(page).to_have_url(
+        re.compile(re.escape(bench_server) + r"/runs/[0-9a-f]+$"), timeout=10000
+    )
+    # The worker's progress streams in and the result replaces it, all without a reload.
+    expect(page.locator("#run")).to_have_attribute("data-status", "done", timeout=90000)
+    assert page.evaluate("window.__marker") == "no reload"
+    expect(page.get_by_text("Correct within tolerance")).to_be_visible()
+    expect(page.locator("svg.samples")).to_have_count(1)
+    expect(page.locator("svg.samples circle.sample")).to_have_count(15)
+    expect(page.get_by_text("host-sync").first).to_be_visible()
+    # The optimized HLO loads into the IR view; the StableHLO tab swaps it.
+    expect(page.locator(".ir-view[data-artifact='hlo'] .ir-lines li").first).to_be_visible(
+        timeout=10000
+    )
+    page.locator(".tabs a[data-artifact='stablehlo']").click()
+    expect(page.locator(".ir-view[data-artifact='stablehlo']")).to_contain_text("dot_general")
+    page.fill(".ir-search", "dot_general")
+    expect(page.locator(".ir-count")).to_contain_text("matching lines")
+    expect(page.locator(".ir-lines li.hit").first).to_be_visible()
+    # The reproduce command carries the exact parameters.
+    expect(page.locator(".reproduce")).to_contain_text("boundary run matmul m=96 n=64 k=80")
+
+
+def test_bad_input_in_the_page_is_named_and_kept(page: Page, bench_server: str) -> None:
+    page.goto(bench_server + "/runs/new")
+    page.fill("#p-m", "0")
+    page.fill("#p-k", "lots")
+    page.get_by_role("button", name="Queue the run").click()
+    expect(page.locator(".error").first).to_be_visible()
+    expect(page.locator("#p-k")).to_have_value("lots")
+    expect(page.locator("#p-m")).to_have_value("0")
+    expect(page).to_have_url(bench_server + "/runs/new")
