@@ -8,7 +8,8 @@ stream. Messages: `ready`, `capabilities`, `started`, `progress`, `result`, `err
 
 A runner never outlives its worker: on Linux it asks the kernel for SIGKILL when its
 parent dies (PR_SET_PDEATHSIG), and a watchdog thread exits as soon as stdin reaches
-end-of-file, which also happens when the parent is killed.
+end-of-file, which also happens when the parent is killed. It ignores SIGINT and
+SIGTERM: those are for the agent, which kills its runner with SIGKILL when it must.
 
 Test hook (honoured only when BOUNDARY_TEST_HOOKS=1 is in the worker's environment): if
 the file named by BOUNDARY_TEST_HANG_FILE exists when a job starts, the runner deletes
@@ -156,6 +157,10 @@ def _run(channel: Channel, request: dict[str, Any]) -> None:
 def child_main() -> None:
     """The runner process: warm up, then serve requests until stdin closes."""
     die_with_parent()
+    # Ctrl-C in a terminal or a service manager's SIGTERM reach the whole process group;
+    # the agent decides what happens to the job, so the runner leaves signals to it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     channel = Channel()
     started = time.perf_counter()
     import workers.engine  # noqa: F401 - the point of a warm runner: import JAX once

@@ -85,9 +85,18 @@ class Cluster:
         self.server: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url, timeout=10.0)
 
-    def _spawn(self, args: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, args: list[str], env: dict[str, str], log: str, session: bool = False
+    ) -> subprocess.Popen[bytes]:
         out = open(self.tmp / log, "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=session,
+        )
         out.close()
         self.procs.append(proc)
         return proc
@@ -109,9 +118,10 @@ class Cluster:
         self.server.kill()
         self.server.wait(10)
 
-    def start_worker(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str, session: bool = False, **env: str) -> subprocess.Popen[bytes]:
+        """A worker process; with `session`, in a process group of its own."""
         args = [sys.executable, "-m", "workers.worker_cli", "--server", self.url, "--name", name]
-        return self._spawn(args, {**self.env, **env}, f"worker-{name}.log")
+        return self._spawn(args, {**self.env, **env}, f"worker-{name}.log", session)
 
     def wait_worker(self, name: str, timeout: float = 60) -> str:
         def registered() -> str | None:
@@ -284,7 +294,9 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
     hang = c.tmp / "hang"
     hang.touch()
     c.start_server()
-    worker = c.start_worker("w", BOUNDARY_TEST_HOOKS="1", BOUNDARY_TEST_HANG_FILE=str(hang))
+    worker = c.start_worker(
+        "w", session=True, BOUNDARY_TEST_HOOKS="1", BOUNDARY_TEST_HANG_FILE=str(hang)
+    )
     c.wait_worker("w")
 
     # Cancelling a running job reaches the worker at its next heartbeat: the hung runner
@@ -295,14 +307,17 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
     after = c.submit()
     assert c.wait_status(after, {"done", "failed"})["status"] == "done"
 
-    # SIGTERM: the worker finishes its job first; a second SIGTERM gives the lease back.
+    # SIGTERM to the whole process group (as a service manager sends it): the runner
+    # ignores it and the worker finishes its job first; a second SIGTERM to the worker
+    # gives the lease back.
     hang.touch()
     held = c.submit()
     c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
     runners = children_of(worker.pid)
-    worker.send_signal(signal.SIGTERM)
+    os.killpg(worker.pid, signal.SIGTERM)
     time.sleep(1.0)
     assert worker.poll() is None and c.job(held)["status"] == "running"
+    assert all(alive(pid) for pid in runners)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     job = c.job(held)
