@@ -131,8 +131,11 @@ class Dispatcher:
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a queued or running job; False if it had already ended."""
+        job = self.store.get_job(job_id)
         ended = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request", now())
         if ended:
+            if job is not None and job.lease_owner is not None:
+                self._worker_done(job.lease_owner, job_id)
             self._announce(job_id)
         return ended
 
