@@ -7,24 +7,49 @@ JAX into the server process and `boundary run` never loads the web stack.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import secrets
-import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
 
+def _start_workers_when_listening(
+    host: str, port: int, count: int, env: dict[str, str], children: list[subprocess.Popen[bytes]]
+) -> None:
+    """Start `count` local workers once the server accepts connections.
 
-def _die_with_parent() -> None:
-    """In a child process: receive SIGTERM when the parent dies (Linux), even on SIGKILL."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+    Waiting keeps the workers' JAX start-up off the CPU while the server boots, so the
+    server answers sooner; the workers would wait for it anyway.
+    """
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.05)
+    server_url = f"http://{host}:{port}"
+    for i in range(count):
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "worker",
+                    "--server",
+                    server_url,
+                    "--name",
+                    f"local-{i + 1}",
+                ],
+                # The worker arms a parent-death signal itself (no preexec_fn with threads).
+                env={**env, "BOUNDARY_WORKER_PARENT": str(os.getpid())},
+            )
+        )
 
 
 def _serve(argv: list[str]) -> int:
@@ -54,26 +79,13 @@ def _serve(argv: list[str]) -> int:
     # Settings are read once per process: only after the token is in the environment.
     load_content(get_settings().CONTENT_DIR)  # fail here, clearly, not inside uvicorn
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    server_url = f"http://{local_host}:{args.port}"
     children: list[subprocess.Popen[bytes]] = []
-    for i in range(args.workers):
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "worker",
-                    "--server",
-                    server_url,
-                    "--name",
-                    f"local-{i + 1}",
-                ],
-                env={**os.environ, "BOUNDARY_WORKER_TOKEN": token},
-                # No threads exist yet in this process, so preexec_fn is safe here.
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
-            )
-        )
+    if args.workers:
+        threading.Thread(
+            target=_start_workers_when_listening,
+            args=(local_host, args.port, args.workers, dict(os.environ), children),
+            daemon=True,
+        ).start()
     try:
         uvicorn.run(
             "app.main:create_app",
@@ -82,6 +94,8 @@ def _serve(argv: list[str]) -> int:
             port=args.port,
             access_log=os.environ.get("BOUNDARY_ACCESS_LOG", "").lower() in ("1", "true"),
             log_level="info",
+            # Workers hold long-polls open; do not wait the whole poll to shut down.
+            timeout_graceful_shutdown=5,
         )
     finally:
         for child in children:

@@ -89,6 +89,7 @@ class Agent:
         self.poll_s = 25.0
         self.artifact_max_bytes = 4 * 1024 * 1024
         self.stopping = False
+        self._stop_requested = asyncio.Event()
         self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
@@ -106,7 +107,10 @@ class Agent:
                     f"{API}{path}", json=body, timeout=timeout or 30.0
                 )
             except httpx.TransportError as exc:
-                if not retry or self._abort.is_set():
+                # Asked to stop while idle: nothing is owed to the server, so do not wait
+                # for it to come back (results and releases still retry).
+                idle = self.stopping and path in ("/register", "/lease")
+                if not retry or self._abort.is_set() or idle:
                     raise
                 log.warning("server unreachable (%s); retrying in %.1f s", exc, delay)
             else:
@@ -115,7 +119,12 @@ class Agent:
                 if response.status_code not in (502, 503, 504) or not retry:
                     return response
                 log.warning("server answered %d; retrying in %.1f s", response.status_code, delay)
-            await asyncio.sleep(delay)
+            if path in ("/register", "/lease"):
+                # Idle: a stop request ends the wait at once.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+            else:
+                await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def register(self) -> None:
@@ -184,6 +193,11 @@ class Agent:
                 if grant is not None:
                     await self.handle(grant)
             return 0
+        except httpx.TransportError:
+            if self.stopping:
+                log.info("stopped while the server was unreachable")
+                return 0
+            raise
         except Fatal as exc:
             log.error("%s", exc)
             return 3
@@ -204,6 +218,7 @@ class Agent:
             return
         log.info("stopping after the current job (signal again to stop at once)")
         self.stopping = True
+        self._stop_requested.set()
         if self._poll_task is not None:
             self._poll_task.cancel()
 

@@ -187,11 +187,10 @@ def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
 
 
 def submit_to_server(job: JobSpec, server_url: str, as_json: bool) -> int:
-    """Submit `job` to the server at `server_url`, wait for its run and print it.
+    """Submit `job` to the server at `server_url`, wait for its run and print it."""
+    from workers import submit
 
-    Implemented by the dispatch issue; it must print what `print_result` prints.
-    """
-    raise NotImplementedError("boundary run --server is implemented by the dispatch issue")
+    return submit.submit_to_server(job, server_url, as_json)
 
 
 def run_command(argv: list[str]) -> int:

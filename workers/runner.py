@@ -38,15 +38,18 @@ PR_SET_PDEATHSIG = 1
 DEFAULT_MAX_VIRTUAL_DEVICES = 8
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies; exit if it already has."""
+def die_with_parent(parent_env: str = PARENT_ENV, sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies; exit if it already has.
+
+    The parent's pid comes from the environment variable `parent_env`.
+    """
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the stdin watchdog still covers us
-    expected = os.environ.get(PARENT_ENV)
+    expected = os.environ.get(parent_env)
     if expected and expected.isdigit() and os.getppid() != int(expected):
         os._exit(1)  # the parent died before the death signal was armed
 

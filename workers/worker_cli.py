@@ -10,13 +10,16 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
 from workers.agent import Agent, AgentConfig
-from workers.runner import DEFAULT_MAX_VIRTUAL_DEVICES
+from workers.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
+PARENT_ENV = "BOUNDARY_WORKER_PARENT"
+"""Set by `boundary serve` for its local workers: they stop (SIGTERM) when it dies."""
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
 MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
 
@@ -42,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 def worker_command(argv: list[str]) -> int:
     """Run the worker until SIGTERM or Ctrl-C; the exit status."""
     args = build_parser().parse_args(argv)
+    if os.environ.get(PARENT_ENV):
+        die_with_parent(PARENT_ENV, signal.SIGTERM)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s worker %(levelname)s %(message)s",

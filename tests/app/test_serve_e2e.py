@@ -1,0 +1,66 @@
+"""`boundary serve` as a user runs it: a real server process with its local worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.browser.conftest import free_port, wait_until_up
+
+pytestmark = pytest.mark.e2e
+
+
+def worker_pids(port: int) -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-f", f"worker --server http://127.0.0.1:{port} "],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def wait_for(predicate: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_local_workers_start_with_the_server_and_stop_with_it(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "BOUNDARY_WORKER_TOKEN"}
+    env["BOUNDARY_DB"] = str(tmp_path / "db.sqlite3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "1"],
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(url, proc)
+        # A token was generated and shared: the local worker registers with the server.
+        assert wait_for(lambda: httpx.get(url + "/api/v1/workers").json()["count"] == 1, 60)
+        workers = httpx.get(url + "/api/v1/workers").json()["data"]
+        assert workers[0]["name"] == "local-1" and "jax-cpu" in workers[0]["paths"]
+        assert len(worker_pids(port)) == 1
+        proc.send_signal(how)
+        proc.wait(timeout=30)
+        # The worker never outlives the server, even when the server is SIGKILLed.
+        assert wait_for(lambda: not worker_pids(port), 20), worker_pids(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in worker_pids(port):
+            os.kill(pid, signal.SIGKILL)
