@@ -93,7 +93,31 @@ def _migrate_1(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1]
+def _migrate_2(db: sqlite3.Connection) -> None:
+    """Binary files (exported functions, profiler traces, input archives), stored once by
+    content hash and attached to jobs by name."""
+    _script(
+        db,
+        """
+        CREATE TABLE files (
+            sha256 TEXT PRIMARY KEY,
+            data BLOB NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE job_files (
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            sha256 TEXT NOT NULL REFERENCES files (sha256),
+            PRIMARY KEY (job_id, name)
+        );
+        CREATE INDEX job_files_sha ON job_files (sha256);
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2]
 """Schema migrations in order; the database's user_version counts those applied."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
