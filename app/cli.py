@@ -92,7 +92,7 @@ def _serve(argv: list[str]) -> int:
             factory=True,
             host=args.host,
             port=args.port,
-            access_log=os.environ.get("BOUNDARY_ACCESS_LOG", "").lower() in ("1", "true"),
+            access_log=get_settings().ACCESS_LOG,
             log_level="info",
             # Workers hold long-polls open; do not wait the whole poll to shut down.
             timeout_graceful_shutdown=5,
