@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import shlex
-from typing import Any
+from typing import Any, get_args
 
 from app.runs.plots import format_seconds, samples_svg
 from workers.protocol import (
@@ -19,20 +19,12 @@ from workers.protocol import (
     BoundaryId,
     JobStatus,
     Measurement,
+    ProgressPhase,
     RunResult,
 )
 
-PHASES: tuple[str, ...] = (
-    "queued",
-    "leased",
-    "traced",
-    "lowered",
-    "compiled",
-    "warm-up",
-    "sampling",
-    "checked",
-    "done",
-)
+PHASES: tuple[str, ...] = tuple(p for p in get_args(ProgressPhase) if p != "failed")
+"""The steps a job goes through, in order, as the progress panel lists them."""
 
 BOUNDARY_NOTES: dict[str, str] = {
     BoundaryId.HOST_SYNC.value: "one call each; the timer stops when the result is ready",

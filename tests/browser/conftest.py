@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -81,8 +82,10 @@ def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from serve(tmp_path_factory.mktemp("bench"), workers=1)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """Chromium for one test module. Module scope, not session: Playwright's sync API keeps
+    an event loop running, which anyio's pytest runner must not find in later modules."""
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium not found at {CHROMIUM}; the test command installs it")
     from playwright.sync_api import sync_playwright
@@ -93,3 +96,12 @@ def browser() -> Iterator[object]:
             yield b
         finally:
             b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context and page for one test."""
+    context = browser.new_context()
+    p = context.new_page()
+    yield p
+    context.close()

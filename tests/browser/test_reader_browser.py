@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def page(browser: Browser) -> Any:
-    context = browser.new_context()
-    p = context.new_page()
-    yield p
-    context.close()
 
 
 def card_title(page: Page) -> str:

@@ -4,20 +4,11 @@ its IR and samples render; progress arrives without a page reload."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
-
-
-@pytest.fixture
-def page(browser: Browser) -> Any:
-    context = browser.new_context()
-    p = context.new_page()
-    yield p
-    context.close()
 
 
 def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) -> None:
