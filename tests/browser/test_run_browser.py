@@ -51,3 +51,16 @@ def test_bad_input_in_the_page_is_named_and_kept(page: Page, bench_server: str) 
     expect(page.locator("#p-k")).to_have_value("lots")
     expect(page.locator("#p-m")).to_have_value("0")
     expect(page).to_have_url(bench_server + "/runs/new")
+
+
+def test_the_reader_carries_a_run_panel(page: Page, bench_server: str) -> None:
+    page.goto(bench_server + "/read/jax-gpu/execute")
+    form = page.locator("#run-panel form#run-form")
+    expect(form).to_be_visible()
+    # The form offers the reader's path, and says no GPU worker is connected here.
+    expect(page.locator("#f-path option:checked")).to_have_text("jax-gpu (no worker connected)")
+    page.select_option("#f-path", "jax-cpu")
+    page.fill("#p-m", "32")
+    page.fill("#m-samples", "5")
+    page.get_by_role("button", name="Queue the run").click()
+    expect(page.locator("#run")).to_have_attribute("data-status", "done", timeout=90000)
