@@ -135,14 +135,26 @@ def _run(argv: list[str]) -> int:
     return run_command(argv)
 
 
-COMMANDS = {"serve": _serve, "worker": _worker, "run": _run, "export": _export}
+def _export_fn(argv: list[str]) -> int:
+    from workers.export_fn import export_command
+
+    return export_command(argv)
+
+
+COMMANDS = {
+    "serve": _serve,
+    "worker": _worker,
+    "run": _run,
+    "export": _export,
+    "export-fn": _export_fn,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(
-            "usage: boundary {serve|worker|run|export} [options]  (boundary CMD --help)",
+            "usage: boundary {serve|worker|run|export|export-fn} [options]  (boundary CMD --help)",
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)

@@ -104,4 +104,8 @@ def create_app(settings: Settings | None = None) -> FastPath:
     from app.routes import runs
 
     api.include_router(runs.router)
+    from app.routes import artifacts, matrices
+
+    api.include_router(artifacts.router)
+    api.include_router(matrices.router)
     return FastPath(SecurityHeaders(api, settings.FRAME_ANCESTORS), build_resources(state))

@@ -13,6 +13,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.catalog import DEFAULT_MAX_BYTES
+from workers.catalog.exported import MAX_EXPORT_BYTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,6 +67,11 @@ class Settings(BaseSettings):
     )
     MAX_BODY_BYTES: int = Field(
         default=64 * 1024, ge=1024, description="Largest job submission body accepted."
+    )
+    UPLOAD_MAX_BYTES: int = Field(
+        default=MAX_EXPORT_BYTES,
+        ge=1024,
+        description="Largest uploaded file (an exported function or an .npz of arrays).",
     )
 
 

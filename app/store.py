@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from app.matrices.store import MatricesMixin
 from app.store_files import FilesMixin
 from app.store_schema import (
     JOB_COLUMNS,
@@ -43,7 +44,7 @@ from workers.protocol import JobStatus
 __all__ = ["SCHEMA_VERSION", "JobRow", "NewRun", "RunRow", "Store", "WorkerRow", "now"]
 
 
-class Store(FilesMixin):
+class Store(FilesMixin, MatricesMixin):
     """The SQLite job store. Create with `Store.open(path)`; close when done."""
 
     def __init__(self, db: sqlite3.Connection, retain_runs: int) -> None:

@@ -117,7 +117,31 @@ def _migrate_2(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2]
+def _migrate_3(db: sqlite3.Connection) -> None:
+    """Workload matrices: one submission expanded over rows (shapes or parameter values)
+    and columns (paths); each cell holds its job, or the reason it has none."""
+    _script(
+        db,
+        """
+        CREATE TABLE matrices (
+            id TEXT PRIMARY KEY,
+            spec TEXT NOT NULL,             -- MatrixSpec JSON as validated
+            created_at REAL NOT NULL
+        );
+        CREATE INDEX matrices_created ON matrices (created_at);
+        CREATE TABLE matrix_cells (
+            matrix_id TEXT NOT NULL REFERENCES matrices (id) ON DELETE CASCADE,
+            row INTEGER NOT NULL,
+            col INTEGER NOT NULL,
+            job_id TEXT REFERENCES jobs (id),
+            reason TEXT,                    -- why the cell has no job
+            PRIMARY KEY (matrix_id, row, col)
+        );
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2, _migrate_3]
 """Schema migrations in order; the database's user_version counts those applied."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from workers.catalog import WORKLOADS
+from workers.files import FileCache
 from workers.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
 
@@ -42,6 +44,8 @@ class AgentConfig:
     max_virtual_devices: int = DEFAULT_MAX_VIRTUAL_DEVICES
     cache_dir: Path | None = None
     max_job_bytes: int | None = None
+    files_dir: Path | None = None
+    """Where fetched files (exported functions, .npz) are kept; beside cache_dir if unset."""
 
 
 class ProgressForwarder:
@@ -257,10 +261,15 @@ class Agent:
         cancelled: asyncio.Event,
     ) -> dict[str, Any] | None:
         job_id = grant["job_id"]
+        files = self._files()
+        missing = await self._fetch_files(grant["spec"], files)
+        if missing is not None:
+            return {"failure": {"reason": missing}}
         request = {
             "job": grant["spec"],
             "cache_dir": str(self.config.cache_dir) if self.config.cache_dir else None,
             "max_bytes": self.config.max_job_bytes,
+            "files_dir": str(files.directory),
         }
         runner: Runner | None = None
         try:
@@ -302,6 +311,31 @@ class Agent:
             "result": _cap_artifacts(outcome.result, self.artifact_max_bytes),
             "run_seconds": outcome.run_s,
         }
+
+    def _files(self) -> FileCache:
+        configured = self.config.files_dir
+        if configured is None and self.config.cache_dir is not None:
+            configured = self.config.cache_dir.parent / "files"
+        return FileCache(configured)
+
+    async def _fetch_files(self, spec: dict[str, Any], files: FileCache) -> str | None:
+        """Fetch the stored files a job names that are not here yet; why not, or None."""
+        cls = WORKLOADS.get(str(spec.get("workload")))
+        params = spec.get("params") or {}
+        for name in getattr(cls, "file_fields", {}):
+            sha = params.get(name)
+            if not isinstance(sha, str) or files.has(sha):
+                continue
+            try:
+                response = await self.client.get(f"{API}/files/{sha}", timeout=120.0)
+            except httpx.TransportError as exc:
+                return f"params.{name}: could not fetch file {sha[:12]}… from the server ({exc})"
+            if response.status_code != 200:
+                return f"params.{name}: the server has no file {sha[:12]}… ({response.status_code})"
+            if files.put(response.content) != sha:
+                return f"params.{name}: file {sha[:12]}… arrived damaged (its SHA-256 differs)"
+            log.info("fetched %s %s… (%d bytes)", name, sha[:12], len(response.content))
+        return None
 
     async def _heartbeats(self, job_id: str, cancelled: asyncio.Event) -> None:
         while True:

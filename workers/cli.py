@@ -148,6 +148,19 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         raise UsageError(message) from None
 
 
+def _with_files(job: JobSpec, server: str | None) -> JobSpec:
+    """`job` with its `@FILE` parameters stored locally (or uploaded) and named by SHA-256."""
+    from workers.export_fn import resolve_file_params
+
+    try:
+        params = resolve_file_params(
+            job.workload, job.params, server=server, token=os.environ.get("BOUNDARY_SUBMIT_TOKEN")
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return job.model_copy(update={"params": params})
+
+
 def _settings() -> tuple[Path | None, int]:
     """The cache directory and byte cap from BOUNDARY_* environment variables."""
     cache_dir = os.environ.get(CACHE_DIR_ENV)
@@ -201,6 +214,8 @@ def run_command(argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_JOB
     try:
         job = build_job(args)
+        if any(isinstance(v, str) and v.startswith("@") for v in job.params.values()):
+            job = _with_files(job, args.server)
         if args.server:
             return submit_to_server(job, args.server, args.json)
         cache_dir, max_bytes = _settings()

@@ -210,6 +210,11 @@ class Correctness(OpenModel):
     tolerance: float
     reference: str = "float64 NumPy"
     detail: str | None = None
+    checked: bool = Field(
+        default=True,
+        description="False when there was nothing to check the output against: `passed` is "
+        "then false too, yet the run stays valid and its timings stand (see `detail`).",
+    )
 
 
 class CacheEvents(OpenModel):
@@ -292,6 +297,10 @@ class Rates(OpenModel):
     boundary: BoundaryId | None = None
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
+    source: str = Field(
+        default="analytic",
+        description="Where the counts come from: 'analytic', or XLA's cost analysis.",
+    )
 
 
 class HloFusion(OpenModel):

@@ -125,7 +125,9 @@ def format_report(run: RunResult) -> str:
         )
         for m in run.measurements:
             lines.extend(_measurement_lines(m))
-    if run.correctness is not None:
+    if run.correctness is not None and not run.correctness.checked:
+        lines.append(f"correct   UNCHECKED: {run.correctness.detail}")
+    elif run.correctness is not None:
         c = run.correctness
         verdict = "passed" if c.passed else "FAILED"
         error = f"{c.error:.3g}" if c.error is not None else "not finite"
@@ -136,6 +138,8 @@ def format_report(run: RunResult) -> str:
     if run.rates is not None:
         r = run.rates
         counts = f"analytic work {quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
+        if r.source != "analytic":
+            counts = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)}: {r.source}"
         if r.boundary is not None:
             achieved = f"{quantity(r.flops_per_s, 'FLOP/s')}, {quantity(r.bytes_per_s, 'B/s')}"
             lines.append(f"rates     {achieved} at the {r.boundary.value} median ({counts})")

@@ -142,6 +142,7 @@ def _run(channel: Channel, request: dict[str, Any]) -> None:
             progress,
             cache_dir=Path(cache_dir) if cache_dir else None,
             max_bytes=int(request.get("max_bytes") or 2 * 1024**3),
+            files_dir=Path(request["files_dir"]) if request.get("files_dir") else None,
         )
     except CatalogError as exc:
         channel.send("error", kind="catalog", message=str(exc), field=exc.field)

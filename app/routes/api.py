@@ -28,7 +28,8 @@ from app.schemas import (
     inline_schema,
 )
 from app.store import JobRow, now
-from app.submission import check_bearer, read_json_body, validate_job
+from app.submission import check_bearer, field_errors, read_json_body, validate_job
+from app.uploads import check_job_files
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 
@@ -157,6 +158,9 @@ async def submit_job(
         )
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     valid = validate_job(data, settings.MAX_JOB_BYTES)
+    problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
+    if problems:  # the stored files it names (an exported function's artifact, …)
+        field_errors(problems)
     if dispatcher.store.count_queued() >= settings.MAX_QUEUE:
         raise HTTPException(
             status_code=429,

@@ -22,8 +22,9 @@ from app.runs.form import FormState, measure_fields, param_fields, read_form
 from app.runs.ir_view import render_ir
 from app.runs.views import run_context, samples_csv
 from app.store import now
-from app.submission import validate_job
+from app.submission import field_errors, validate_job
 from app.templating import server_linker
+from app.uploads import check_job_files
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -158,6 +159,9 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
         return response
     try:
         valid = validate_job(body, settings.MAX_JOB_BYTES)
+        file_problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
+        if file_problems:
+            field_errors(file_problems)
     except HTTPException as exc:
         problems: list[dict[str, str]] = exc.detail if isinstance(exc.detail, list) else []
         for problem in problems:

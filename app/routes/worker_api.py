@@ -218,6 +218,19 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> ReportRepl
     return _verdict(verdict)
 
 
+@router.get(
+    "/files/{sha256}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": MessagePublic}},
+)
+async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
+    """A stored file (an exported function or an .npz) a job names by its SHA-256."""
+    found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no file {sha256[:64]!r} on this server")
+    return Response(found.data, media_type="application/octet-stream")
+
+
 @router.post("/release", response_model=ReportReply, responses={404: {"model": MessagePublic}})
 async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> ReportReply:
     """Give a lease back (the worker is shutting down); the job is queued again."""

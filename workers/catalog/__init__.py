@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from workers.catalog.attention import AttentionParams
 from workers.catalog.base import WorkloadParams
 from workers.catalog.elementwise import ElementwiseParams
+from workers.catalog.exported import ExportedParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.reduction import ReductionParams
@@ -28,6 +29,8 @@ WORKLOADS: dict[str, type[WorkloadParams]] = {
     cls.workload: cls
     for cls in (MatmulParams, ElementwiseParams, ReductionParams, GatherParams, AttentionParams)
 }
+# A user's own function, brought as a jax.export artifact (workers.catalog.exported).
+WORKLOADS[ExportedParams.workload] = ExportedParams
 
 
 class CatalogError(ValueError):

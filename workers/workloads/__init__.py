@@ -10,6 +10,7 @@ from typing import Any
 from workers.workloads.attention import Attention
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
 from workers.workloads.elementwise import Elementwise
+from workers.workloads.exported import ExportedFunction
 from workers.workloads.gather import Gather
 from workers.workloads.matmul import Matmul
 from workers.workloads.reduction import Reduction
@@ -20,6 +21,7 @@ WORKLOADS: dict[str, Workload[Any]] = {
     w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())
 }
 """Every workload the runner can execute, by catalog name."""
+WORKLOADS[ExportedFunction.name] = ExportedFunction()  # a user's jax.export artifact
 
 
 def get_workload(name: str) -> Workload[Any]:

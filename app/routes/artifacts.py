@@ -1,0 +1,306 @@
+"""Uploaded files: exported functions and .npz archives, by API and by page.
+
+`POST /api/v1/artifacts?kind=exported|npz` takes the file as the raw request body
+(application/octet-stream), refuses it clearly when it is too large (413) or unusable
+(422), and stores it once by SHA-256. The pages upload the same files through an HTML
+form (multipart, parsed with the standard library) and offer to run what was uploaded.
+The server only reads headers: a function runs on a worker, never here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from starlette.responses import Response
+
+from app.deps import DispatcherDep, SettingsDep, StateDep
+from app.dispatch import Dispatcher
+from app.routes.runs import _connected_paths, is_htmx, render
+from app.schemas import MessagePublic, ValidationErrorPublic
+from app.settings import Settings
+from app.store import now
+from app.submission import check_bearer, field_errors, validate_job
+from app.uploads import KINDS, UploadError, check_job_files, describe, kind_of, parse_multipart
+from workers.catalog.exported import JAX_PLATFORM, SHA256
+from workers.protocol import CachePolicy, Mode
+
+router = APIRouter(tags=["artifacts"])
+
+ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": MessagePublic, "description": "Uploading needs the submission token."},
+    413: {"model": MessagePublic, "description": "The file is over UPLOAD_MAX_BYTES."},
+    415: {"model": MessagePublic, "description": "The body is not application/octet-stream."},
+    422: {"model": ValidationErrorPublic, "description": "The file is corrupted or unusable."},
+}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
+    """The body, or 413 as soon as it passes `limit` bytes (declared or counted)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise HTTPException(status_code=413, detail=f"the file is over {limit:,} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(status_code=413, detail=f"the file is over {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
+    """The public description of a stored upload, or 404."""
+    found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
+    kind = kind_of(found.media_type) if found is not None else None
+    if found is None or kind is None:
+        raise HTTPException(status_code=404, detail=f"no uploaded file {sha256[:64]!r}")
+    try:
+        described = describe(kind, found.data)
+    except UploadError as exc:  # stored before a stricter check: say so, do not fail
+        described = {"problem": str(exc)}
+    return {
+        "sha256": found.sha256,
+        "kind": kind,
+        "media_type": found.media_type,
+        "size": found.size,
+        **described,
+        "links": {
+            "self": f"/api/v1/artifacts/{found.sha256}",
+            "page": f"/artifacts/{found.sha256}",
+        },
+    }
+
+
+def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
+    """Check and keep an upload; UploadError when it is unusable."""
+    if not data:
+        raise UploadError("the file is empty")
+    describe(kind, data)
+    return dispatcher.store.put_file(data, KINDS[kind])
+
+
+def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> None:
+    if settings.SUBMIT_TOKEN is not None:
+        check_bearer(request, settings.SUBMIT_TOKEN, "uploading")
+    client = request.client.host if request.client else "?"
+    wait = dispatcher.rate.retry_after(client, now())
+    if wait is not None:
+        raise HTTPException(
+            status_code=429,
+            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
+            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
+        )
+
+
+@router.post(
+    "/api/v1/artifacts",
+    status_code=201,
+    responses=ARTIFACT_ERRORS,
+    openapi_extra=UPLOAD_BODY,
+    summary="Upload an exported function or an .npz archive",
+)
+async def upload_artifact(
+    request: Request,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    kind: Annotated[str, Query(pattern="^(exported|npz)$")] = "exported",
+) -> JSONResponse:
+    """Store a file by its SHA-256 (the same bytes twice are stored once) and say what it
+    holds: an exported function's platforms and shapes, or an archive's arrays."""
+    _check_submitter(request, settings, dispatcher)
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/octet-stream":
+        raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
+    data = await _read_capped(request, settings.UPLOAD_MAX_BYTES)
+    try:
+        sha = _store_upload(dispatcher, kind, data)
+    except UploadError as exc:
+        field_errors([("body", f"{kind}: {exc}")])
+    body = _stored(dispatcher, sha)
+    return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
+
+
+@router.api_route(
+    "/api/v1/artifacts/{sha256}",
+    methods=["GET", "HEAD"],
+    responses={404: {"model": MessagePublic}},
+    summary="Describe an uploaded file",
+)
+async def get_artifact_info(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
+    """An uploaded file's kind, size and contents (header or arrays)."""
+    return JSONResponse(_stored(dispatcher, sha256))
+
+
+# --- pages --------------------------------------------------------------------------------
+
+
+def _page_context(
+    state: StateDep,
+    dispatcher: Dispatcher,
+    *,
+    info: dict[str, Any] | None = None,
+    values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    paths: list[str] = []
+    if info is not None and "header" in info:
+        platforms = info["header"]["platforms"]
+        paths = [p.value for p, name in JAX_PLATFORM.items() if name in platforms]
+    return {
+        "info": info,
+        "values": values or {},
+        "errors": errors or {},
+        "paths": paths,
+        "connected": _connected_paths(dispatcher),
+        "modes": [m.value for m in Mode],
+        "caches": [c.value for c in CachePolicy],
+        "token_needed": state.settings.SUBMIT_TOKEN is not None,
+        "max_bytes": state.settings.UPLOAD_MAX_BYTES,
+        "nav": "runs",
+    }
+
+
+@router.api_route("/artifacts/new", methods=["GET", "HEAD"], response_class=HTMLResponse)
+async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
+    """The upload form: an exported function, optional inputs and reference outputs."""
+    return render(state, "artifact_new.html", _page_context(state, dispatcher))
+
+
+@router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
+async def upload_from_page(
+    request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> Response:
+    """Store the uploaded files, then show the artifact's page with them chosen."""
+    settings = state.settings
+    content_type = request.headers.get("content-type", "")
+    errors: dict[str, str] = {}
+
+    def again(status: int) -> HTMLResponse:
+        ctx = _page_context(state, dispatcher, errors=errors)
+        return render(state, "artifact_new.html", ctx, status)
+
+    if not content_type.lower().startswith("multipart/form-data"):
+        errors["artifact"] = "send the form as multipart/form-data"
+        return again(415)
+    limit = 3 * settings.UPLOAD_MAX_BYTES + 64 * 1024
+    try:
+        body = await _read_capped(request, limit)
+    except HTTPException:
+        errors["artifact"] = f"the files are over {settings.UPLOAD_MAX_BYTES:,} bytes each"
+        return again(413)
+    try:
+        fields = parse_multipart(body, content_type)
+    except UploadError as exc:
+        errors["artifact"] = str(exc)
+        return again(422)
+    token = settings.SUBMIT_TOKEN
+    if token is not None and fields.get("token", (None, b""))[1].decode(errors="replace") != token:
+        errors["token"] = "this server needs its submission token"
+        return again(401)
+    stored: dict[str, str] = {}
+    for name, kind in (("artifact", "exported"), ("inputs", "npz"), ("reference", "npz")):
+        _, data = fields.get(name, (None, b""))
+        if not data:
+            if name == "artifact":
+                errors[name] = "choose a .jaxexport file (made by boundary export-fn)"
+            continue
+        if len(data) > settings.UPLOAD_MAX_BYTES:
+            errors[name] = f"over {settings.UPLOAD_MAX_BYTES:,} bytes"
+            continue
+        try:
+            stored[name] = _store_upload(dispatcher, kind, data)
+        except UploadError as exc:
+            errors[name] = str(exc)
+    if errors:
+        return again(413 if any("over" in e for e in errors.values()) else 422)
+    query = "&".join(f"{k}={v}" for k, v in stored.items() if k != "artifact")
+    return RedirectResponse(f"/artifacts/{stored['artifact']}?{query}", status_code=303)
+
+
+@router.api_route("/artifacts/{sha256}.json", methods=["GET", "HEAD"], include_in_schema=False)
+async def artifact_json(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
+    return JSONResponse(_stored(dispatcher, sha256))
+
+
+@router.api_route(
+    "/artifacts/{sha256}",
+    methods=["GET", "HEAD"],
+    response_class=HTMLResponse,
+    include_in_schema=False,
+)
+async def artifact_page(
+    sha256: str,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    inputs: Annotated[str | None, Query(pattern=SHA256)] = None,
+    reference: Annotated[str | None, Query(pattern=SHA256)] = None,
+) -> HTMLResponse:
+    """What an exported function declares, and a form to run it on a path."""
+    info = _stored(dispatcher, sha256)
+    values = {"inputs": inputs or "", "reference": reference or ""}
+    return render(
+        state, "artifact.html", _page_context(state, dispatcher, info=info, values=values)
+    )
+
+
+@router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
+async def run_artifact(
+    sha256: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> Response:
+    """Queue a job for the uploaded function from its page's form."""
+    from urllib.parse import parse_qsl
+
+    info = _stored(dispatcher, sha256)
+    raw = (await _read_capped(request, 64 * 1024)).decode("utf-8", "replace")
+    form = dict(parse_qsl(raw, keep_blank_values=True))
+    errors: dict[str, str] = {}
+    params: dict[str, Any] = {"artifact": sha256}
+    for name in ("inputs", "reference"):
+        if form.get(name, "").strip():
+            params[name] = form[name].strip()
+    if form.get("tolerance", "").strip():
+        try:
+            params["tolerance"] = float(form["tolerance"])
+        except ValueError:
+            errors["params.tolerance"] = f"{form['tolerance'][:20]!r} is not a number"
+    samples = form.get("samples", "20").strip()
+    body = {
+        "workload": "exported",
+        "path": form.get("path", "jax-cpu"),
+        "params": params,
+        "measure": {
+            "mode": form.get("mode", "latency"),
+            "cache": form.get("cache", "cold"),
+            "samples": "auto" if samples == "auto" else int(samples) if samples.isdigit() else 0,
+        },
+    }
+    settings = state.settings
+    if settings.SUBMIT_TOKEN is not None and form.get("token") != settings.SUBMIT_TOKEN:
+        errors["token"] = "this server needs its submission token"
+    if not errors:
+        try:
+            valid = validate_job(body, settings.MAX_JOB_BYTES)
+            problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
+            if problems:
+                field_errors(problems)
+        except HTTPException as exc:
+            detail: list[dict[str, Any]] = exc.detail if isinstance(exc.detail, list) else []
+            errors.update({d.get("field") or "general": d["message"] for d in detail})
+    if errors:
+        ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
+        return render(state, "artifact.html", ctx, 422)
+    client = request.client.host if request.client else "?"
+    job = dispatcher.submit(valid.spec, valid.devices, client)
+    if is_htmx(request):
+        response = Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
+        return response
+    return RedirectResponse(f"/runs/{job.id}", status_code=303)

@@ -1,0 +1,335 @@
+"""Workload matrices: submit one (API or form), follow it as a live table, download it.
+
+`POST /api/v1/matrices` expands a workload over row values and paths into jobs, each
+validated like a job submitted alone; cells that cannot run keep their reason. The page
+`/matrices/{id}` polls its own table (htmx, every second) until every cell is final;
+`.json` and `.csv` are built from the same context.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.deps import DispatcherDep, SettingsDep, StateDep
+from app.dispatch import Dispatcher
+from app.matrices.spec import SHAPE, MatrixSpec, expand
+from app.matrices.store import CellRow, MatrixRow
+from app.matrices.views import cell_view, matrix_csv, matrix_public
+from app.routes.runs import _connected_paths, is_htmx, render
+from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
+from app.settings import Settings
+from app.store import now
+from app.submission import _pydantic_problems, check_bearer, field_errors, read_json_body
+from workers.catalog import WORKLOADS
+from workers.cli import parse_value
+from workers.protocol import CachePolicy, Mode, PathId
+
+router = APIRouter(tags=["matrices"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
+    413: {"model": MessagePublic, "description": "The body is too large."},
+    422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
+    429: {"model": MessagePublic, "description": "The queue cannot take every cell now."},
+}
+
+
+def create_matrix(
+    spec: MatrixSpec, dispatcher: Dispatcher, settings: Settings, client: str | None
+) -> str:
+    """Expand `spec`, queue every cell that can run, store the matrix; its id.
+
+    422 when no cell can run at all (each reason is listed), 429 when the queue cannot
+    take every runnable cell now: a matrix is queued whole or not at all.
+    """
+    cells = expand(spec, dispatcher.store, settings.MAX_JOB_BYTES)
+    runnable = [c for c in cells if c.valid is not None]
+    if not runnable:
+        reasons = list(dict.fromkeys(c.reason or "" for c in cells))
+        field_errors([(None, f"no cell can run: {reason}") for reason in reasons])
+    if dispatcher.store.count_queued() + len(runnable) > settings.MAX_QUEUE:
+        raise HTTPException(
+            status_code=429,
+            detail=f"the queue cannot take {len(runnable)} more jobs now; try again later",
+            headers={"Retry-After": "30"},
+        )
+    stored = []
+    for cell in cells:
+        job_id = None
+        if cell.valid is not None:
+            job_id = dispatcher.submit(cell.valid.spec, cell.valid.devices, client).id
+        stored.append(CellRow(cell.row, cell.col, job_id, cell.reason))
+    matrix_id = secrets.token_hex(8)
+    dispatcher.store.insert_matrix(matrix_id, spec.model_dump(mode="json"), stored, now())
+    return matrix_id
+
+
+def _matrix_or_404(matrix_id: str, dispatcher: Dispatcher) -> MatrixRow:
+    found = dispatcher.store.get_matrix(matrix_id) if len(matrix_id) <= 64 else None
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no matrix {matrix_id[:64]!r}")
+    return found
+
+
+def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> str:
+    if settings.SUBMIT_TOKEN is not None:
+        check_bearer(request, settings.SUBMIT_TOKEN, "matrix submission")
+    client = request.client.host if request.client else "?"
+    wait = dispatcher.rate.retry_after(client, now())
+    if wait is not None:
+        raise HTTPException(
+            status_code=429,
+            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
+            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
+        )
+    return client
+
+
+# --- API --------------------------------------------------------------------------------
+
+
+@router.post(
+    "/api/v1/matrices",
+    status_code=201,
+    responses=ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(MatrixSpec)}},
+        }
+    },
+    summary="Submit a workload matrix",
+)
+async def submit_matrix(
+    request: Request, settings: SettingsDep, dispatcher: DispatcherDep
+) -> JSONResponse:
+    """Run a workload over row values (a parameter, or whole shapes) × paths, as jobs."""
+    client = _check_submitter(request, settings, dispatcher)
+    data = await read_json_body(request, settings.MAX_BODY_BYTES)
+    if not isinstance(data, dict):
+        field_errors([("body", "expected a JSON object")])
+    try:
+        spec = MatrixSpec.model_validate(data)
+    except ValidationError as exc:
+        field_errors(_pydantic_problems(exc))
+    matrix_id = create_matrix(spec, dispatcher, settings, client)
+    body = matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher)
+    return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
+
+
+@router.api_route("/api/v1/matrices", methods=["GET", "HEAD"], summary="List matrices")
+async def list_matrices(
+    dispatcher: DispatcherDep, limit: Annotated[int, Query(ge=1, le=200)] = 50
+) -> JSONResponse:
+    """Matrices, newest first (without their cells)."""
+    data = [
+        {
+            "id": m.id,
+            "workload": m.spec["workload"],
+            "title": m.spec.get("title"),
+            "links": {"self": f"/api/v1/matrices/{m.id}", "page": f"/matrices/{m.id}"},
+        }
+        for m in dispatcher.store.list_matrices(limit)
+    ]
+    return JSONResponse({"data": data, "count": len(data)})
+
+
+@router.api_route(
+    "/api/v1/matrices/{matrix_id}",
+    methods=["GET", "HEAD"],
+    responses={404: {"model": MessagePublic}},
+    summary="Get a matrix and its cells",
+)
+async def get_matrix(matrix_id: str, dispatcher: DispatcherDep) -> JSONResponse:
+    """Every cell: its job's status (or why it has none) and, once run, what it measured."""
+    return JSONResponse(matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher))
+
+
+# --- pages ------------------------------------------------------------------------------
+
+_SPLIT_SCALARS = re.compile(r"[,;\n]+")
+_SPLIT_SHAPES = re.compile(r"[;\n]+")
+_SPLIT_ASSIGNMENTS = re.compile(r"[,\s]+")
+
+
+def _assignments(text: str, field: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in _SPLIT_ASSIGNMENTS.split(text.strip()):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{field}: {item[:30]!r} is not key=value")
+        out[key] = parse_value(value)
+    return out
+
+
+def _values(name: str, text: str, field: str) -> list[Any]:
+    if name == SHAPE:
+        return [_assignments(item, field) for item in _SPLIT_SHAPES.split(text) if item.strip()]
+    return [parse_value(item.strip()) for item in _SPLIT_SCALARS.split(text) if item.strip()]
+
+
+def read_matrix_form(
+    form: dict[str, str], paths: list[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The MatrixSpec body from the form's text fields, and errors naming each bad field."""
+    errors: dict[str, str] = {}
+    body: dict[str, Any] = {"workload": form.get("workload", ""), "paths": paths}
+    try:
+        body["base_params"] = _assignments(form.get("base_params", ""), "base_params")
+    except ValueError as exc:
+        errors["base_params"] = str(exc)
+    axis_name = form.get("axis.name", "").strip()
+    try:
+        body["axis"] = {
+            "name": axis_name,
+            "values": _values(axis_name, form.get("axis.values", ""), "axis.values"),
+        }
+    except ValueError as exc:
+        errors["axis.values"] = str(exc)
+    column_name = form.get("columns.name", "").strip()
+    if column_name:
+        body["columns"] = {
+            "name": column_name,
+            "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
+        }
+    samples = form.get("samples", "20").strip()
+    body["measure"] = {
+        "mode": form.get("mode", Mode.LATENCY.value),
+        "cache": form.get("cache", CachePolicy.COLD.value),
+        "samples": "auto" if samples == "auto" else int(samples) if samples.isdigit() else 0,
+    }
+    if form.get("title", "").strip():
+        body["title"] = form["title"].strip()
+    return body, errors
+
+
+def _form_context(
+    state: StateDep, dispatcher: Dispatcher, values: dict[str, Any], errors: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "values": values,
+        "errors": errors,
+        "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
+        "all_paths": [p.value for p in PathId],
+        "connected": _connected_paths(dispatcher),
+        "modes": [m.value for m in Mode],
+        "caches": [c.value for c in CachePolicy],
+        "token_needed": state.settings.SUBMIT_TOKEN is not None,
+        "nav": "runs",
+    }
+
+
+@router.api_route(
+    "/matrices/new", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
+)
+async def new_matrix(
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    workload: Annotated[str, Query(max_length=64)] = "matmul",
+    artifact: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """The matrix form; `?workload=exported&artifact=SHA` starts from an uploaded function."""
+    values: dict[str, Any] = {
+        "workload": workload if workload in WORKLOADS else "matmul",
+        "paths": ["jax-cpu"],
+    }
+    if artifact:
+        values.update({"workload": "exported", "axis.name": "artifact", "axis.values": artifact})
+    else:
+        values.update(
+            {"axis.name": SHAPE, "axis.values": "m=256, n=256, k=256; m=512, n=512, k=512"}
+        )
+    return render(state, "matrix_new.html", _form_context(state, dispatcher, values, {}))
+
+
+@router.post("/matrices", response_class=HTMLResponse, include_in_schema=False)
+async def submit_matrix_form(
+    request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> Response:
+    """Create a matrix from the form; on a mistake, the form again with every value kept."""
+    raw = await request.body()
+    if len(raw) > state.settings.MAX_BODY_BYTES:
+        raise HTTPException(status_code=413, detail="the form is too large")
+    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    form = {k: v for k, v in pairs if k != "paths"}
+    paths = [v for k, v in pairs if k == "paths"]
+    body, errors = read_matrix_form(form, paths)
+    settings = state.settings
+    if settings.SUBMIT_TOKEN is not None and form.get("token") != settings.SUBMIT_TOKEN:
+        errors["token"] = "this server needs its submission token"
+    matrix_id = None
+    if not errors:
+        try:
+            spec = MatrixSpec.model_validate(body)
+            client = request.client.host if request.client else "?"
+            matrix_id = create_matrix(spec, dispatcher, settings, client)
+        except ValidationError as exc:
+            errors.update({f or "general": m for f, m in _pydantic_problems(exc)})
+        except HTTPException as exc:
+            detail: list[dict[str, Any]] = (
+                exc.detail
+                if isinstance(exc.detail, list)
+                else [{"field": None, "message": str(exc.detail)}]
+            )
+            for d in detail:
+                key = str(d.get("field") or "general")
+                errors[key] = f"{errors[key]} {d['message']}" if key in errors else d["message"]
+    if matrix_id is None:
+        values = {**form, "paths": paths}
+        return render(
+            state, "matrix_new.html", _form_context(state, dispatcher, values, errors), 422
+        )
+    return RedirectResponse(f"/matrices/{matrix_id}", status_code=303)
+
+
+@router.api_route(
+    "/matrices", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
+)
+async def matrices_page(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
+    """Matrices, newest first."""
+    matrices = dispatcher.store.list_matrices(100)
+    return render(state, "matrices.html", {"matrices": matrices, "nav": "runs"})
+
+
+@router.api_route("/matrices/{matrix_id}.json", methods=["GET", "HEAD"], include_in_schema=False)
+async def matrix_json(matrix_id: str, dispatcher: DispatcherDep) -> JSONResponse:
+    return JSONResponse(matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher))
+
+
+@router.api_route("/matrices/{matrix_id}.csv", methods=["GET", "HEAD"], include_in_schema=False)
+async def matrix_csv_route(matrix_id: str, dispatcher: DispatcherDep) -> PlainTextResponse:
+    public = matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher)
+    return PlainTextResponse(
+        matrix_csv(public),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="matrix-{matrix_id}.csv"'},
+    )
+
+
+@router.api_route(
+    "/matrices/{matrix_id}",
+    methods=["GET", "HEAD"],
+    response_class=HTMLResponse,
+    include_in_schema=False,
+)
+async def matrix_page(
+    matrix_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> HTMLResponse:
+    """The table; while a cell is unfinished, its fragment reloads itself every second."""
+    public = matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher)
+    ctx = {
+        "m": public,
+        "rows": [{**r, "cells": [cell_view(c) for c in r["cells"]]} for r in public["rows"]],
+        "nav": "runs",
+    }
+    return render(state, "_matrix_table.html" if is_htmx(request) else "matrix.html", ctx)
