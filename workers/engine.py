@@ -93,8 +93,8 @@ def select_devices(path: PathId) -> list[Any]:
     """The devices that serve `path` here, or PathUnavailable naming what was found."""
     if path is PathId.CUDA:
         raise PathUnavailable(
-            "path cuda: the CUDA C++ path is added by a later issue; "
-            "use jax-gpu to run JAX on an NVIDIA GPU"
+            "path cuda runs hand-written kernels through CuPy (workers.cuda), not on JAX "
+            "devices; run_job sends it there"
         )
     platform = PATH_PLATFORM[path].value
     found = devices_by_platform()
@@ -216,6 +216,10 @@ def run_job(
             f"stages: {job.workload} does not offer {', '.join(extra_stages)} (offered: {offered})",
             "stages",
         )
+    if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
+        from workers.cuda.job import run_cuda_job
+
+        return run_cuda_job(job, params, progress, cache_dir=cache_dir, perturb=perturb)
     devices = select_devices(job.path)
     device = devices[0]
     workload = get_workload(job.workload)
@@ -264,6 +268,9 @@ def run_job(
         counts_source = "FLOPs from XLA's cost analysis; bytes: arguments + results"
     measurements: list[Measurement] = []
     warnings: list[str] = []
+    from workers.cuda.job import jax_path_notes  # options that only the cuda path reads
+
+    warnings.extend(jax_path_notes(job))
     correctness = None
     rates = Rates(flops=flops, bytes=moved)
 

@@ -153,6 +153,10 @@ class MeasureOptions(StrictModel):
         default=0.05, gt=0, le=1, description="'auto' stops once IQR / median falls below this."
     )
     warmup: int = Field(default=1, ge=1, le=100, description="Uncounted calls before sampling.")
+    flush_l2: bool = Field(
+        default=False,
+        description="cuda path: flush the GPU's L2 cache before every sample (cold-cache timing).",
+    )
 
     def sample_count(self) -> int | None:
         """The fixed sample count, or None when sampling is adaptive."""
@@ -200,6 +204,10 @@ class Measurement(OpenModel):
     calls_per_sample: int = 1
     stopped_because: str | None = None
     note: str | None = None
+    subject: str | None = Field(
+        default=None,
+        description="What was timed when a run times several implementations, e.g. cuBLAS.",
+    )
 
 
 class Correctness(OpenModel):
@@ -344,6 +352,21 @@ class HloSummary(OpenModel):
     )
 
 
+class KernelResources(OpenModel):
+    """What the CUDA assembler (ptxas) reported for one compiled kernel."""
+
+    name: str
+    arch: str
+    registers: int | None = Field(default=None, description="Registers per thread.")
+    shared_bytes: int | None = Field(default=None, description="Static shared memory per block.")
+    constant_bytes: int | None = None
+    stack_bytes: int | None = Field(default=None, description="Stack frame per thread.")
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    barriers: int | None = None
+    source: str = Field(default="ptxas -v", description="The tool the figures came from.")
+
+
 class InputInfo(OpenModel):
     name: str
     shape: list[int]
@@ -373,6 +396,9 @@ class RunResult(OpenModel):
     valid: bool = Field(description="False when correctness failed: timings are then not results.")
     harness_seconds: float | None = Field(
         default=None, description="The harness's own time outside every reported interval."
+    )
+    kernel_resources: list[KernelResources] = Field(
+        default_factory=list, description="cuda path: registers, shared memory, spills."
     )
     extra: dict[str, Any] = Field(default_factory=dict)
 

@@ -80,7 +80,6 @@ class Channel:
 
 
 def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
-    import shutil
     import socket
 
     import jax
@@ -94,8 +93,14 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
     devices = found.get(platform, [])
     offered = available_paths()
     main_path = {"cpu": PathId.JAX_CPU, "gpu": PathId.JAX_GPU, "tpu": PathId.JAX_TPU}[platform]
-    paths = [p.value for p in offered if p in (main_path, PathId.CUDA)]
-    cuda_compile = shutil.which("nvcc") is not None
+    paths = [p.value for p in offered if p is main_path]
+    from workers.cuda.env import cuda_capabilities
+
+    # cuda_compile: nvcc (or NVRTC) answered here; cuda_run: also CuPy sees a GPU.
+    cuda = cuda_capabilities()
+    cuda_compile = cuda["cuda_compile"]
+    if cuda_compile:
+        paths.append(PathId.CUDA.value)
     return {
         "platform": Platform(platform).value,
         "device_kind": str(devices[0].device_kind) if devices else "none",
@@ -105,7 +110,7 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "jax_version": jax.__version__,
         "jaxlib_version": jaxlib_version(),
         "cuda_compile": cuda_compile,
-        "cuda_run": cuda_compile and platform == "gpu" and PathId.CUDA in offered,
+        "cuda_run": cuda["cuda_run"],
         "protocol_version": PROTOCOL_VERSION,
         "catalog_version": CATALOG_VERSION,
         "hostname": socket.gethostname(),

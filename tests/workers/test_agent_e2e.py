@@ -194,7 +194,8 @@ def test_a_real_worker_runs_a_job_and_the_run_is_kept(
     c.start_worker("w1")
     worker_id = c.wait_worker("w1")
     workers = c.client.get("/api/v1/workers").json()["data"]
-    assert workers[0]["platform"] == "cpu" and workers[0]["paths"] == ["jax-cpu"]
+    assert workers[0]["platform"] == "cpu" and workers[0]["paths"][0] == "jax-cpu"
+    assert workers[0]["paths"][1:] == (["cuda"] if workers[0]["cuda_compile"] else [])
 
     job_id = c.submit()
     job = c.wait_status(job_id, {"done", "failed"})

@@ -112,7 +112,7 @@ def test_wrong_path_is_refused_naming_what_was_found(job: Callable[..., JobSpec]
     spec = job("matmul").model_copy(update={"path": PathId.JAX_GPU})
     with pytest.raises(PathUnavailable, match=r"path jax-gpu needs a gpu device; .*cpu ×1"):
         run_job(spec)
-    with pytest.raises(PathUnavailable, match="later issue"):
+    with pytest.raises(PathUnavailable, match="needs an NVIDIA GPU"):
         run_job(job("matmul").model_copy(update={"path": PathId.CUDA}))
     with pytest.raises(CatalogError, match="path: gather does not run on cuda"):
         run_job(job("gather").model_copy(update={"path": PathId.CUDA}))

@@ -46,7 +46,9 @@ async def test_runner_detects_runs_and_reports_progress(tmp_path: Path) -> None:
         runner = await pool.get(1)
         caps = await runner.detect(8)
         assert caps["platform"] == "cpu"
-        assert caps["paths"] == ["jax-cpu"]
+        # The cuda path is offered (compile only) exactly where a CUDA compiler was found.
+        assert caps["paths"] == ["jax-cpu"] + (["cuda"] if caps["cuda_compile"] else [])
+        assert caps["cuda_run"] is False
         assert caps["device_count"] >= 1 and caps["max_virtual_devices"] == 8
         events: list[dict[str, Any]] = []
         outcome = await runner.run({"job": JOB}, 60.0, events.append)

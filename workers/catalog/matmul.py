@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.protocol import PathId
+
+
+class MatmulKernel(StrEnum):
+    """The hand-written CUDA kernel the cuda path runs (JAX paths let XLA choose)."""
+
+    NAIVE = "naive"
+    TILED = "tiled"
 
 
 class MatmulParams(WorkloadParams):
@@ -24,6 +32,10 @@ class MatmulParams(WorkloadParams):
     )
     precision: Annotated[Precision, Lax] = Field(
         default=Precision.DEFAULT, description="Contraction precision (jax.lax.Precision)."
+    )
+    kernel: Annotated[MatmulKernel, Lax] = Field(
+        default=MatmulKernel.TILED,
+        description="cuda path only: naive (one thread per output) or tiled (shared memory).",
     )
 
     def input_bytes(self) -> int:

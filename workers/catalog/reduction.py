@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
+from workers.protocol import PathId
 
 
 class ReductionOp(StrEnum):
@@ -17,6 +18,13 @@ class ReductionOp(StrEnum):
     SOFTMAX = "softmax"
 
 
+class ReductionKernel(StrEnum):
+    """The hand-written CUDA kernel the cuda path runs (JAX paths let XLA choose)."""
+
+    NAIVE = "naive"
+    TREE = "tree"
+
+
 class ReductionParams(WorkloadParams):
     workload = "reduction"
     title = "Reduction"
@@ -24,6 +32,7 @@ class ReductionParams(WorkloadParams):
         "A sum or a softmax along one axis: every output depends on many inputs, so the "
         "compiler must choose how to split the work and combine the partial results."
     )
+    paths = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU, PathId.CUDA)
 
     rows: int = Field(default=1024, ge=1, le=1 << 16, description="Rows of the matrix.")
     cols: int = Field(default=1024, ge=1, le=1 << 16, description="Columns of the matrix.")
@@ -32,6 +41,10 @@ class ReductionParams(WorkloadParams):
     )
     axis: int = Field(default=1, ge=0, le=1, description="0 reduces over rows, 1 over columns.")
     dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type.")
+    kernel: Annotated[ReductionKernel, Lax] = Field(
+        default=ReductionKernel.TREE,
+        description="cuda path only: naive (a thread per output) or tree (threads cooperate).",
+    )
 
     def reduced_length(self) -> int:
         """How many elements each output combines."""
