@@ -15,6 +15,7 @@ from workers.catalog.attention import AttentionParams
 from workers.catalog.base import WorkloadParams
 from workers.catalog.elementwise import ElementwiseParams
 from workers.catalog.exported import ExportedParams
+from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.reduction import ReductionParams
@@ -29,6 +30,7 @@ WORKLOADS: dict[str, type[WorkloadParams]] = {
     cls.workload: cls
     for cls in (MatmulParams, ElementwiseParams, ReductionParams, GatherParams, AttentionParams)
 }
+WORKLOADS[FfiParams.workload] = FfiParams  # JAX calling a compiled handler through XLA's FFI
 # A user's own function, brought as a jax.export artifact (workers.catalog.exported).
 WORKLOADS[ExportedParams.workload] = ExportedParams
 

@@ -10,6 +10,7 @@ from typing import Any
 from workers.workloads.attention import Attention
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
 from workers.workloads.elementwise import Elementwise
+from workers.workloads.ffi import Ffi
 from workers.workloads.exported import ExportedFunction
 from workers.workloads.gather import Gather
 from workers.workloads.matmul import Matmul
@@ -21,6 +22,7 @@ WORKLOADS: dict[str, Workload[Any]] = {
     w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())
 }
 """Every workload the runner can execute, by catalog name."""
+WORKLOADS[Ffi.name] = Ffi()  # JAX calling a compiled handler through XLA's FFI
 WORKLOADS[ExportedFunction.name] = ExportedFunction()  # a user's jax.export artifact
 
 

@@ -1,0 +1,31 @@
+"""`ffi`: y = x · scale + shift, computed by a compiled handler JAX calls through XLA's FFI."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from workers.catalog.base import DTYPE_BYTES, WorkloadParams
+from workers.protocol import PathId
+
+
+class FfiParams(WorkloadParams):
+    workload = "ffi"
+    title = "FFI custom call"
+    summary = (
+        "A scaled shift done by a hand-written C++ (CPU) or CUDA (GPU) handler that JAX "
+        "calls through XLA's FFI: the narrow boundary between JAX and compiled code. "
+        "float32 only; not differentiable."
+    )
+    paths = (PathId.JAX_CPU, PathId.JAX_GPU)
+
+    n: int = Field(default=1 << 20, ge=1, le=1 << 28, description="Elements in the vector.")
+    scale: float = Field(
+        default=2.0, ge=-1e6, le=1e6, allow_inf_nan=False, description="The 'scale' attribute."
+    )
+    shift: float = Field(
+        default=0.5, ge=-1e6, le=1e6, allow_inf_nan=False, description="The 'shift' attribute."
+    )
+
+    def input_bytes(self) -> int:
+        # One float32 input and one float32 output.
+        return 2 * self.n * DTYPE_BYTES["float32"]
