@@ -73,6 +73,7 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         rows = [(name, format_seconds(getattr(stats, name))) for name in STAT_ROWS]
     return {
         "boundary": m.boundary.value,
+        "subject": m.subject,
         "note": BOUNDARY_NOTES.get(m.boundary.value, ""),
         "rounds": len(m.samples_s),
         "calls_per_sample": m.calls_per_sample,
@@ -85,6 +86,12 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "svg": samples_svg(m, title_id=f"samples-{index}") if valid else "",
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
+
+
+def _cuda_view(run: RunResult) -> dict[str, Any] | None:
+    from app.runs.cuda_view import cuda_view  # the cuda path's panel (None on other paths)
+
+    return cuda_view(run)
 
 
 def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
@@ -131,6 +138,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                 if value is not None
             ],
             environment=run.environment.model_dump(mode="json"),
+            cuda=_cuda_view(run),
         )
     return ctx
 
