@@ -223,6 +223,17 @@ def run_command(argv: list[str]) -> int:
         print(f"boundary run: {exc}", file=sys.stderr)
         return EXIT_BAD_JOB
 
+    from workers.scale.devices import ensure_cpu_devices
+
+    try:
+        # A jax-cpu job over N devices needs N virtual devices, fixed when JAX starts.
+        relaunched = ensure_cpu_devices(job, argv, max_bytes)
+    except CatalogError as exc:
+        print(f"boundary run: {exc}", file=sys.stderr)
+        return EXIT_BAD_JOB
+    if relaunched is not None:
+        return relaunched
+
     from workers.engine import PathUnavailable, run_job
 
     progress = _progress_to_stderr if sys.stderr.isatty() else None

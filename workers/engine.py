@@ -56,6 +56,8 @@ from workers.protocol import (
     StageId,
     StageSeconds,
 )
+from workers.scale.prepare import prepare as prepare_scale
+from workers.scale.report import attach_scale
 from workers.workloads import JaxFunction, get_workload
 
 __all__ = [
@@ -222,6 +224,12 @@ def run_job(
         return run_cuda_job(job, params, progress, cache_dir=cache_dir, perturb=perturb)
     devices = select_devices(job.path)
     device = devices[0]
+    if params.devices() > len(devices):
+        # Never run on fewer devices than asked: a mesh of 8 on 1 device is another program.
+        raise PathUnavailable(
+            f"params.devices: {job.workload} spans {params.devices()} devices; this process "
+            f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
+        )
     workload = get_workload(job.workload)
     bind = getattr(workload, "bind", None)
     if bind is not None:
@@ -234,9 +242,15 @@ def run_job(
 
     # --- compile side: trace, lower and compile, each timed on its own -----------------
     apply_cache_policy(options.cache, cache_dir or default_cache_dir())
-    jitted = _jitted(job.workload, params)
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    abstract = [shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding) for s in specs]
+    scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
+    if scaled is None:
+        jitted = _jitted(job.workload, params)
+        sharding = jax.sharding.SingleDeviceSharding(device)
+        abstract = [
+            shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding) for s in specs
+        ]
+    else:
+        jitted, abstract = scaled.jitted, scaled.abstract
     before = cache_counts()
     t0 = clock()
     traced = jitted.trace(*abstract)
@@ -280,7 +294,10 @@ def run_job(
         host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
         unreported["inputs"] = clock() - t0
         t0 = clock()
-        args = harness.block_all(jax.device_put(host_inputs, device))
+        if scaled is None:
+            args = harness.block_all(jax.device_put(host_inputs, device))
+        else:
+            args = scaled.place(host_inputs)
         unreported["placement"] = clock() - t0
         emit("warm-up")
         t0 = clock()
@@ -291,7 +308,7 @@ def run_job(
             compiled,
             args=args,
             host_inputs=host_inputs,
-            device=device,
+            device=device if scaled is None else scaled.in_shardings,
             options=options,
             progress=progress,
         )
@@ -299,7 +316,7 @@ def run_job(
         warnings.extend(sampled.warnings)
         unreported["untimed_work"] = sampled.untimed_s
         t0 = clock()
-        output = np.asarray(sampled.output)
+        output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
         if perturb is not None:
             output = output.astype(np.float64) * (1.0 + perturb)
         judge = getattr(workload, "judge", None)
@@ -342,6 +359,10 @@ def run_job(
         valid=valid,
         extra={"seed": SEED},
     )
+    if scaled is not None:
+        t0 = clock()
+        attach_scale(result, scaled, compiled, job, devices, seed=SEED, progress=progress)
+        unreported["scale"] = clock() - t0
     elapsed = time.perf_counter() - started
     result.harness_seconds = max(0.0, elapsed - _reported_seconds(stage_seconds, measurements))
     # What is left once the workload's own untimed work is named: the harness's bookkeeping.

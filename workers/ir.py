@@ -10,6 +10,7 @@ operations became one kernel, or that a dot went to cuBLAS on a GPU and YNNPACK 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,8 +29,14 @@ _TO_APPLY = re.compile(r"\bto_apply=%?([^\s,{}]+)")
 _BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _REPLICA_GROUPS = re.compile(
-    r"replica_groups=(\{\}|\{\{.*?\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)"
+    r"replica_groups=(\{\}|\{\{.*?\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
+    r"|mesh\[[^\]]*\]\s*\{[^}]*\})"
 )
+_IOTA_GROUPS = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
+_MESH_GROUPS = re.compile(r"^mesh\[([^\]]*)\]\s*\{([^}]*)\}$")
+_MESH_AXIS = re.compile(r"^'?([^'=]+)'?=(\d+)$")
+_DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
+_OP_NAME = re.compile(r'\bop_name="([^"]*)"')
 _ARRAY_SHAPE = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 
 COLLECTIVES = frozenset(
@@ -93,6 +100,137 @@ def library_of(target: str) -> str | None:
         if marker.lower() in lowered:
             return library
     return None
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def parse_replica_groups(text: str) -> list[list[int]] | None:
+    """Device-id groups from any of HLO's replica-group spellings; None if unknown.
+
+    Explicit `{{0,1},{2,3}}`; iota `[G,S]<=[N]` or `[G,S]<=[A,B]T(1,0)` (device ids laid
+    out in the reshape dimensions, transposed, then cut into G groups of S); and the
+    mesh form `mesh['axis_0'=2,'axis_1'=4] {'axis_1'}`, whose groups vary the named axes
+    of a row-major mesh of device ids. `{}` (one group of every device) gives None.
+    """
+    text = text.strip()
+    if text.startswith("{{"):
+        return [_ints(group) for group in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
+    iota = _IOTA_GROUPS.match(text)
+    if iota is not None:
+        shape, dims = _ints(iota[1]), _ints(iota[2])
+        order = _ints(iota[3]) if iota[3] else list(range(len(dims)))
+        ids = _transposed_iota(dims, order)
+        size = shape[-1] if shape else 1
+        return [ids[i : i + size] for i in range(0, len(ids), size)]
+    mesh = _MESH_GROUPS.match(text)
+    if mesh is not None:
+        axes: list[tuple[str, int]] = []
+        for part in mesh[1].split(","):
+            found = _MESH_AXIS.match(part.strip())
+            if found is None:
+                return None  # sub-axes and other refinements are left as text
+            axes.append((found[1], int(found[2])))
+        chosen = [name.strip().strip("'") for name in mesh[2].split(",") if name.strip()]
+        names = [name for name, _ in axes]
+        if any(name not in names for name in chosen):
+            return None
+        return _mesh_groups(axes, chosen)
+    return None
+
+
+def _transposed_iota(dims: list[int], order: list[int]) -> list[int]:
+    """Row-major ids over `dims`, read back in the axis order `order`."""
+    strides = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        strides[i] = strides[i + 1] * dims[i + 1]
+    out_dims = [dims[i] for i in order]
+    ids: list[int] = []
+    for coords in itertools.product(*(range(d) for d in out_dims)):
+        ids.append(sum(c * strides[axis] for c, axis in zip(coords, order, strict=True)))
+    return ids
+
+
+def _mesh_groups(axes: list[tuple[str, int]], chosen: list[str]) -> list[list[int]]:
+    """Groups of a row-major mesh of device ids that vary exactly the `chosen` axes."""
+    names = [name for name, _ in axes]
+    sizes = dict(axes)
+    strides: dict[str, int] = {}
+    stride = 1
+    for name, size in reversed(axes):
+        strides[name] = stride
+        stride *= size
+    fixed = [name for name in names if name not in chosen]
+    groups: list[list[int]] = []
+    for outer in itertools.product(*(range(sizes[n]) for n in fixed)):
+        base = sum(c * strides[n] for c, n in zip(outer, fixed, strict=True))
+        inner = itertools.product(*(range(sizes[n]) for n in chosen))
+        groups.append(
+            [base + sum(c * strides[n] for c, n in zip(at, chosen, strict=True)) for at in inner]
+        )
+    return groups
+
+
+def payload_shape(op: str, shape: str) -> str:
+    """The shape a collective delivers: async `-start` forms carry operands and scratch too.
+
+    `all-gather-start` returns (operands, results); `collective-permute-start` returns
+    (operand, result, context...); `all-reduce-start` returns its results directly.
+    """
+    if not shape.startswith("(") or not op.endswith("-start"):
+        return shape
+    parts = _top_level_parts(shape[1:-1])
+    if op == "all-gather-start" and len(parts) >= 2:
+        return ", ".join(parts[len(parts) // 2 :])
+    if op == "collective-permute-start" and len(parts) >= 2:
+        return parts[1]
+    return shape
+
+
+def _top_level_parts(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def jax_op_name(rest: str) -> str | None:
+    """The JAX operation an instruction came from, from its op_name metadata."""
+    found = _OP_NAME.search(rest)
+    if found is None:
+        return None
+    # "jit(step)/dot_general" → "dot_general"; argument names ("a") stay as they are.
+    name = found[1]
+    return name.split(")/", 1)[1] if name.startswith("jit(") and ")/" in name else name
+
+
+def collective_of(ins: Instruction) -> HloCollective:
+    """The HloCollective an instruction (a collective or its -start form) describes."""
+    groups_match = _REPLICA_GROUPS.search(ins.rest)
+    groups_text = groups_match[1] if groups_match else None
+    dims = _DIMENSIONS.search(ins.rest)
+    payload = payload_shape(ins.op, ins.shape)
+    return HloCollective(
+        kind=ins.op.removesuffix("-start"),
+        shape=payload,
+        bytes=shape_bytes(payload),
+        replica_groups=groups_text,
+        groups=parse_replica_groups(groups_text) if groups_text else None,
+        name=ins.name,
+        jax_op=jax_op_name(ins.rest),
+        dimensions=_ints(dims[1]) if dims else None,
+        asynchronous=ins.op.endswith("-start"),
+    )
 
 
 def shape_bytes(shape: str) -> int | None:
@@ -199,15 +337,7 @@ def summarize_hlo(text: str) -> HloSummary:
                     HloCustomCall(target=target, library=library_of(target), shape=ins.shape)
                 )
             elif ins.op in COLLECTIVES or ins.op.removesuffix("-start") in COLLECTIVES:
-                groups = _REPLICA_GROUPS.search(ins.rest)
-                summary.collectives.append(
-                    HloCollective(
-                        kind=ins.op.removesuffix("-start"),
-                        shape=ins.shape,
-                        bytes=shape_bytes(ins.shape),
-                        replica_groups=groups[1] if groups else None,
-                    )
-                )
+                summary.collectives.append(collective_of(ins))
     for found in [f.library for f in summary.fusions] + [c.library for c in summary.custom_calls]:
         if found is not None and found not in libraries:
             libraries.append(found)

@@ -105,7 +105,8 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "platform": Platform(platform).value,
         "device_kind": str(devices[0].device_kind) if devices else "none",
         "device_count": len(devices),
-        "max_virtual_devices": max_virtual_devices if platform == "cpu" else 0,
+        # A group's runner cannot restart with another device count: the mesh is fixed.
+        "max_virtual_devices": max_virtual_devices if platform == "cpu" and not _GROUP else 0,
         "paths": paths,
         "jax_version": jax.__version__,
         "jaxlib_version": jaxlib_version(),
@@ -115,6 +116,30 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "catalog_version": CATALOG_VERSION,
         "hostname": socket.gethostname(),
     }
+
+
+_GROUP: list[Any] = []
+"""The GroupChannel of a worker group's process 0, once joined (empty when alone)."""
+
+
+def _join_group() -> None:
+    """Join the worker group the environment names (BOUNDARY_COORDINATOR, ...), if any.
+
+    Only process 0 runs a worker and its runner; the other processes run
+    `python -m workers.scale.group follow` and take each job from process 0.
+    """
+    from workers.scale.group import GroupChannel, GroupConfig, join
+
+    config = GroupConfig.from_env()
+    if config is None:
+        return
+    if not config.leader:
+        raise SystemExit(
+            f"process {config.process_id} of a worker group runs "
+            "`python -m workers.scale.group follow`, not a worker"
+        )
+    join(config)
+    _GROUP.append(GroupChannel(config))
 
 
 def _maybe_hang() -> None:
@@ -142,13 +167,24 @@ def _run(channel: Channel, request: dict[str, Any]) -> None:
     try:
         job = JobSpec.model_validate(request["job"])
         cache_dir = request.get("cache_dir")
-        result = run_job(
-            job,
-            progress,
-            cache_dir=Path(cache_dir) if cache_dir else None,
-            max_bytes=int(request.get("max_bytes") or 2 * 1024**3),
-            files_dir=Path(request["files_dir"]) if request.get("files_dir") else None,
-        )
+        if _GROUP:  # process 0 of a worker group: every process runs the job
+            from workers.scale.group import lead
+
+            result = lead(
+                _GROUP[0],
+                job,
+                cache_dir=cache_dir,
+                max_bytes=request.get("max_bytes"),
+                progress=progress,
+            )
+        else:
+            result = run_job(
+                job,
+                progress,
+                cache_dir=Path(cache_dir) if cache_dir else None,
+                max_bytes=int(request.get("max_bytes") or 2 * 1024**3),
+                files_dir=Path(request["files_dir"]) if request.get("files_dir") else None,
+            )
     except CatalogError as exc:
         channel.send("error", kind="catalog", message=str(exc), field=exc.field)
         return
@@ -173,6 +209,8 @@ def child_main() -> None:
     channel = Channel()
     started = time.perf_counter()
     import workers.engine  # noqa: F401 - the point of a warm runner: import JAX once
+
+    _join_group()
 
     channel.send("ready", pid=os.getpid(), import_s=time.perf_counter() - started)
     while True:

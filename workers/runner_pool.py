@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.runner import PARENT_ENV
+from workers.scale.group import COORDINATOR_ENV
 
 log = logging.getLogger("boundary.worker")
 
@@ -217,8 +218,13 @@ class RunnerPool:
             env["XLA_FLAGS"] = " ".join(flags)
         return env
 
+    def _key(self, devices: int) -> int:
+        # A worker group has one runner, joined to the group's mesh once and for all.
+        return 1 if self._base_env.get(COORDINATOR_ENV) else devices
+
     async def get(self, devices: int = 1) -> Runner:
         """A live runner for `devices` virtual devices (1: the default), started if needed."""
+        devices = self._key(devices)
         runner = self._runners.get(devices)
         if runner is not None and runner.alive:
             return runner
@@ -230,6 +236,7 @@ class RunnerPool:
 
     def warm(self, devices: int = 1) -> asyncio.Task[Runner]:
         """Start a runner for `devices` in the background (the next `get` waits for it)."""
+        devices = self._key(devices)
         task = self._starting.get(devices)
         if task is None:
             task = asyncio.create_task(self._start(devices))

@@ -12,6 +12,7 @@ import json
 import shlex
 from typing import Any, get_args
 
+from app.runs.placement import placement_view
 from app.runs.plots import format_seconds, samples_svg
 from workers.protocol import (
     ARTIFACT_NAMES,
@@ -138,6 +139,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                 if value is not None
             ],
             environment=run.environment.model_dump(mode="json"),
+            placement_view=placement_view(run),
             cuda=_cuda_view(run),
         )
     return ctx

@@ -13,12 +13,15 @@ from pydantic import BaseModel, ValidationError
 
 from workers.catalog.attention import AttentionParams
 from workers.catalog.base import WorkloadParams
+from workers.catalog.collective import CollectiveParams
 from workers.catalog.elementwise import ElementwiseParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
+from workers.catalog.mesh import MESH_ERROR
 from workers.catalog.reduction import ReductionParams
+from workers.catalog.sharded_matmul import ShardedMatmulParams
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -30,6 +33,8 @@ WORKLOADS: dict[str, type[WorkloadParams]] = {
     cls.workload: cls
     for cls in (MatmulParams, ElementwiseParams, ReductionParams, GatherParams, AttentionParams)
 }
+# The scale stage's workloads: meshes, shardings and collectives (workers.catalog.mesh).
+WORKLOADS.update({cls.workload: cls for cls in (ShardedMatmulParams, CollectiveParams)})
 WORKLOADS[FfiParams.workload] = FfiParams  # JAX calling a compiled handler through XLA's FFI
 # A user's own function, brought as a jax.export artifact (workers.catalog.exported).
 WORKLOADS[ExportedParams.workload] = ExportedParams
@@ -49,6 +54,8 @@ class CatalogError(ValueError):
 def allowed_range(model: type[BaseModel], name: str) -> str | None:
     """A field's numeric bounds as text, e.g. '1 ≤ m ≤ 16384'; None if it has none."""
     info = model.model_fields.get(name)
+    if info is None:  # a field known on the wire by its alias
+        info = next((f for f in model.model_fields.values() if f.alias == name), None)
     if info is None:
         return None
     low = high = ""
@@ -81,10 +88,11 @@ def describe_validation_error(
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
         if model is not None:
-            msg = f"{msg} (known: {', '.join(model.model_fields)})"
+            known = (f.alias or n for n, f in model.model_fields.items())
+            msg = f"{msg} (known: {', '.join(known)})"
     bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
     declared = allowed_range(model, name) if model is not None and name else None
-    if declared and err["type"] != "extra_forbidden":
+    if declared and err["type"] not in {"extra_forbidden", MESH_ERROR}:
         msg = f"{msg} (allowed: {declared})"
     elif bounds:
         msg = f"{msg} (allowed: {bounds})"

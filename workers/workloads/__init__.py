@@ -9,12 +9,14 @@ from typing import Any
 
 from workers.workloads.attention import Attention
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
+from workers.workloads.collective import Collective
 from workers.workloads.elementwise import Elementwise
 from workers.workloads.ffi import Ffi
 from workers.workloads.exported import ExportedFunction
 from workers.workloads.gather import Gather
 from workers.workloads.matmul import Matmul
 from workers.workloads.reduction import Reduction
+from workers.workloads.sharded_matmul import ShardedMatmul
 
 __all__ = ["WORKLOADS", "HostArray", "InputSpec", "JaxFunction", "Workload", "get_workload"]
 
@@ -22,6 +24,7 @@ WORKLOADS: dict[str, Workload[Any]] = {
     w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())
 }
 """Every workload the runner can execute, by catalog name."""
+WORKLOADS.update({w.name: w for w in (ShardedMatmul(), Collective())})  # the scale stage's
 WORKLOADS[Ffi.name] = Ffi()  # JAX calling a compiled handler through XLA's FFI
 WORKLOADS[ExportedFunction.name] = ExportedFunction()  # a user's jax.export artifact
 

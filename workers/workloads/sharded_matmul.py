@@ -1,0 +1,104 @@
+"""`sharded-matmul` on JAX: C = A @ B with A, B and C laid out over a mesh.
+
+The function is the same dense product as `matmul`; only the layout differs, and the
+compiler (SPMD partitioning) adds whatever communication the layout implies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from workers.catalog.mesh import format_spec
+from workers.catalog.sharded_matmul import ShardedMatmulParams, Sharding
+from workers.scale.mesh import partition_spec
+from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction, as_float64
+from workers.workloads.matmul import contraction_tolerance
+from workers.workloads.scale_base import ScaleWorkload
+
+_constrain = cast(
+    "Callable[[jax.Array, NamedSharding], jax.Array]", jax.lax.with_sharding_constraint
+)
+"""jax.lax.with_sharding_constraint, typed: pin a value's layout inside a jitted function."""
+
+
+class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
+    """A dense product whose operands and output are sharded as the parameters say."""
+
+    name = "sharded-matmul"
+    params_type = ShardedMatmulParams
+
+    def input_specs(self, params: ShardedMatmulParams) -> list[InputSpec]:
+        dtype = params.dtype.value
+        return [
+            InputSpec("a", (params.m, params.k), dtype),
+            InputSpec("b", (params.k, params.n), dtype),
+        ]
+
+    def mesh_function(self, params: ShardedMatmulParams, mesh: Mesh) -> JaxFunction:
+        precision = LAX_PRECISION[params.precision]
+        out = NamedSharding(mesh, partition_spec(params.specs()[2]))
+
+        def sharded_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+            product = jnp.matmul(a, b, precision=precision)
+            # Pinning the output's layout is what makes the needed collectives explicit.
+            return _constrain(product, out)
+
+        return sharded_matmul
+
+    def reference(self, params: ShardedMatmulParams, inputs: Sequence[HostArray]) -> HostArray:
+        a, b = inputs
+        result: HostArray = np.matmul(as_float64(a), as_float64(b))
+        return result
+
+    def flop_count(self, params: ShardedMatmulParams) -> float:
+        return 2.0 * params.m * params.n * params.k
+
+    def byte_count(self, params: ShardedMatmulParams) -> float:
+        size = params.element_bytes()
+        return float(size * (params.m * params.k + params.k * params.n + params.m * params.n))
+
+    def tolerance(self, params: ShardedMatmulParams) -> float:
+        return contraction_tolerance(params.dtype, params.precision, params.k)
+
+    def explain(self, params: ShardedMatmulParams, kind: str, source: str | None) -> str:
+        a, b, out = (format_spec(s) for s in params.specs())
+        moved = f" ({source})" if source else ""
+        if kind in {"all-reduce", "reduce-scatter"}:
+            return (
+                f"A {a} and B {b} both shard k, the contracted dimension, so each device "
+                f"multiplies only its slice of k and holds partial sums of every output "
+                f"element{moved}; C {out} asks for finished values, so XLA adds the partial "
+                f"sums across the devices with an {kind}."
+            )
+        if kind == "all-gather":
+            if params.sharding is Sharding.GATHERED or out == format_spec(((), ())):
+                return (
+                    f"C {out} is replicated while A {a} and B {b} are sharded, so every "
+                    f"device must end up with data it does not hold: XLA all-gathers{moved} "
+                    "to give each device the whole."
+                )
+            return (
+                f"A value sharded by the layout (A {a}, B {b}) is needed whole by the next "
+                f"step or by C {out}, so XLA all-gathers it{moved}."
+            )
+        if kind == "all-to-all":
+            return (
+                f"C {out} is sharded along a different dimension than the product comes out "
+                f"in, so XLA reshards it with an all-to-all{moved}."
+            )
+        return f"The layout A {a}, B {b}, C {out} makes XLA move data: {kind}{moved}."
+
+    def no_collective_reason(self, params: ShardedMatmulParams) -> str | None:
+        a, b, out = (format_spec(s) for s in params.specs())
+        if params.devices() == 1:
+            return "One device holds everything: there is nobody to communicate with."
+        return (
+            f"A {a}, B {b}, C {out}: every device already holds all the data its block of "
+            "C needs (its rows of A and the B it was given), so no collective is needed."
+        )
