@@ -16,6 +16,18 @@ def _rate(value: Any, unit: str) -> str:
     return f"{value / 1e9:.3g} {unit}" if isinstance(value, int | float) and value > 0 else "—"
 
 
+def _grouped(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive identical launches folded into one entry with a count."""
+    groups: list[dict[str, Any]] = []
+    for launch in launches:
+        same = groups and all(groups[-1][k] == launch.get(k) for k in ("kernel", "grid", "block"))
+        if same:
+            groups[-1]["count"] += 1
+        else:
+            groups.append({**launch, "count": 1})
+    return groups
+
+
 def cuda_view(run: RunResult) -> dict[str, Any] | None:
     """What the CUDA panel shows for `run`; None unless the run is on the cuda path."""
     if run.job.path is not PathId.CUDA:
@@ -53,7 +65,7 @@ def cuda_view(run: RunResult) -> dict[str, Any] | None:
         "arch": build.get("arch") or run.environment.extra.get("target_arch", ""),
         "compiler": build.get("compiler") or "",
         "timing": timing,
-        "launches": facts.get("launches") or [],
+        "launches": _grouped(facts.get("launches") or []),
         "resources": [r.model_dump() for r in run.kernel_resources],
         "comparison": comparison,
     }

@@ -270,6 +270,18 @@ def _smi_facts(index: int) -> dict[str, str]:
     return facts
 
 
+def cublas_module() -> Any:
+    """CuPy's cuBLAS wrapper module (its location moved between CuPy releases)."""
+    import importlib
+
+    for name in ("cupy_backends.cuda.libs.cublas", "cupy.cuda.cublas"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("this CuPy has no cuBLAS wrapper (cupy_backends.cuda.libs.cublas)")
+
+
 def gpu_facts(index: int = 0) -> dict[str, str]:
     """Driver, clocks, power limit, ECC and MIG state of GPU `index`, plus versions CuPy
     reports (CUDA runtime, driver API, cuBLAS). Figures that cannot be read say why."""
@@ -288,7 +300,7 @@ def gpu_facts(index: int = 0) -> dict[str, str]:
     facts["cuda_driver_api"] = _cuda_version(runtime.driverGetVersion())
     try:
         handle = cupy.cuda.device.get_cublas_handle()
-        facts["cublas"] = str(cupy.cuda.cublas.getVersion(handle))
+        facts["cublas"] = str(cublas_module().getVersion(handle))
     except Exception as exc:  # noqa: BLE001 - report, do not fail the run
         facts["cublas"] = f"unavailable ({type(exc).__name__})"
     facts["cupy"] = str(cupy.__version__)

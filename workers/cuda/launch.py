@@ -27,6 +27,7 @@ import numpy as np
 from workers.catalog.base import WorkloadParams
 from workers.catalog.matmul import MatmulParams
 from workers.correctness import check_output
+from workers.cuda.env import cublas_module
 from workers.cuda.plan import KernelPlan
 from workers.harness import ProgressSink, ProgressTicker, Stopper, measurement
 from workers.protocol import BoundaryId, Correctness, Measurement, MeasureOptions, Mode
@@ -192,18 +193,10 @@ def _kernel_runner(cp: Any, plan: KernelPlan, cubin: str, buffers: dict[str, Any
     return run
 
 
-def _cublas_module(cp: Any) -> Any:
-    try:
-        from cupy_backends.cuda.libs import cublas
-    except ImportError:
-        cublas = cp.cuda.cublas
-    return cublas
-
-
 def _cublas_runner(cp: Any, p: MatmulParams, buffers: dict[str, Any], out: Any) -> Any:
     """C = A·B through cublasGemmEx with float32 compute. cuBLAS is column-major, so the
     row-major product is computed as Cᵀ = Bᵀ·Aᵀ, which reads the same memory."""
-    cublas = _cublas_module(cp)
+    cublas = cublas_module()
     handle = cp.cuda.device.get_cublas_handle()
     kind = _CUBLAS_TYPES[p.dtype.value]
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)  # host scalars, kept alive
