@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,28 @@ def test_capabilities_are_detected() -> None:
     caps = env.cuda_capabilities()
     assert caps["cuda_compile"] is TOOLS.can_compile
     assert caps["cuda_run"] is (TOOLS.can_compile and not NO_GPU)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_runner_child_compiles_a_cuda_job_and_refuses_to_execute_it(
+    tmp_path: Path,
+) -> None:
+    from workers.runner_pool import RunnerPool
+
+    pool = RunnerPool({**os.environ, "BOUNDARY_CUDA_CACHE_DIR": str(tmp_path / "cuda")})
+    spec = {"workload": "elementwise", "path": "cuda", "params": {"n": 100}}
+    try:
+        runner = await pool.get(1)
+        caps = await runner.detect(1)
+        assert "cuda" in caps["paths"] and caps["cuda_compile"] is True
+        events: list[dict[str, Any]] = []
+        compiled = await runner.run({"job": {**spec, "stages": ["compile"]}}, 120.0, events.append)
+        assert compiled.result is not None and compiled.result["valid"] is True
+        assert "Function : chain_fused_f32" in compiled.result["artifacts"]["sass"]
+        assert "compiled" in {e["phase"] for e in events}
+        if NO_GPU:
+            refused = await runner.run({"job": spec}, 120.0, events.append)
+            assert refused.error_kind == "path" and "NVIDIA GPU" in (refused.error or "")
+    finally:
+        await pool.close()
