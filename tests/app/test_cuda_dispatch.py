@@ -113,3 +113,24 @@ async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     assert f"/runs/{job_id}/ir/ptx" in html and f"/runs/{job_id}/ir/sass" in html
     sass = await bench_client.get(f"/runs/{job_id}/ir/sass")
     assert sass.status_code == 200 and "matmul_tiled_f32" in sass.text
+
+
+async def test_the_run_form_queues_a_compile_only_cuda_job(bench_client: httpx.AsyncClient) -> None:
+    page = await bench_client.get("/runs/new?workload=matmul&path=cuda")
+    assert page.status_code == 200
+    assert '<option value="cuda" selected>' in page.text and 'name="param.kernel"' in page.text
+    r = await bench_client.post(
+        "/runs",
+        data={
+            "workload": "matmul",
+            "path": "cuda",
+            "param.m": "64",
+            "param.kernel": "naive",
+            "stages": ["compile"],
+        },
+    )
+    assert r.status_code == 303, r.text
+    job = await job_of(bench_client, r.headers["location"].rsplit("/", 1)[1])
+    assert job["path"] == "cuda" and job["stages"] == ["compile"]
+    assert job["params"]["kernel"] == "naive"
+    assert job["reason"].startswith("no worker for cuda (compile only)")

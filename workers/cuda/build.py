@@ -203,9 +203,18 @@ def build(
         log = (entry / "ptxas.log").read_text(encoding="utf-8")
         elapsed = time.perf_counter() - started
         return Built(
-            source, arch, str(meta["compiler"]), FLAGS, ptx, entry / "module.cubin", log,
-            elapsed, 0.0, True, key,
-        )  # fmt: skip
+            source=source,
+            arch=arch,
+            compiler=str(meta["compiler"]),
+            flags=FLAGS,
+            ptx=ptx,
+            cubin=entry / "module.cubin",
+            ptxas_log=log,
+            ptx_s=elapsed,  # the time to read the cached build: nothing was compiled
+            cubin_s=0.0,
+            cached=True,
+            key=key,
+        )
     root.mkdir(parents=True, exist_ok=True)
     # Build into a private folder, then move it into place, so concurrent builds of the
     # same key never see each other's half-written files.
@@ -228,9 +237,18 @@ def build(
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return Built(
-        source, arch, tools.compiler, FLAGS, ptx, entry / "module.cubin", log,
-        ptx_s, cubin_s, False, key,
-    )  # fmt: skip
+        source=source,
+        arch=arch,
+        compiler=tools.compiler,
+        flags=FLAGS,
+        ptx=ptx,
+        cubin=entry / "module.cubin",
+        ptxas_log=log,
+        ptx_s=ptx_s,
+        cubin_s=cubin_s,
+        cached=False,
+        key=key,
+    )
 
 
 # --- the build script ------------------------------------------------------------------

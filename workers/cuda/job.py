@@ -12,7 +12,6 @@ a message naming what was found.
 from __future__ import annotations
 
 import os
-import platform
 import socket
 import sys
 import time
@@ -107,7 +106,7 @@ def _environment(
         precision="float32 accumulation in every kernel",
         cache=options_cache,
         host_cpu=host_cpu(),
-        python=sys.version.split()[0] or platform.python_version(),
+        python=sys.version.split()[0],
         hostname=socket.gethostname(),
         timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
         extra=extra,
