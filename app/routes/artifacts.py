@@ -9,7 +9,8 @@ The server only reads headers: a function runs on a worker, never here.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -27,6 +28,20 @@ from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
 
 router = APIRouter(tags=["artifacts"])
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
+    """A GET route that also answers HEAD (documented once, under GET)."""
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        router.add_api_route(path, endpoint, methods=["GET"], **options)
+        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
+        return endpoint
+
+    return register
+
 
 ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": MessagePublic, "description": "Uploading needs the submission token."},
@@ -129,9 +144,8 @@ async def upload_artifact(
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
 
-@router.api_route(
+@read_route(
     "/api/v1/artifacts/{sha256}",
-    methods=["GET", "HEAD"],
     responses={404: {"model": MessagePublic}},
     summary="Describe an uploaded file",
 )
@@ -169,7 +183,9 @@ def _page_context(
     }
 
 
-@router.api_route("/artifacts/new", methods=["GET", "HEAD"], response_class=HTMLResponse)
+@router.api_route(
+    "/artifacts/new", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
+)
 async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """The upload form: an exported function, optional inputs and reference outputs."""
     return render(state, "artifact_new.html", _page_context(state, dispatcher))

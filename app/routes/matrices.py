@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -33,6 +34,20 @@ from workers.cli import parse_value
 from workers.protocol import CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
+    """A GET route that also answers HEAD (documented once, under GET)."""
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        router.add_api_route(path, endpoint, methods=["GET"], **options)
+        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
+        return endpoint
+
+    return register
+
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
@@ -125,7 +140,7 @@ async def submit_matrix(
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
 
-@router.api_route("/api/v1/matrices", methods=["GET", "HEAD"], summary="List matrices")
+@read_route("/api/v1/matrices", summary="List matrices")
 async def list_matrices(
     dispatcher: DispatcherDep, limit: Annotated[int, Query(ge=1, le=200)] = 50
 ) -> JSONResponse:
@@ -142,9 +157,8 @@ async def list_matrices(
     return JSONResponse({"data": data, "count": len(data)})
 
 
-@router.api_route(
+@read_route(
     "/api/v1/matrices/{matrix_id}",
-    methods=["GET", "HEAD"],
     responses={404: {"model": MessagePublic}},
     summary="Get a matrix and its cells",
 )
