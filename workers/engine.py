@@ -23,6 +23,7 @@ import numpy as np
 from workers import harness
 from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, parse_params
 from workers.catalog.base import WorkloadParams
+from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.compile_cache import (
     apply_cache_policy,
     cache_counts,
@@ -38,6 +39,7 @@ from workers.environment import (
 )
 from workers.ir import summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
+from workers.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.protocol import (
     PATH_PLATFORM,
     Artifacts,
@@ -58,6 +60,7 @@ from workers.protocol import (
 )
 from workers.scale.prepare import prepare as prepare_scale
 from workers.scale.report import attach_scale
+from workers.sweep import run_sweep
 from workers.workloads import JaxFunction, get_workload
 
 __all__ = [
@@ -224,6 +227,8 @@ def run_job(
         return run_cuda_job(job, params, progress, cache_dir=cache_dir, perturb=perturb)
     devices = select_devices(job.path)
     device = devices[0]
+    if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
+        return run_sweep(job, params, devices, progress, cache_dir=cache_dir, perturb=perturb)
     if params.devices() > len(devices):
         # Never run on fewer devices than asked: a mesh of 8 on 1 device is another program.
         raise PathUnavailable(
@@ -287,6 +292,7 @@ def run_job(
     warnings.extend(jax_path_notes(job))
     correctness = None
     rates = Rates(flops=flops, bytes=moved)
+    profile = None
 
     # --- execute: inputs placed and ready, warm-up, samples, then the check -------------
     if StageId.EXECUTE in job.stages:
@@ -303,6 +309,7 @@ def run_job(
         t0 = clock()
         harness.warm_up(compiled, args, options.warmup)
         stage_seconds.warm_up = clock() - t0
+        capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
         sampled = harness.sample(
             options.mode,
             compiled,
@@ -312,6 +319,8 @@ def run_job(
             options=options,
             progress=progress,
         )
+        profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
+        warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if profile else []))
         measurements = sampled.measurements
         warnings.extend(sampled.warnings)
         unreported["untimed_work"] = sampled.untimed_s
@@ -358,6 +367,7 @@ def run_job(
         warnings=warnings,
         valid=valid,
         extra={"seed": SEED},
+        profile=profile,
     )
     if scaled is not None:
         t0 = clock()

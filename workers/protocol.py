@@ -157,6 +157,10 @@ class MeasureOptions(StrictModel):
         default=False,
         description="cuda path: flush the GPU's L2 cache before every sample (cold-cache timing).",
     )
+    profile: bool = Field(
+        default=False,
+        description="Capture a JAX profiler trace of the sampled calls (not compile, not warm-up).",
+    )
 
     def sample_count(self) -> int | None:
         """The fixed sample count, or None when sampling is adaptive."""
@@ -348,7 +352,6 @@ class HloCollective(OpenModel):
     asynchronous: bool = Field(default=False, description="Issued as a -start/-done pair.")
 
 
-
 class HloSummary(OpenModel):
     """What the optimized HLO says XLA chose: fusions, library calls, communication."""
 
@@ -362,21 +365,6 @@ class HloSummary(OpenModel):
     libraries: list[str] = Field(
         default_factory=list, description="Libraries the program calls, e.g. cuBLAS, YNNPACK."
     )
-
-
-class KernelResources(OpenModel):
-    """What the CUDA assembler (ptxas) reported for one compiled kernel."""
-
-    name: str
-    arch: str
-    registers: int | None = Field(default=None, description="Registers per thread.")
-    shared_bytes: int | None = Field(default=None, description="Static shared memory per block.")
-    constant_bytes: int | None = None
-    stack_bytes: int | None = Field(default=None, description="Stack frame per thread.")
-    spill_store_bytes: int | None = None
-    spill_load_bytes: int | None = None
-    barriers: int | None = None
-    source: str = Field(default="ptxas -v", description="The tool the figures came from.")
 
 
 # --- the scale stage: placement on a mesh and scaling series ----------------------------
@@ -510,6 +498,101 @@ class GroupReport(OpenModel):
     agreed: bool = Field(description="Every process computed the same output as process 0.")
 
 
+class KernelResources(OpenModel):
+    """What the CUDA assembler (ptxas) reported for one compiled kernel."""
+
+    name: str
+    arch: str
+    registers: int | None = Field(default=None, description="Registers per thread.")
+    shared_bytes: int | None = Field(default=None, description="Static shared memory per block.")
+    constant_bytes: int | None = None
+    stack_bytes: int | None = Field(default=None, description="Stack frame per thread.")
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    barriers: int | None = None
+    source: str = Field(default="ptxas -v", description="The tool the figures came from.")
+
+
+# --- profiles, shape sweeps and measured ceilings (issue 7) ------------------------------
+
+
+class ProfileTrace(OpenModel):
+    """A JAX profiler trace of a run's sampled calls, packed as a .tar.gz of the profiler's
+    log directory (`plugins/profile/<run>/`: an .xplane.pb for XProf and .trace.json.gz
+    files for Perfetto). The worker sends the bytes in `data_b64`; the server stores them
+    as a file of the job and keeps only the description."""
+
+    format: str = "tar.gz"
+    size: int = Field(ge=0, description="Bytes of the packed archive.")
+    sha256: str
+    files: list[str] = Field(default_factory=list, description="Paths inside the archive.")
+    perfetto: str | None = Field(
+        default=None, description="The archive member Perfetto opens directly (.json.gz)."
+    )
+    covers: str = Field(description="What the trace spans, in words.")
+    boundary: BoundaryId | None = None
+    calls: int = Field(default=0, description="Executions inside the trace.")
+    device: str = ""
+    data_b64: str | None = Field(
+        default=None, description="The archive, base64; dropped once the server has stored it."
+    )
+    stored: bool = Field(default=False, description="Set by the server once it keeps the bytes.")
+
+
+class SweepPolicy(OpenModel):
+    """One bucketing policy of a shape sweep: what it cost to compile and to run."""
+
+    policy: str = Field(description="none, pow2 or multiple:N.")
+    padded_sizes: list[int] = Field(description="The size each call actually ran at, in order.")
+    traces: int = Field(description="Entries in the jitted function's cache after the sweep.")
+    compilations: int = Field(description="Backend compilations counted (jax.monitoring).")
+    compile_s: float = Field(description="Their total backend compile time.")
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    first_pass_s: float = Field(description="The first pass, compiles included (host-sync).")
+    steady_pass_s: float | None = Field(
+        default=None, description="Median of the later passes: every shape once, all compiled."
+    )
+    steady_call_s: float | None = Field(default=None, description="steady_pass_s per call.")
+    flops: float = Field(description="FLOPs executed in one pass, padding included.")
+    useful_flops: float = Field(description="FLOPs the unpadded shapes need.")
+    padding_waste_pct: float = Field(description="(flops - useful_flops) / useful_flops × 100.")
+
+
+class SweepResult(OpenModel):
+    """A shape sweep: the same sizes through one jitted function under each policy."""
+
+    op: str
+    sizes: list[int] = Field(description="The leading dimension of each call, in order.")
+    policies: list[SweepPolicy] = Field(default_factory=list)
+    note: str = ""
+
+
+class Ceilings(OpenModel):
+    """What a worker measured it can reach, once at start: the roofs of its roofline.
+
+    Measured on the worker's own first device with host-sync timing, best of a few calls;
+    never a datasheet figure."""
+
+    device_kind: str
+    copy_bytes_per_s: float | None = Field(
+        default=None, description="A large device-to-device copy: bytes read + written per s."
+    )
+    copy_bytes: int | None = Field(default=None, description="Size of the array copied.")
+    matmul_flops_per_s: dict[str, float] = Field(
+        default_factory=dict, description="dtype → FLOP/s of a large square matmul."
+    )
+    matmul_sizes: dict[str, int] = Field(
+        default_factory=dict, description="dtype → the matrix size n that was timed."
+    )
+    measured_at: str = Field(description="ISO time of the measurement.")
+    seconds: float | None = Field(default=None, description="Time spent measuring.")
+    method: str = ""
+    worker: str | None = Field(
+        default=None, description="The worker's name, added by the server to a run's copy."
+    )
+
+
 class InputInfo(OpenModel):
     name: str
     shape: list[int]
@@ -547,6 +630,11 @@ class RunResult(OpenModel):
     placement: Placement | None = Field(default=None, description="Scale workloads: the mesh.")
     scaling: ScalingSeries | None = Field(default=None, description="The scale stage's series.")
     group: GroupReport | None = Field(default=None, description="A multi-process run's members.")
+    profile: ProfileTrace | None = Field(default=None, description="measure.profile's trace.")
+    sweep: SweepResult | None = Field(default=None, description="shape-sweep: each policy.")
+    ceilings: Ceilings | None = Field(
+        default=None, description="The running worker's measured ceilings (added by the server)."
+    )
 
 
 # --- workers ----------------------------------------------------------------------------
@@ -569,6 +657,7 @@ class Capabilities(OpenModel):
     protocol_version: int = PROTOCOL_VERSION
     catalog_version: int
     hostname: str | None = None
+    ceilings: Ceilings | None = Field(default=None, description="Measured once at start.")
 
 
 ProgressPhase = Literal[

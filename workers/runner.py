@@ -36,6 +36,8 @@ TEST_HOOKS_ENV = "BOUNDARY_TEST_HOOKS"
 HANG_FILE_ENV = "BOUNDARY_TEST_HANG_FILE"
 PR_SET_PDEATHSIG = 1
 DEFAULT_MAX_VIRTUAL_DEVICES = 8
+CEILINGS_ENV = "BOUNDARY_WORKER_CEILINGS"
+"""Set to 0 to skip measuring the roofline's ceilings when a worker starts."""
 
 
 def die_with_parent(parent_env: str = PARENT_ENV, sig: int = signal.SIGKILL) -> None:
@@ -115,7 +117,17 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "protocol_version": PROTOCOL_VERSION,
         "catalog_version": CATALOG_VERSION,
         "hostname": socket.gethostname(),
+        "ceilings": _ceilings(devices),
     }
+
+
+def _ceilings(devices: list[Any]) -> dict[str, Any] | None:
+    """The first device's measured ceilings, unless BOUNDARY_WORKER_CEILINGS=0 says not to."""
+    if not devices or os.environ.get(CEILINGS_ENV, "1") == "0":
+        return None
+    from workers.ceilings import measure_ceilings
+
+    return measure_ceilings(devices[0]).model_dump(mode="json")
 
 
 _GROUP: list[Any] = []

@@ -21,6 +21,7 @@ from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
 from workers.catalog.reduction import ReductionParams
+from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
 
 CATALOG_VERSION = 1
@@ -33,11 +34,13 @@ WORKLOADS: dict[str, type[WorkloadParams]] = {
     cls.workload: cls
     for cls in (MatmulParams, ElementwiseParams, ReductionParams, GatherParams, AttentionParams)
 }
+WORKLOADS[FfiParams.workload] = FfiParams  # JAX calling a compiled handler through XLA's FFI
 # The scale stage's workloads: meshes, shardings and collectives (workers.catalog.mesh).
 WORKLOADS.update({cls.workload: cls for cls in (ShardedMatmulParams, CollectiveParams)})
-WORKLOADS[FfiParams.workload] = FfiParams  # JAX calling a compiled handler through XLA's FFI
 # A user's own function, brought as a jax.export artifact (workers.catalog.exported).
 WORKLOADS[ExportedParams.workload] = ExportedParams
+# Many shapes through one jitted function, without and with bucketing (workers.sweep).
+WORKLOADS[ShapeSweepParams.workload] = ShapeSweepParams
 
 
 class CatalogError(ValueError):

@@ -1,0 +1,37 @@
+"""A worker's own ceilings: measured on its device when it starts, sent with its capabilities."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from workers.ceilings import MATMUL_DTYPES, copy_bandwidth, measure_ceilings
+from workers.protocol import Capabilities
+from workers.runner import CEILINGS_ENV, _capabilities
+
+
+def test_ceilings_are_measured_on_the_device() -> None:
+    device = jax.devices()[0]
+    found = measure_ceilings(device, budget_s=0.3, copy_bytes=8 * 1024 * 1024)
+    assert found.device_kind == str(device.device_kind)
+    assert found.copy_bytes == 8 * 1024 * 1024
+    assert found.copy_bytes_per_s is not None and found.copy_bytes_per_s > 1e8
+    assert set(found.matmul_flops_per_s) == set(MATMUL_DTYPES)
+    assert all(rate > 1e7 for rate in found.matmul_flops_per_s.values())
+    assert all(n >= 256 for n in found.matmul_sizes.values())
+    assert found.seconds is not None and found.seconds < 10
+    assert "best of 3 host-synced calls" in found.method and found.measured_at
+
+
+def test_copy_bandwidth_counts_read_and_write() -> None:
+    rate, size = copy_bandwidth(jax.devices()[0], 4 * 1024 * 1024)
+    assert size == 4 * 1024 * 1024 and rate > 0
+
+
+def test_the_runner_reports_them_with_its_capabilities(monkeypatch: pytest.MonkeyPatch) -> None:
+    caps = Capabilities.model_validate(_capabilities(0))
+    assert caps.ceilings is not None
+    assert caps.ceilings.device_kind == caps.device_kind
+    assert caps.ceilings.copy_bytes_per_s and caps.ceilings.matmul_flops_per_s["float32"] > 0
+    monkeypatch.setenv(CEILINGS_ENV, "0")
+    assert _capabilities(0)["ceilings"] is None

@@ -1,0 +1,108 @@
+"""`shape-sweep` on JAX: the one function every size goes through, its inputs, its float64
+reference and its work counts. The sweep's loop lives in `workers.sweep`.
+
+Unlike the other workloads this is not a `Workload`: it has no single input shape. Each
+call takes x[rows, features]; under bucketing, rows are padded with zeros to the bucket's
+size and the padded rows of the output are dropped after the call.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from workers.catalog.base import Precision
+from workers.catalog.elementwise import ElementwiseParams
+from workers.catalog.shape_sweep import ShapeSweepParams, SweepOp
+from workers.workloads.base import (
+    LAX_PRECISION,
+    HostArray,
+    InputSpec,
+    JaxFunction,
+    as_float64,
+    random_normal,
+)
+from workers.workloads.elementwise import Elementwise, apply_chain
+from workers.workloads.matmul import contraction_tolerance
+
+CHAIN_LENGTH = 8
+"""Operations in the elementwise op's chain (as in the elementwise workload's default)."""
+
+_ELEMENTWISE = Elementwise()
+
+
+def _chain_params(params: ShapeSweepParams, elements: int) -> ElementwiseParams:
+    return ElementwiseParams(n=max(1, elements), ops=CHAIN_LENGTH, dtype=params.dtype)
+
+
+def function(params: ShapeSweepParams) -> JaxFunction:
+    """A fresh function object each time: policies must never share JAX's caches."""
+    if params.op is SweepOp.MATMUL:
+        precision = LAX_PRECISION[Precision.DEFAULT]
+
+        def project(x: jax.Array, w: jax.Array) -> jax.Array:
+            return jnp.matmul(x, w, precision=precision)
+
+        return project
+
+    def chain(x: jax.Array) -> jax.Array:
+        result: jax.Array = apply_chain(x, CHAIN_LENGTH, jnp)
+        return result
+
+    return chain
+
+
+def weight(params: ShapeSweepParams, rng: np.random.Generator) -> HostArray | None:
+    """The fixed right-hand matrix of the matmul op (None for the elementwise op)."""
+    if params.op is not SweepOp.MATMUL:
+        return None
+    spec = InputSpec("w", (params.features, params.out_features), params.dtype.value)
+    return random_normal(spec, rng)
+
+
+def make_input(params: ShapeSweepParams, rows: int, rng: np.random.Generator) -> HostArray:
+    """x[rows, features]: standard normal values in the storage type."""
+    return random_normal(InputSpec("x", (rows, params.features), params.dtype.value), rng)
+
+
+def pad_rows(x: HostArray, rows: int) -> HostArray:
+    """`x` with zero rows appended up to `rows` (itself when already that tall)."""
+    extra = rows - x.shape[0]
+    if extra <= 0:
+        return x
+    padded: HostArray = np.pad(x, ((0, extra), (0, 0)))
+    return padded
+
+
+def reference(params: ShapeSweepParams, x: HostArray, w: HostArray | None) -> HostArray:
+    """The expected output for the unpadded `x`, in float64."""
+    if params.op is SweepOp.MATMUL:
+        assert w is not None
+        product: HostArray = np.matmul(as_float64(x), as_float64(w))
+        return product
+    result: HostArray = np.asarray(apply_chain(as_float64(x), CHAIN_LENGTH, np))
+    return result
+
+
+def flop_count(params: ShapeSweepParams, rows: int) -> float:
+    """FLOPs of one call at `rows` rows (analytic)."""
+    if params.op is SweepOp.MATMUL:
+        return 2.0 * rows * params.features * params.out_features
+    return _ELEMENTWISE.flop_count(_chain_params(params, rows * params.features))
+
+
+def byte_count(params: ShapeSweepParams, rows: int) -> float:
+    """Bytes one call at `rows` rows must at least read and write."""
+    size = np.dtype(jnp.dtype(params.dtype.value)).itemsize
+    if params.op is SweepOp.MATMUL:
+        w = params.features * params.out_features
+        return float(size * (rows * params.features + w + rows * params.out_features))
+    return float(size * 2 * rows * params.features)
+
+
+def tolerance(params: ShapeSweepParams) -> float:
+    """The relative error allowed, as the matmul and elementwise workloads declare it."""
+    if params.op is SweepOp.MATMUL:
+        return contraction_tolerance(params.dtype, Precision.DEFAULT, params.features)
+    return _ELEMENTWISE.tolerance(_chain_params(params, params.features))
