@@ -21,6 +21,7 @@ from typing import Any
 
 from app.progress import ProgressHub
 from app.requirements import Requirements, describe_need, job_requirements, unmet
+from app.runs.profile import keep_profile
 from app.settings import Settings
 from app.store import JobRow, NewRun, Store, WorkerRow, now
 from app.submission import RateLimiter
@@ -281,6 +282,12 @@ class Dispatcher:
             if cut:
                 truncated.append(name)
         capped = result.model_copy(update={"artifacts": result.artifacts.model_copy(update=inline)})
+        capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
+        entry = self._workers.get(worker_id)
+        roofs = entry.capabilities.ceilings if entry is not None else None
+        if entry is not None and roofs is not None:  # the roofs of the run's roofline
+            named = roofs.model_copy(update={"worker": entry.name or entry.id})
+            capped = capped.model_copy(update={"ceilings": named})
         run = NewRun(
             result_json=capped.model_dump_json(),
             truncated=truncated,

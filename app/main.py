@@ -104,6 +104,9 @@ def create_app(settings: Settings | None = None) -> FastPath:
     from app.routes import runs
 
     api.include_router(runs.router)
+    from app.routes import compare
+
+    api.include_router(compare.router)  # before nothing that matches /runs/{id}/repeat
     from app.routes import artifacts, matrices
 
     api.include_router(artifacts.router)

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     MAX_BODY_BYTES: int = Field(
         default=64 * 1024, ge=1024, description="Largest job submission body accepted."
     )
+    PROFILE_MAX_BYTES: int = Field(
+        default=32 * 1024 * 1024, ge=1024, description="Largest profiler trace stored per run."
+    )
     UPLOAD_MAX_BYTES: int = Field(
         default=MAX_EXPORT_BYTES,
         ge=1024,

@@ -20,6 +20,7 @@ from app.main import AppState
 from app.routes.api import job_public
 from app.runs.form import FormState, measure_fields, param_fields, read_form
 from app.runs.ir_view import render_ir
+from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
 from app.store import now
 from app.submission import field_errors, validate_job
@@ -184,6 +185,18 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
 @router.api_route("/runs/{job_id}.json", methods=["GET", "HEAD"])
 async def run_json(job_id: str, dispatcher: DispatcherDep) -> JSONResponse:
     return JSONResponse(_job_json(job_id, dispatcher))
+
+
+@router.api_route("/runs/{job_id}/profile", methods=["GET", "HEAD"])
+async def run_profile(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
+    """The run's profiler trace: the profiler's log directory as .tar.gz (XProf reads it)."""
+    return profile_response(dispatcher.store, job_id, False, state.settings.PROFILE_MAX_BYTES)
+
+
+@router.api_route("/runs/{job_id}/profile/perfetto.json.gz", methods=["GET", "HEAD"])
+async def run_profile_perfetto(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
+    """The trace's Chrome-format .json.gz alone, which ui.perfetto.dev opens directly."""
+    return profile_response(dispatcher.store, job_id, True, state.settings.PROFILE_MAX_BYTES)
 
 
 @router.api_route("/runs/{job_id}/samples.csv", methods=["GET", "HEAD"])

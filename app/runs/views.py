@@ -14,6 +14,9 @@ from typing import Any, get_args
 
 from app.runs.placement import placement_view
 from app.runs.plots import format_seconds, samples_svg
+from app.runs.profile import profile_view
+from app.runs.roofline import roofline_view
+from app.runs.sweep_plot import sweep_view
 from workers.protocol import (
     ARTIFACT_NAMES,
     FINAL_STATUSES,
@@ -139,8 +142,12 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                 if value is not None
             ],
             environment=run.environment.model_dump(mode="json"),
-            placement_view=placement_view(run),
             cuda=_cuda_view(run),
+            roofline=roofline_view(run),
+            sweep=sweep_view(run.sweep),
+            profile=profile_view(job["id"], run_json or {}),
+            compare_link=f"/compare?a={job['id']}",
+            placement_view=placement_view(run),
         )
     return ctx
 

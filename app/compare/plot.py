@@ -1,0 +1,89 @@
+"""The sample distributions of a comparison: every run's samples, side by side, one SVG.
+
+Each run is a column of dots (its samples at the compared boundary) with a tick at its
+median; side A's runs come first, then side B's, in two colours. The scale is shared,
+so the run-to-run spread (which the interval is about) is visible beside the sample
+spread within each run (which it is not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from app.runs.plots import format_seconds
+
+W, H = 720, 240
+PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 20, 40
+MAX_DOTS = 400
+"""Samples drawn per run at most (evenly thinned beyond), so the SVG stays small."""
+
+
+@dataclass(frozen=True)
+class RunSamples:
+    """One run's samples at the compared boundary."""
+
+    side: str  # "A" or "B"
+    run_id: str
+    samples: list[float]
+    median: float
+
+
+def distributions_svg(runs: list[RunSamples], boundary: str, title_id: str = "dists") -> str:
+    """The strip chart of every run's samples; empty when no run has samples."""
+    runs = [r for r in runs if r.samples]
+    if not runs:
+        return ""
+    values = [v for r in runs for v in r.samples]
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        hi = lo * 1.01 + 1e-12
+    span = hi - lo
+    lo, hi = max(0.0, lo - 0.05 * span), hi + 0.05 * span
+    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+    column = plot_w / len(runs)
+
+    def y(v: float) -> float:
+        return PAD_T + plot_h * (1 - (v - lo) / (hi - lo))
+
+    parts = [
+        f'<svg class="dists" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
+        'xmlns="http://www.w3.org/2000/svg">',
+        f'<title id="{title_id}">Samples of the {escape(boundary)} boundary, run by run: '
+        f"{sum(1 for r in runs if r.side == 'A')} runs of side A, "
+        f"{sum(1 for r in runs if r.side == 'B')} of side B</title>",
+    ]
+    for i, r in enumerate(runs):
+        left = PAD_L + i * column
+        centre = left + column / 2
+        step = max(1, len(r.samples) // MAX_DOTS)
+        shown = r.samples[::step]
+        spread = min(column * 0.3, 14.0)
+        for k, v in enumerate(shown):
+            # A fixed, repeating offset spreads the dots without randomness.
+            dx = spread * (((k * 7) % 11) / 10.0 - 0.5)
+            parts.append(
+                f'<circle class="dot side-{r.side.lower()}" cx="{centre + dx:.1f}" '
+                f'cy="{y(v):.1f}" r="2"/>'
+            )
+        parts.append(
+            f'<line class="run-median" x1="{centre - column * 0.35:.1f}" '
+            f'x2="{centre + column * 0.35:.1f}" y1="{y(r.median):.1f}" y2="{y(r.median):.1f}">'
+            f"<title>run {escape(r.run_id)} (side {r.side}): median "
+            f"{escape(format_seconds(r.median))}, {len(r.samples)} samples</title></line>"
+            f'<text class="axis" x="{centre:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
+            f"{r.side}{sum(1 for q in runs[: i + 1] if q.side == r.side)}</text>"
+        )
+    for frac in (0.0, 0.5, 1.0):
+        v = lo + (hi - lo) * frac
+        parts.append(
+            f'<text class="axis" x="{PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+            f"{escape(format_seconds(v))}</text>"
+        )
+    parts.append(
+        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
+        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
+        f"runs (A1…, B1…): each dot a sample, each bar a run's median ({escape(boundary)})"
+        "</text></svg>"
+    )
+    return "".join(parts)

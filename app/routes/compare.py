@@ -1,0 +1,252 @@
+"""The comparison pages: /compare (page, htmx fragment) and /compare.json from one context;
+queueing the repeats a side lacks; the decision record as Markdown and JSON; and a
+run's own "run it again" (optionally with the profiler on)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from pydantic import ValidationError
+
+from app.compare.decision import DecisionNotes, build_record, to_markdown
+from app.compare.stats import MIN_RUNS
+from app.compare.view import CompareInputError, compare_context, json_twin, read_request
+from app.compare.view import Request as Comparison
+from app.deps import DispatcherDep, StateDep
+from app.dispatch import Dispatcher
+from app.routes.runs import is_htmx, render
+from app.settings import Settings
+from app.store import now
+from app.submission import validate_job
+
+router = APIRouter(include_in_schema=False)
+
+FORM_MAX_BYTES = 16 * 1024
+MAX_REPEATS = 10
+"""Jobs one click may queue (a side needs MIN_RUNS; more repeats narrow the interval)."""
+
+Ids = Annotated[str | None, Query(max_length=1000)]
+Short = Annotated[str | None, Query(max_length=64)]
+
+
+def _read(  # noqa: PLR0917 - one argument per query field
+    a: str | None,
+    b: str | None,
+    runs: str | None,
+    boundary: str | None,
+    subject_a: str | None,
+    subject_b: str | None,
+    ir: str | None,
+) -> Comparison:
+    try:
+        return read_request(a, b, runs, boundary, subject_a, subject_b, ir)
+    except CompareInputError as exc:
+        raise HTTPException(
+            status_code=422, detail=[{"field": exc.field, "message": str(exc)}]
+        ) from None
+
+
+def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
+    try:
+        return compare_context(dispatcher, req)
+    except CompareInputError as exc:
+        raise HTTPException(
+            status_code=404, detail=[{"field": exc.field, "message": str(exc)}]
+        ) from None
+
+
+@router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)
+async def compare_page(  # noqa: PLR0917 - one parameter per query field
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    a: Ids = None,
+    b: Ids = None,
+    runs: Ids = None,
+    boundary: Short = None,
+    subject_a: Short = None,
+    subject_b: Short = None,
+    ir: Short = None,
+) -> HTMLResponse:
+    """Two sides side by side: the guard's verdict, the ratio, stages, samples and IR diff."""
+    template = "_compare.html" if is_htmx(request) else "compare.html"
+    page: dict[str, Any] = {
+        "min_runs": MIN_RUNS,
+        "token_needed": state.settings.SUBMIT_TOKEN is not None,
+        "nav": "runs",
+        "error": None,
+    }
+    try:
+        req = read_request(a, b, runs, boundary, subject_a, subject_b, ir)
+    except CompareInputError as exc:
+        return render(state, template, {**page, "c": None, "error": str(exc)}, 422)
+    return render(state, template, {**page, "c": _context(dispatcher, req)})
+
+
+@router.api_route("/compare.json", methods=["GET", "HEAD"])
+async def compare_json(  # noqa: PLR0917 - one parameter per query field
+    dispatcher: DispatcherDep,
+    a: Ids = None,
+    b: Ids = None,
+    runs: Ids = None,
+    boundary: Short = None,
+    subject_a: Short = None,
+    subject_b: Short = None,
+    ir: Short = None,
+) -> JSONResponse:
+    """The same comparison as JSON."""
+    req = _read(a, b, runs, boundary, subject_a, subject_b, ir)
+    return JSONResponse(json_twin(_context(dispatcher, req)))
+
+
+def _notes(request: Request) -> DecisionNotes:
+    """The user's notes and prices from the query string, checked (422 naming the field)."""
+    fields = {k: v for k, v in request.query_params.items() if k in DecisionNotes.model_fields}
+    for key in ("price_a", "price_b"):
+        raw = fields.get(key, "").strip()
+        if not raw:
+            fields.pop(key, None)
+            continue
+        try:
+            fields[key] = float(raw)  # type: ignore[assignment]
+        except ValueError:
+            raise HTTPException(
+                status_code=422, detail=[{"field": key, "message": f"{raw[:20]!r} is no number"}]
+            ) from None
+    try:
+        return DecisionNotes.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise HTTPException(
+            status_code=422, detail=[{"field": field, "message": f"{field}: {err['msg']}"}]
+        ) from None
+
+
+def _record_context(request: Request, state: Any, dispatcher: Dispatcher) -> tuple[Any, str]:
+    q = request.query_params
+    req = _read(
+        q.get("a"), q.get("b"), q.get("runs"), q.get("boundary"),
+        q.get("subject_a"), q.get("subject_b"), q.get("ir"),
+    )  # fmt: skip
+    if not req.b:
+        raise HTTPException(
+            status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
+        )
+    notes = _notes(request)
+    base = (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
+    record = build_record(_context(dispatcher, req), notes, base)
+    return record, req.a[0]
+
+
+@router.api_route("/compare/decision.json", methods=["GET", "HEAD"])
+async def decision_json(request: Request, state: StateDep, dispatcher: DispatcherDep) -> Any:
+    """The decision record as JSON (reads back into app.compare.decision.DecisionRecord)."""
+    record, first = _record_context(request, state, dispatcher)
+    return PlainTextResponse(
+        record.model_dump_json(indent=2),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="decision-{first}.json"'},
+    )
+
+
+@router.api_route("/compare/decision.md", methods=["GET", "HEAD"])
+async def decision_markdown(
+    request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> PlainTextResponse:
+    """The decision record as Markdown."""
+    record, first = _record_context(request, state, dispatcher)
+    return PlainTextResponse(
+        to_markdown(record),
+        media_type="text/markdown",
+        headers={"Content-Disposition": f'attachment; filename="decision-{first}.md"'},
+    )
+
+
+async def _form(request: Request) -> dict[str, str]:
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
+    body = await request.body()
+    if len(body) > FORM_MAX_BYTES:
+        raise HTTPException(status_code=413, detail=f"the form is over {FORM_MAX_BYTES:,} bytes")
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+def queue_repeats(
+    dispatcher: Dispatcher,
+    settings: Settings,
+    job_id: str,
+    count: int,
+    client: str,
+    *,
+    changes: dict[str, Any] | None = None,
+) -> list[str]:
+    """Queue `count` more jobs with `job_id`'s spec (with `changes` to its measure options),
+    through the same checks as the API; the new job ids."""
+    job = dispatcher.store.get_job(job_id)
+    if job is None:
+        raise HTTPException(status_code=404, detail=f"no run {job_id[:64]!r}")
+    spec = dict(job.spec)
+    if changes:
+        spec["measure"] = {**(spec.get("measure") or {}), **changes}
+    valid = validate_job(spec, settings.MAX_JOB_BYTES)
+    queued: list[str] = []
+    for _ in range(count):
+        wait = dispatcher.rate.retry_after(client, now())
+        if wait is not None or dispatcher.store.count_queued() >= settings.MAX_QUEUE:
+            raise HTTPException(
+                status_code=429,
+                detail=f"too many jobs right now; {len(queued)} queued, try again shortly",
+                headers={"Retry-After": str(max(1, int((wait or 30) + 0.999)))},
+            )
+        queued.append(dispatcher.submit(valid.spec, valid.devices, client).id)
+    return queued
+
+
+def _check_token(form: dict[str, str], settings: Settings) -> None:
+    token = settings.SUBMIT_TOKEN
+    if token is not None and form.get("token") != token:
+        raise HTTPException(status_code=401, detail="this server needs its submission token")
+
+
+@router.post("/compare/repeat", response_class=HTMLResponse)
+async def compare_repeat(
+    request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> RedirectResponse:
+    """Queue the repeats each side lacks (resubmitting its first run's spec); back to the
+    comparison with the new runs added to their sides."""
+    form = await _form(request)
+    _check_token(form, state.settings)
+    req = _read(form.get("a"), form.get("b"), None, form.get("boundary"), None, None, None)
+    ctx = _context(dispatcher, req)
+    client = request.client.host if request.client else "?"
+    sides: dict[str, list[str]] = {"a": list(req.a), "b": list(req.b)}
+    wanted = form.get("side", "both")
+    for name, side in ctx["sides"].items():
+        if side is None or wanted not in (name, "both"):
+            continue
+        extra = form.get(f"extra_{name}", "").strip()
+        count = int(extra) if extra.isdigit() else side["lacking"]
+        count = min(count, MAX_REPEATS)
+        if count > 0:
+            first = sides[name][0]
+            sides[name] += queue_repeats(dispatcher, state.settings, first, count, client)
+    query = Comparison(sides["a"], sides["b"], req.boundary).query()
+    return RedirectResponse(f"/compare?{query}", status_code=303)
+
+
+@router.post("/runs/{job_id}/repeat", response_class=HTMLResponse)
+async def run_repeat(
+    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> RedirectResponse:
+    """Run a job again with the same spec; `profile=on` turns the profiler on for it."""
+    form = await _form(request)
+    _check_token(form, state.settings)
+    changes = {"profile": True} if form.get("profile") in ("on", "1", "true") else None
+    client = request.client.host if request.client else "?"
+    (new_id,) = queue_repeats(dispatcher, state.settings, job_id, 1, client, changes=changes)
+    return RedirectResponse(f"/runs/{new_id}", status_code=303)

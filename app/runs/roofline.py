@@ -1,0 +1,172 @@
+"""A run's roofline, drawn against the ceilings its own worker measured (never a datasheet).
+
+x is arithmetic intensity (analytic FLOPs per byte moved), y is FLOP/s, both on log
+scales. The memory roof is the worker's measured copy bandwidth times x; the compute
+roof is its measured matmul rate for the run's dtype; the run is one point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from workers.protocol import Ceilings, RunResult
+
+W, H = 720, 300
+PAD_L, PAD_R, PAD_T, PAD_B = 84, 24, 34, 44
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The roofs (from measured ceilings) and a run's point under them."""
+
+    bandwidth: float
+    """Memory roof: bytes per second of the worker's measured copy."""
+    peak: float
+    """Compute roof: FLOP/s of the worker's measured matmul in `dtype`."""
+    dtype: str
+    intensity: float
+    """The run's analytic FLOPs per byte."""
+    achieved: float
+    """The run's FLOP/s at the median of its main boundary."""
+    label: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ridge(self) -> float:
+        """The intensity where the memory roof meets the compute roof."""
+        return self.peak / self.bandwidth
+
+    @property
+    def attainable(self) -> float:
+        """What the roofs allow at the run's intensity."""
+        return min(self.peak, self.bandwidth * self.intensity)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.intensity < self.ridge else "compute"
+
+
+def measured_label(ceilings: Ceilings) -> str:
+    """'measured on worker W (kind) at T' — where the roofs came from."""
+    who = ceilings.worker or "(unnamed)"
+    return f"measured on worker {who} ({ceilings.device_kind}) at {ceilings.measured_at}"
+
+
+def build_roofline(run: RunResult) -> Roofline | None:
+    """The roofline of a valid run with rates, if its worker sent measured ceilings."""
+    ceilings, rates = run.ceilings, run.rates
+    if ceilings is None or rates is None or not run.valid:
+        return None
+    if not ceilings.copy_bytes_per_s or not rates.flops_per_s or rates.bytes <= 0:
+        return None
+    notes: list[str] = []
+    wanted = str(run.params.get("dtype") or "float32")
+    dtype = wanted if wanted in ceilings.matmul_flops_per_s else "float32"
+    peak = ceilings.matmul_flops_per_s.get(dtype)
+    if not peak:
+        return None
+    if dtype != wanted:
+        notes.append(f"No {wanted} matmul was measured on this worker; the roof is float32's.")
+    if ceilings.device_kind != run.environment.device_kind:
+        notes.append(
+            f"The ceilings were measured on {ceilings.device_kind}, the run ran on "
+            f"{run.environment.device_kind}."
+        )
+    return Roofline(
+        bandwidth=ceilings.copy_bytes_per_s,
+        peak=peak,
+        dtype=dtype,
+        intensity=rates.flops / rates.bytes,
+        achieved=rates.flops_per_s,
+        label=measured_label(ceilings),
+        notes=tuple(notes),
+    )
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def roofline_svg(r: Roofline, title_id: str = "roofline") -> str:
+    """The roofline as an inline SVG, log-log, labelled with where its roofs came from."""
+    x_lo = 10 ** math.floor(math.log10(min(r.intensity, r.ridge)) - 1)
+    x_hi = 10 ** math.ceil(math.log10(max(r.intensity, r.ridge)) + 1)
+    y_hi = 10 ** math.ceil(math.log10(max(r.peak, r.achieved) * 1.5))
+    y_lo = 10 ** math.floor(math.log10(min(r.achieved, r.bandwidth * x_lo)))
+    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+
+    def x(v: float) -> float:
+        return PAD_L + plot_w * (math.log10(v) - math.log10(x_lo)) / math.log10(x_hi / x_lo)
+
+    def y(v: float) -> float:
+        return PAD_T + plot_h * (1 - (math.log10(v) - math.log10(y_lo)) / math.log10(y_hi / y_lo))
+
+    title = (
+        f"Roofline {r.label}: memory roof {_si(r.bandwidth, 'B/s')}, compute roof "
+        f"{_si(r.peak, 'FLOP/s')} ({r.dtype}); this run {_si(r.achieved, 'FLOP/s')} at "
+        f"{r.intensity:.3g} FLOP/byte"
+    )
+    parts = [
+        f'<svg class="roofline" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
+        f'data-bandwidth="{r.bandwidth!r}" data-peak="{r.peak!r}" '
+        'xmlns="http://www.w3.org/2000/svg">',
+        f'<title id="{title_id}">{escape(title)}</title>',
+        f'<text class="caption" x="{PAD_L}" y="18">Roofs {escape(r.label)}; not datasheet '
+        "peaks</text>",
+    ]
+    for exp in range(round(math.log10(x_lo)), round(math.log10(x_hi)) + 1):
+        gx = x(10.0**exp)
+        parts.append(
+            f'<line class="grid" x1="{gx:.1f}" x2="{gx:.1f}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
+            f'<text class="axis" x="{gx:.1f}" y="{H - PAD_B + 16}" text-anchor="middle">'
+            f"{10.0**exp:g}</text>"
+        )
+    for exp in range(round(math.log10(y_lo)), round(math.log10(y_hi)) + 1):
+        gy = y(10.0**exp)
+        parts.append(
+            f'<line class="grid" x1="{PAD_L}" x2="{W - PAD_R}" y1="{gy:.1f}" y2="{gy:.1f}"/>'
+            f'<text class="axis" x="{PAD_L - 6}" y="{gy + 4:.1f}" text-anchor="end">'
+            f"{escape(_si(10.0**exp, 'FLOP/s'))}</text>"
+        )
+    ridge = r.ridge
+    mid = math.sqrt(x_lo * ridge)  # where the memory roof's label sits, above the line
+    parts.append(
+        f'<polyline class="roof" points="{x(x_lo):.1f},{y(r.bandwidth * x_lo):.1f} '
+        f'{x(ridge):.1f},{y(r.peak):.1f} {x(x_hi):.1f},{y(r.peak):.1f}"/>'
+        f'<text class="roof-label" x="{x(x_hi) - 4:.1f}" y="{y(r.peak) - 6:.1f}" '
+        f'text-anchor="end">{escape(r.dtype)} matmul {escape(_si(r.peak, "FLOP/s"))}</text>'
+        f'<text class="roof-label" x="{x(mid) - 6:.1f}" y="{y(r.bandwidth * mid) - 6:.1f}" '
+        f'text-anchor="end">copy {escape(_si(r.bandwidth, "B/s"))}</text>'
+        f'<circle class="point" cx="{x(r.intensity):.1f}" cy="{y(r.achieved):.1f}" r="5">'
+        f"<title>this run: {escape(_si(r.achieved, 'FLOP/s'))} at {r.intensity:.3g} "
+        f"FLOP/byte</title></circle>"
+        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
+        "arithmetic intensity (analytic FLOPs per byte, log scale)</text></svg>"
+    )
+    return "".join(parts)
+
+
+def roofline_view(run: RunResult) -> dict[str, Any] | None:
+    """What the run page shows: the chart, the figures behind it and any caveats."""
+    r = build_roofline(run)
+    if r is None:
+        return None
+    return {
+        "svg": roofline_svg(r),
+        "label": r.label,
+        "dtype": r.dtype,
+        "bandwidth": _si(r.bandwidth, "B/s"),
+        "peak": _si(r.peak, "FLOP/s"),
+        "achieved": _si(r.achieved, "FLOP/s"),
+        "intensity": f"{r.intensity:.3g}",
+        "ridge": f"{r.ridge:.3g}",
+        "bound": r.bound,
+        "fraction": f"{r.achieved / r.attainable:.0%}" if r.attainable > 0 else "—",
+        "notes": list(r.notes),
+    }
