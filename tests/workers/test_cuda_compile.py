@@ -289,3 +289,14 @@ async def test_a_runner_child_compiles_a_cuda_job_and_refuses_to_execute_it(
             assert refused.error_kind == "path" and "NVIDIA GPU" in (refused.error or "")
     finally:
         await pool.close()
+
+
+def test_an_nvcc_that_cannot_compile_is_set_aside(tmp_path: Path) -> None:
+    broken = tmp_path / "nvcc"
+    message = "nvcc fatal : Failed to preprocess host compiler"
+    broken.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    problem = env._nvcc_problem(str(broken))
+    assert problem is not None and "Failed to preprocess host compiler" in problem
+    if TOOLS.nvcc is not None:
+        assert env._nvcc_problem(TOOLS.nvcc) is None

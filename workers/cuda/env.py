@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,8 @@ class CudaTools:
     nvrtc_version: str | None
     cuobjdump: str | None
     nvdisasm: str | None
+    nvcc_problem: str | None = None
+    """Why an nvcc that was found is not used (it failed to compile a trivial kernel)."""
 
     @property
     def can_compile(self) -> bool:
@@ -121,7 +124,7 @@ class CudaTools:
     def describe(self) -> str:
         """One line naming what was found and what was not."""
         parts = [
-            f"nvcc: {self.nvcc or 'not found'}",
+            f"nvcc: {self.nvcc or self.nvcc_problem or 'not found'}",
             f"NVRTC: {self.nvrtc_version or 'not found (pip install cuda-python)'}",
             f"cuobjdump: {self.cuobjdump or 'not found'}",
             f"nvdisasm: {self.nvdisasm or 'not found'}",
@@ -136,10 +139,31 @@ class CudaTools:
         return facts
 
 
+def _nvcc_problem(nvcc: str) -> str | None:
+    """None if `nvcc` compiles a trivial kernel to PTX, else why not. nvcc needs a host
+    compiler even for device code, which a wheel-only machine may lack."""
+    with tempfile.TemporaryDirectory(prefix="boundary-nvcc-") as folder:
+        source = Path(folder) / "probe.cu"
+        source.write_text('extern "C" __global__ void probe(float* x) { x[0] = 1.0f; }\n')
+        command = [nvcc, "-ptx", str(source), "-o", str(Path(folder) / "probe.ptx")]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{nvcc} could not run ({exc})"
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"{nvcc} failed a trivial compile ({last[0][:200]})"
+    return None
+
+
 @functools.cache
 def detect_tools() -> CudaTools:
-    """The CUDA tools of this machine (looked up once per process)."""
+    """The CUDA tools of this machine (looked up once per process). An nvcc that cannot
+    compile a trivial kernel is set aside, so NVRTC serves instead where it is present."""
     nvcc = find_tool("nvcc")
+    problem = _nvcc_problem(nvcc) if nvcc else None
+    if problem is not None:
+        nvcc = None
     version = (
         _first_line_matching([nvcc, "--version"], r"release [\d.]+, V([\d.]+)") if nvcc else None
     )
@@ -149,6 +173,7 @@ def detect_tools() -> CudaTools:
         nvrtc_version=_nvrtc_version(),
         cuobjdump=find_tool("cuobjdump"),
         nvdisasm=find_tool("nvdisasm"),
+        nvcc_problem=problem,
     )
 
 
