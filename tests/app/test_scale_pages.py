@@ -148,3 +148,28 @@ async def test_runs_without_a_mesh_have_no_placement_section(
     assert (await worker.finish(grant)).status_code == 200
     page = (await bench_client.get(f"/runs/{job_id}")).text
     assert "Strong" not in page and 'id="placement-h"' not in page
+
+
+async def test_the_run_form_offers_the_mesh_parameters(bench_client: httpx.AsyncClient) -> None:
+    page = (await bench_client.get("/runs/new?workload=sharded-matmul")).text
+    for name in ("devices", "mesh", "axes", "sharding", "a_spec", "series"):
+        assert f'name="param.{name}"' in page
+    for option in ("data", "tensor", "gathered", "custom"):
+        assert f"<option>{option}</option>" in page or f"<option selected>{option}</option>" in page
+    data = {
+        "workload": "sharded-matmul",
+        "path": "jax-cpu",
+        "param.devices": "4",
+        "param.mesh": "2x2",
+        "param.sharding": "data",
+        "param.m": "30",
+        "stages": ["compile", "execute"],
+    }
+    r = await bench_client.post("/runs", data=data)
+    # m=30 does not split over 4 devices: the form says so on the field, nothing is queued.
+    assert r.status_code == 422
+    assert "does not divide evenly" in r.text
+    r = await bench_client.post("/runs", data={**data, "param.m": "32"})
+    assert r.status_code == 303
+    job = (await bench_client.get(r.headers["location"] + ".json")).json()
+    assert job["params"]["devices"] == 4 and job["params"]["mesh"] == "2x2"
