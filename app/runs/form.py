@@ -162,7 +162,7 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         "workload": workload,
         "path": state.path,
         "params": params,
-        "stages": [s for s in (StageId.COMPILE.value, StageId.EXECUTE.value) if s in stages],
+        "stages": [s.value for s in StageId if s.value in stages],
         "measure": measure,
     }
     if not body["stages"]:
