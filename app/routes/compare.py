@@ -20,7 +20,8 @@ from app.dispatch import Dispatcher
 from app.routes.runs import is_htmx, render
 from app.settings import Settings
 from app.store import now
-from app.submission import validate_job
+from app.submission import field_errors, validate_job
+from app.uploads import check_job_files
 
 router = APIRouter(include_in_schema=False)
 
@@ -194,6 +195,9 @@ def queue_repeats(
     if changes:
         spec["measure"] = {**(spec.get("measure") or {}), **changes}
     valid = validate_job(spec, settings.MAX_JOB_BYTES)
+    problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
+    if problems:  # the stored files it names must still be there and usable
+        field_errors(problems)
     queued: list[str] = []
     for _ in range(count):
         wait = dispatcher.rate.retry_after(client, now())
