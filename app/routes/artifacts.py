@@ -179,7 +179,7 @@ def _page_context(
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "max_bytes": state.settings.UPLOAD_MAX_BYTES,
-        "nav": "runs",
+        "nav": "artifacts",
     }
 
 

@@ -239,7 +239,7 @@ def _form_context(
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
-        "nav": "runs",
+        "nav": "matrices",
     }
 
 
@@ -312,7 +312,7 @@ async def submit_matrix_form(
 async def matrices_page(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """Matrices, newest first."""
     matrices = dispatcher.store.list_matrices(100)
-    return render(state, "matrices.html", {"matrices": matrices, "nav": "runs"})
+    return render(state, "matrices.html", {"matrices": matrices, "nav": "matrices"})
 
 
 @router.api_route("/matrices/{matrix_id}.json", methods=["GET", "HEAD"], include_in_schema=False)
@@ -344,6 +344,6 @@ async def matrix_page(
     ctx = {
         "m": public,
         "rows": [{**r, "cells": [cell_view(c) for c in r["cells"]]} for r in public["rows"]],
-        "nav": "runs",
+        "nav": "matrices",
     }
     return render(state, "_matrix_table.html" if is_htmx(request) else "matrix.html", ctx)
