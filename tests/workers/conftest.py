@@ -15,6 +15,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "reduction": {"rows": 64, "cols": 96},
     "gather": {"rows": 512, "width": 8, "count": 256},
     "attention": {"batch": 1, "heads": 2, "seq_len": 32, "head_dim": 16},
+    "ffi": {"n": 4096, "scale": 1.5, "shift": -0.25},  # the C++ FFI handler, built on first use
     # The scale workloads on a mesh of one device (this test process has one CPU device;
     # tests/workers/test_scale_*.py run them on eight, in child processes).
     "sharded-matmul": {"m": 48, "n": 40, "k": 32, "devices": 1},
