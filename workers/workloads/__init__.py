@@ -11,8 +11,8 @@ from workers.workloads.attention import Attention
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
 from workers.workloads.collective import Collective
 from workers.workloads.elementwise import Elementwise
-from workers.workloads.ffi import Ffi
 from workers.workloads.exported import ExportedFunction
+from workers.workloads.ffi import Ffi
 from workers.workloads.gather import Gather
 from workers.workloads.matmul import Matmul
 from workers.workloads.reduction import Reduction
@@ -24,8 +24,8 @@ WORKLOADS: dict[str, Workload[Any]] = {
     w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())
 }
 """Every workload the runner can execute, by catalog name."""
-WORKLOADS.update({w.name: w for w in (ShardedMatmul(), Collective())})  # the scale stage's
 WORKLOADS[Ffi.name] = Ffi()  # JAX calling a compiled handler through XLA's FFI
+WORKLOADS.update({w.name: w for w in (ShardedMatmul(), Collective())})  # the scale stage's
 WORKLOADS[ExportedFunction.name] = ExportedFunction()  # a user's jax.export artifact
 
 
