@@ -11,6 +11,7 @@ parameters, a path without its devices).
 from __future__ import annotations
 
 import argparse
+import base64
 import math
 import os
 import re
@@ -120,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--calls-per-sample", type=int, default=None, help="K in throughput mode")
     parser.add_argument("--max-seconds", type=float, default=None, help="time cap on sampling")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="capture a JAX profiler trace of the sampled calls (adds the profiler's cost)",
+    )
+    parser.add_argument(
+        "--flush-l2",
+        action="store_true",
+        help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
+    )
     parser.add_argument("--server", metavar="URL", help="submit to this server instead")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the run result as JSON")
@@ -134,6 +145,10 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         measure["calls_per_sample"] = args.calls_per_sample
     if args.max_seconds is not None:
         measure["max_seconds"] = args.max_seconds
+    if args.profile:
+        measure["profile"] = True
+    if args.flush_l2:
+        measure["flush_l2"] = True
     raw = {
         "workload": args.workload,
         "path": args.path,
@@ -196,6 +211,12 @@ def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
         from workers.report import format_report
 
         print(format_report(result))
+        trace = result.profile
+        if trace is not None and trace.data_b64:
+            # The readable report cannot carry the archive: keep it beside the user.
+            target = Path(f"{result.job.workload}-{trace.sha256[:12]}.profile.tar.gz")
+            target.write_bytes(base64.b64decode(trace.data_b64))
+            print(f"profile   {trace.covers}; written to {target} (open in XProf or Perfetto)")
     return EXIT_OK if result.valid else EXIT_INVALID_RUN
 
 

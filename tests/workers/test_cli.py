@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from workers.cli import run_command
@@ -95,3 +98,24 @@ def test_invalid_run_exits_one_and_shows_no_speed(
     out = capsys.readouterr().out
     assert "INVALID RUN" in out and "FAILED" in out
     assert "median" not in out and "FLOP/s" not in out
+
+
+def test_profile_writes_the_trace_beside_the_user(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run_command(["matmul", *SMALL, "--profile"]) == 0
+    out = capsys.readouterr().out
+    (archive,) = tmp_path.glob("matmul-*.profile.tar.gz")
+    assert archive.name in out and "not tracing, lowering, compiling" in out
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.endswith(".xplane.pb") for n in names)
+    assert any(n.endswith(".trace.json.gz") for n in names)
+
+
+def test_measurement_flags_reach_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_command(["matmul", *SMALL, "--profile", "--json"]) == 0
+    run = RunResult.model_validate_json(capsys.readouterr().out)
+    assert run.job.measure.profile is True and run.job.measure.flush_l2 is False
+    assert run.profile is not None and run.profile.data_b64
