@@ -7,9 +7,9 @@ returned inline with its artifacts capped; each artifact links to its full text.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -17,6 +17,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
+from app.routing import reads
 from app.schemas import (
     JobPublic,
     JobsPublic,
@@ -37,18 +38,7 @@ PREFIX = "/api/v1"
 
 router = APIRouter(prefix=PREFIX, tags=["jobs"])
 
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
-
-
-def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
-    """Register a GET route that also answers HEAD (documented once, under GET)."""
-
-    def register(endpoint: Endpoint) -> Endpoint:
-        router.add_api_route(path, endpoint, methods=["GET"], **options)
-        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
-        return endpoint
-
-    return register
+read_route = reads(router)
 
 
 def iso(ts: float) -> str:

@@ -9,8 +9,7 @@ The server only reads headers: a function runs on a worker, never here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -19,6 +18,7 @@ from starlette.responses import Response
 from app.deps import DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
 from app.routes.runs import _connected_paths, is_htmx, render
+from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
 from app.store import now
@@ -29,18 +29,7 @@ from workers.protocol import CachePolicy, Mode
 
 router = APIRouter(tags=["artifacts"])
 
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
-
-
-def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
-    """A GET route that also answers HEAD (documented once, under GET)."""
-
-    def register(endpoint: Endpoint) -> Endpoint:
-        router.add_api_route(path, endpoint, methods=["GET"], **options)
-        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
-        return endpoint
-
-    return register
+read_route = reads(router)
 
 
 ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -25,6 +24,7 @@ from app.matrices.spec import SHAPE, MatrixSpec, expand
 from app.matrices.store import CellRow, MatrixRow
 from app.matrices.views import cell_view, matrix_csv, matrix_public
 from app.routes.runs import _connected_paths, is_htmx, render
+from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
@@ -35,18 +35,7 @@ from workers.protocol import CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
 
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
-
-
-def read_route(path: str, **options: Any) -> Callable[[Endpoint], Endpoint]:
-    """A GET route that also answers HEAD (documented once, under GET)."""
-
-    def register(endpoint: Endpoint) -> Endpoint:
-        router.add_api_route(path, endpoint, methods=["GET"], **options)
-        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
-        return endpoint
-
-    return register
+read_route = reads(router)
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -18,6 +18,7 @@ from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.main import AppState
 from app.routes.api import job_public
+from app.routing import Endpoint, reads
 from app.runs.form import FormState, measure_fields, param_fields, read_form
 from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
@@ -33,12 +34,12 @@ router = APIRouter(include_in_schema=False)
 
 FORM_MAX_BYTES = 64 * 1024
 
-Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+read_route = reads(router)
 
 
 def page_route(path: str) -> Callable[[Endpoint], Endpoint]:
     """Register an HTML page for GET and HEAD."""
-    return router.api_route(path, methods=["GET", "HEAD"], response_class=HTMLResponse)
+    return read_route(path, response_class=HTMLResponse)
 
 
 def is_htmx(request: Request) -> bool:
