@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from app.runs.plots import format_seconds
+from app.runs.plots import format_seconds, seconds_axis
 
 W, H = 720, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 20, 40
@@ -74,16 +74,7 @@ def distributions_svg(runs: list[RunSamples], boundary: str, title_id: str = "di
             f'<text class="axis" x="{centre:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
             f"{r.side}{sum(1 for q in runs[: i + 1] if q.side == r.side)}</text>"
         )
-    for frac in (0.0, 0.5, 1.0):
-        v = lo + (hi - lo) * frac
-        parts.append(
-            f'<text class="axis" x="{PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-            f"{escape(format_seconds(v))}</text>"
-        )
-    parts.append(
-        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
-        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
-        f"runs (A1…, B1…): each dot a sample, each bar a run's median ({escape(boundary)})"
-        "</text></svg>"
-    )
+    caption = f"runs (A1…, B1…): each dot a sample, each bar a run's median ({boundary})"
+    box = (W, H, PAD_L, PAD_R, PAD_T, PAD_B)
+    parts.append(seconds_axis(y, lo, hi, caption, box=box) + "</svg>")
     return "".join(parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
 
 from workers.protocol import Measurement
@@ -17,6 +18,32 @@ def format_seconds(value: float) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:.3f} ms"
     return f"{value * 1e6:.1f} µs"
+
+
+def seconds_axis(
+    y: Callable[[float], float],
+    lo: float,
+    hi: float,
+    caption: str,
+    *,
+    box: tuple[int, int, int, int, int, int] = (W, H, PAD_L, PAD_R, PAD_T, PAD_B),
+) -> str:
+    """A time axis: three labelled ticks in seconds, the axis line and a caption below.
+
+    `box` is the chart's (width, height, pad left, pad right, pad top, pad bottom).
+    """
+    width, height, pad_l, pad_r, pad_t, pad_b = box
+    ticks = "".join(
+        f'<text class="axis" x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+        f"{escape(format_seconds(v))}</text>"
+        for v in (lo + (hi - lo) * frac for frac in (0.0, 0.5, 1.0))
+    )
+    middle = pad_l + (width - pad_l - pad_r) / 2
+    return (
+        f'{ticks}<line class="axis-line" x1="{pad_l}" x2="{pad_l}" y1="{pad_t}" '
+        f'y2="{height - pad_b}"/><text class="axis" x="{middle:.1f}" y="{height - 8}" '
+        f'text-anchor="middle">{escape(caption)}</text>'
+    )
 
 
 def samples_svg(m: Measurement, *, title_id: str) -> str:
@@ -63,15 +90,6 @@ def samples_svg(m: Measurement, *, title_id: str) -> str:
         f'<circle class="sample" cx="{x(i):.1f}" cy="{y(v):.1f}" r="{radius}"/>'
         for i, v in enumerate(samples)
     )
-    for frac in (0.0, 0.5, 1.0):
-        v = lo + (hi - lo) * frac
-        parts.append(
-            f'<text class="axis" x="{PAD_L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-            f"{escape(format_seconds(v))}</text>"
-        )
-    parts.append(
-        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
-        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
-        f"sample 1 … {n} in the order taken ({escape(m.boundary.value)})</text></svg>"
-    )
+    caption = f"sample 1 … {n} in the order taken ({m.boundary.value})"
+    parts.append(seconds_axis(y, lo, hi, caption) + "</svg>")
     return "".join(parts)
