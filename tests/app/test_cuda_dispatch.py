@@ -109,6 +109,7 @@ async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     assert page.status_code == 200
     html = page.text
     assert "Compiled only: execution needs an NVIDIA GPU." in html
+    assert "Achieved rates" not in html  # nothing was timed, so no rate is shown
     assert "<code>matmul_tiled_f32</code>" in html and "registers / thread" in html
     assert f"/runs/{job_id}/ir/ptx" in html and f"/runs/{job_id}/ir/sass" in html
     sass = await bench_client.get(f"/runs/{job_id}/ir/sass")
