@@ -16,8 +16,6 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from app.store import Store
 from workers.catalog import WORKLOADS
 from workers.catalog.exported import EXPORT_MEDIA_TYPE, JAX_PLATFORM, NPZ_MEDIA_TYPE
@@ -75,6 +73,8 @@ def npz_arrays(data: bytes) -> list[ArrayInfo]:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
         raise UploadError("not an .npz archive (it is no zip file)") from None
+    import numpy as np  # only for .npz headers; kept out of the server's start-up
+
     found: list[ArrayInfo] = []
     with archive:
         names = archive.namelist()
