@@ -58,22 +58,28 @@ def check_bearer(request: Request, expected: str | None, what: str) -> None:
         )
 
 
-async def read_json_body(request: Request, limit: int) -> Any:
-    """The request body parsed strictly as JSON; 415, 413 or 422 otherwise."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != "application/json":
-        raise HTTPException(status_code=415, detail="send the job as application/json")
+async def read_capped_body(request: Request, limit: int, what: str = "body") -> bytes:
+    """The request body, or 413 as soon as it passes `limit` bytes (declared or counted),
+    so an oversized upload is refused without being held in memory."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status_code=413, detail=f"the body is over {limit:,} bytes")
+        raise HTTPException(status_code=413, detail=f"the {what} is over {limit:,} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HTTPException(status_code=413, detail=f"the body is over {limit:,} bytes")
+            raise HTTPException(status_code=413, detail=f"the {what} is over {limit:,} bytes")
         chunks.append(chunk)
-    return parse_strict_json(b"".join(chunks))
+    return b"".join(chunks)
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    """The request body parsed strictly as JSON; 415, 413 or 422 otherwise."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise HTTPException(status_code=415, detail="send the job as application/json")
+    return parse_strict_json(await read_capped_body(request, limit))
 
 
 class _Rejected(ValueError):

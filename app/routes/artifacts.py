@@ -22,7 +22,7 @@ from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
 from app.store import now
-from app.submission import check_bearer, field_errors, validate_job
+from app.submission import check_bearer, field_errors, read_capped_body, validate_job
 from app.uploads import KINDS, UploadError, check_job_files, describe, kind_of, parse_multipart
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
@@ -44,21 +44,6 @@ UPLOAD_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-
-
-async def _read_capped(request: Request, limit: int) -> bytes:
-    """The body, or 413 as soon as it passes `limit` bytes (declared or counted)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status_code=413, detail=f"the file is over {limit:,} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(status_code=413, detail=f"the file is over {limit:,} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
@@ -124,7 +109,7 @@ async def upload_artifact(
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/octet-stream":
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
-    data = await _read_capped(request, settings.UPLOAD_MAX_BYTES)
+    data = await read_capped_body(request, settings.UPLOAD_MAX_BYTES, "file")
     try:
         sha = _store_upload(dispatcher, kind, data)
     except UploadError as exc:
@@ -198,7 +183,7 @@ async def upload_from_page(
         return again(415)
     limit = 3 * settings.UPLOAD_MAX_BYTES + 64 * 1024
     try:
-        body = await _read_capped(request, limit)
+        body = await read_capped_body(request, limit, "file")
     except HTTPException:
         errors["artifact"] = f"the files are over {settings.UPLOAD_MAX_BYTES:,} bytes each"
         return again(413)
@@ -265,7 +250,7 @@ async def run_artifact(
     from urllib.parse import parse_qsl
 
     info = _stored(dispatcher, sha256)
-    raw = (await _read_capped(request, 64 * 1024)).decode("utf-8", "replace")
+    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
     form = dict(parse_qsl(raw, keep_blank_values=True))
     errors: dict[str, str] = {}
     params: dict[str, Any] = {"artifact": sha256}

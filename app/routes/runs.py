@@ -24,7 +24,7 @@ from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
 from app.store import now
-from app.submission import field_errors, validate_job
+from app.submission import field_errors, read_capped_body, validate_job
 from app.templating import server_linker
 from app.uploads import check_job_files
 from workers.catalog import WORKLOADS
@@ -131,9 +131,7 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
         raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
-    body_bytes = await request.body()
-    if len(body_bytes) > FORM_MAX_BYTES:
-        raise HTTPException(status_code=413, detail=f"the form is over {FORM_MAX_BYTES:,} bytes")
+    body_bytes = await read_capped_body(request, FORM_MAX_BYTES, "form")
     pairs = parse_qsl(body_bytes.decode("utf-8", "replace"), keep_blank_values=True)
     form = {k: v for k, v in pairs if k != "stages"}
     stages = [v for k, v in pairs if k == "stages"]
