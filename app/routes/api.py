@@ -29,7 +29,14 @@ from app.schemas import (
     inline_schema,
 )
 from app.store import JobRow, now
-from app.submission import check_bearer, field_errors, read_json_body, validate_job
+from app.submission import (
+    check_bearer,
+    check_queue_room,
+    check_submitter,
+    field_errors,
+    read_json_body,
+    validate_job,
+)
 from app.uploads import check_job_files
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
@@ -136,27 +143,13 @@ async def submit_job(
     request: Request, settings: SettingsDep, dispatcher: DispatcherDep
 ) -> JSONResponse:
     """Queue a job: a workload with its parameters, a path, stages and measurement options."""
-    if settings.SUBMIT_TOKEN is not None:
-        check_bearer(request, settings.SUBMIT_TOKEN, "job submission")
-    client = request.client.host if request.client else None
-    wait = dispatcher.rate.retry_after(client or "?", now())
-    if wait is not None:
-        raise HTTPException(
-            status_code=429,
-            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
-            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
-        )
+    client = check_submitter(request, dispatcher, "job submission")
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     valid = validate_job(data, settings.MAX_JOB_BYTES)
     problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
     if problems:  # the stored files it names (an exported function's artifact, …)
         field_errors(problems)
-    if dispatcher.store.count_queued() >= settings.MAX_QUEUE:
-        raise HTTPException(
-            status_code=429,
-            detail=f"the queue is full ({settings.MAX_QUEUE} jobs); try again later",
-            headers={"Retry-After": "30"},
-        )
+    check_queue_room(dispatcher)
     job = dispatcher.submit(valid.spec, valid.devices, client)
     body = job_public(job, dispatcher)
     return JSONResponse(body, status_code=202, headers={"Location": body["links"]["self"]})

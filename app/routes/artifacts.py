@@ -21,8 +21,12 @@ from app.routes.runs import _connected_paths, is_htmx, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
-from app.store import now
-from app.submission import check_bearer, field_errors, read_capped_body, validate_job
+from app.submission import (
+    check_submitter,
+    field_errors,
+    read_capped_body,
+    validate_job,
+)
 from app.uploads import KINDS, UploadError, check_job_files, describe, kind_of, parse_multipart
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
@@ -78,16 +82,7 @@ def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
 
 
 def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> None:
-    if settings.SUBMIT_TOKEN is not None:
-        check_bearer(request, settings.SUBMIT_TOKEN, "uploading")
-    client = request.client.host if request.client else "?"
-    wait = dispatcher.rate.retry_after(client, now())
-    if wait is not None:
-        raise HTTPException(
-            status_code=429,
-            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
-            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
-        )
+    check_submitter(request, dispatcher, "uploading")
 
 
 @router.post(

@@ -19,8 +19,7 @@ from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.routes.runs import is_htmx, render
 from app.settings import Settings
-from app.store import now
-from app.submission import field_errors, validate_job
+from app.submission import check_queue_room, check_rate, field_errors, validate_job
 from app.uploads import check_job_files
 
 router = APIRouter(include_in_schema=False)
@@ -198,15 +197,10 @@ def queue_repeats(
     problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
     if problems:  # the stored files it names must still be there and usable
         field_errors(problems)
+    check_queue_room(dispatcher, count)
     queued: list[str] = []
     for _ in range(count):
-        wait = dispatcher.rate.retry_after(client, now())
-        if wait is not None or dispatcher.store.count_queued() >= settings.MAX_QUEUE:
-            raise HTTPException(
-                status_code=429,
-                detail=f"too many jobs right now; {len(queued)} queued, try again shortly",
-                headers={"Retry-After": str(max(1, int((wait or 30) + 0.999)))},
-            )
+        check_rate(dispatcher, client)
         queued.append(dispatcher.submit(valid.spec, valid.devices, client).id)
     return queued
 

@@ -28,7 +28,13 @@ from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
-from app.submission import _pydantic_problems, check_bearer, field_errors, read_json_body
+from app.submission import (
+    _pydantic_problems,
+    check_queue_room,
+    check_submitter,
+    field_errors,
+    read_json_body,
+)
 from workers.catalog import WORKLOADS
 from workers.cli import parse_value
 from workers.protocol import CachePolicy, Mode, PathId
@@ -59,12 +65,7 @@ def create_matrix(
     if not runnable:
         reasons = list(dict.fromkeys(c.reason or "" for c in cells))
         field_errors([(None, f"no cell can run: {reason}") for reason in reasons])
-    if dispatcher.store.count_queued() + len(runnable) > settings.MAX_QUEUE:
-        raise HTTPException(
-            status_code=429,
-            detail=f"the queue cannot take {len(runnable)} more jobs now; try again later",
-            headers={"Retry-After": "30"},
-        )
+    check_queue_room(dispatcher, len(runnable))
     stored = []
     for cell in cells:
         job_id = None
@@ -84,17 +85,7 @@ def _matrix_or_404(matrix_id: str, dispatcher: Dispatcher) -> MatrixRow:
 
 
 def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> str:
-    if settings.SUBMIT_TOKEN is not None:
-        check_bearer(request, settings.SUBMIT_TOKEN, "matrix submission")
-    client = request.client.host if request.client else "?"
-    wait = dispatcher.rate.retry_after(client, now())
-    if wait is not None:
-        raise HTTPException(
-            status_code=429,
-            detail=f"more than {settings.SUBMIT_RATE} submissions a minute from this client",
-            headers={"Retry-After": str(max(1, int(wait + 0.999)))},
-        )
-    return client
+    return check_submitter(request, dispatcher, "matrix submission")
 
 
 # --- API --------------------------------------------------------------------------------

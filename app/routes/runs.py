@@ -24,7 +24,14 @@ from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
 from app.store import now
-from app.submission import field_errors, read_capped_body, validate_job
+from app.submission import (
+    check_queue_room,
+    check_rate,
+    client_of,
+    field_errors,
+    read_capped_body,
+    validate_job,
+)
 from app.templating import server_linker
 from app.uploads import check_job_files
 from workers.catalog import WORKLOADS
@@ -150,12 +157,14 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
     if token is not None and form.get("token") != token:
         form_state.errors["token"] = "this server needs its submission token"
         return again(401)
-    client = request.client.host if request.client else "?"
-    wait = dispatcher.rate.retry_after(client, now())
-    if wait is not None or dispatcher.store.count_queued() >= settings.MAX_QUEUE:
-        form_state.general.append("Too many jobs right now; wait a little and submit again.")
-        response = again(429)
-        response.headers["Retry-After"] = str(max(1, int((wait or 30) + 0.999)))
+    client = client_of(request)
+    try:
+        check_rate(dispatcher, client)
+        check_queue_room(dispatcher)
+    except HTTPException as busy:
+        form_state.general.append(f"Not queued: {busy.detail}.")
+        response = again(busy.status_code)
+        response.headers.update(busy.headers or {})
         return response
     try:
         valid = validate_job(body, settings.MAX_JOB_BYTES)

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.settings import Settings
 from tests.app.bench_fakes import FakeWorker
 from workers.protocol import JobSpec
 
@@ -190,3 +191,19 @@ async def test_unknown_runs_404(bench_client: httpx.AsyncClient) -> None:
     assert (await bench_client.get("/runs/nope")).status_code == 404
     assert (await bench_client.get("/runs/nope.json")).status_code == 404
     assert (await bench_client.get("/runs/nope/ir/secret")).status_code == 404
+
+
+async def test_the_form_says_when_the_server_is_busy(bench_settings: Settings) -> None:
+    from app.main import create_app
+
+    app = create_app(bench_settings.model_copy(update={"SUBMIT_RATE": 1}))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+    ) as client:
+        assert (await submit_form(client)).status_code == 303
+        busy = await submit_form(client, **{"param.m": "77"})
+        assert busy.status_code == 429
+        assert int(busy.headers["retry-after"]) >= 1
+        assert "Not queued: more than 1 submissions a minute" in busy.text
+        assert 'value="77"' in busy.text  # nothing typed is lost
+        assert (await client.get("/api/v1/jobs")).json()["count"] == 1
