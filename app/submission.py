@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
 
-from app.store import now
+from app.store import Store, now
 from workers.catalog import WORKLOADS, CatalogError, parse_params
 from workers.protocol import MAX_SAMPLES, JobSpec
 
@@ -243,3 +243,21 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     if problems:
         field_errors(problems)
     return ValidJob(spec, params.devices())
+
+
+def validate_submission(data: Any, store: Store, max_job_bytes: int) -> ValidJob:
+    """`validate_job`, and the stored files the job names (an exported function's
+    artifact, its reference outputs) must be there and usable: 422 naming the field."""
+    from app.uploads import check_job_files  # app.uploads reads the store's files
+
+    valid = validate_job(data, max_job_bytes)
+    problems = check_job_files(valid.spec, store, max_job_bytes)
+    if problems:
+        field_errors(problems)
+    return valid
+
+
+def form_errors(exc: HTTPException) -> dict[str, str]:
+    """A 422's problems keyed by field ("general" when none is named), for a form."""
+    detail: list[dict[str, Any]] = exc.detail if isinstance(exc.detail, list) else []
+    return {d.get("field") or "general": d["message"] for d in detail}

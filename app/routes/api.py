@@ -33,11 +33,9 @@ from app.submission import (
     check_bearer,
     check_queue_room,
     check_submitter,
-    field_errors,
     read_json_body,
-    validate_job,
+    validate_submission,
 )
-from app.uploads import check_job_files
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 
@@ -145,10 +143,7 @@ async def submit_job(
     """Queue a job: a workload with its parameters, a path, stages and measurement options."""
     client = check_submitter(request, dispatcher, "job submission")
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
-    valid = validate_job(data, settings.MAX_JOB_BYTES)
-    problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
-    if problems:  # the stored files it names (an exported function's artifact, …)
-        field_errors(problems)
+    valid = validate_submission(data, dispatcher.store, settings.MAX_JOB_BYTES)
     check_queue_room(dispatcher)
     job = dispatcher.submit(valid.spec, valid.devices, client)
     body = job_public(job, dispatcher)

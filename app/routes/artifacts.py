@@ -24,10 +24,11 @@ from app.settings import Settings
 from app.submission import (
     check_submitter,
     field_errors,
+    form_errors,
     read_capped_body,
-    validate_job,
+    validate_submission,
 )
-from app.uploads import KINDS, UploadError, check_job_files, describe, kind_of, parse_multipart
+from app.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
 
@@ -273,13 +274,9 @@ async def run_artifact(
         errors["token"] = "this server needs its submission token"
     if not errors:
         try:
-            valid = validate_job(body, settings.MAX_JOB_BYTES)
-            problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
-            if problems:
-                field_errors(problems)
+            valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
         except HTTPException as exc:
-            detail: list[dict[str, Any]] = exc.detail if isinstance(exc.detail, list) else []
-            errors.update({d.get("field") or "general": d["message"] for d in detail})
+            errors.update(form_errors(exc))
     if errors:
         ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
         return render(state, "artifact.html", ctx, 422)

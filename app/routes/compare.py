@@ -19,8 +19,11 @@ from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.routes.runs import is_htmx, render
 from app.settings import Settings
-from app.submission import check_queue_room, check_rate, field_errors, validate_job
-from app.uploads import check_job_files
+from app.submission import (
+    check_queue_room,
+    check_rate,
+    validate_submission,
+)
 
 router = APIRouter(include_in_schema=False)
 
@@ -193,10 +196,7 @@ def queue_repeats(
     spec = dict(job.spec)
     if changes:
         spec["measure"] = {**(spec.get("measure") or {}), **changes}
-    valid = validate_job(spec, settings.MAX_JOB_BYTES)
-    problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
-    if problems:  # the stored files it names must still be there and usable
-        field_errors(problems)
+    valid = validate_submission(spec, dispatcher.store, settings.MAX_JOB_BYTES)
     check_queue_room(dispatcher, count)
     queued: list[str] = []
     for _ in range(count):

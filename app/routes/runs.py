@@ -28,12 +28,11 @@ from app.submission import (
     check_queue_room,
     check_rate,
     client_of,
-    field_errors,
+    form_errors,
     read_capped_body,
-    validate_job,
+    validate_submission,
 )
 from app.templating import server_linker
-from app.uploads import check_job_files
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -167,18 +166,12 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
         response.headers.update(busy.headers or {})
         return response
     try:
-        valid = validate_job(body, settings.MAX_JOB_BYTES)
-        file_problems = check_job_files(valid.spec, dispatcher.store, settings.MAX_JOB_BYTES)
-        if file_problems:
-            field_errors(file_problems)
+        valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
     except HTTPException as exc:
-        problems: list[dict[str, str]] = exc.detail if isinstance(exc.detail, list) else []
-        for problem in problems:
-            key = problem.get("field") or "general"
-            if key == "general":
-                form_state.general.append(problem["message"])
-            else:
-                form_state.errors[key] = problem["message"]
+        problems = form_errors(exc)
+        if "general" in problems:
+            form_state.general.append(problems.pop("general"))
+        form_state.errors.update(problems)
         return again(exc.status_code)
     job = dispatcher.submit(valid.spec, valid.devices, client)
     url = f"/runs/{job.id}"
