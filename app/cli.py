@@ -73,11 +73,13 @@ def _serve(argv: list[str]) -> int:
     token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
     os.environ["BOUNDARY_WORKER_TOKEN"] = token
 
-    from app.reader.content import load_content
+    from app.main import create_app
     from app.settings import get_settings
 
     # Settings are read once per process: only after the token is in the environment.
-    load_content(get_settings().CONTENT_DIR)  # fail here, clearly, not inside uvicorn
+    # Building the app here (not through uvicorn's factory) loads the content once and
+    # lets a content error stop the command with its own message.
+    app = create_app(get_settings(), defer=True)
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     children: list[subprocess.Popen[bytes]] = []
     if args.workers:
@@ -88,8 +90,7 @@ def _serve(argv: list[str]) -> int:
         ).start()
     try:
         uvicorn.run(
-            "app.main:create_app",
-            factory=True,
+            app,
             host=args.host,
             port=args.port,
             access_log=get_settings().ACCESS_LOG,

@@ -1,7 +1,8 @@
 """The application factory: `create_app(settings)` builds a fresh ASGI app.
 
 Layers, outermost first: FastPath (pre-rendered reader pages and static files from
-memory), SecurityHeaders (CSP and framing for everything else), then FastAPI routes.
+memory), SecurityHeaders (CSP and framing for everything else), then FastAPI routes,
+which `boundary serve` builds in the background (app.deferred) so it answers sooner.
 """
 
 from __future__ import annotations
@@ -10,20 +11,24 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
 from jinja2 import Environment
+from starlette.types import ASGIApp
 
 from app.assets import Asset, load_assets
-from app.dispatch import Dispatcher
+from app.deferred import Built, DeferredApp
 from app.fastpath import Entry, FastPath, Resource, Resources
 from app.reader.content import Content, load_content
 from app.reader.site import Deferred, render_site
-from app.routes import pages
 from app.security import SecurityHeaders, security_headers
 from app.settings import Settings, get_settings
-from app.store import Store
 from app.templating import make_environment, pygments_css, server_linker
+
+if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
+    from fastapi import FastAPI
+
+    from app.dispatch import Dispatcher
 
 PAGE_CACHE = (b"cache-control", b"no-cache")
 ASSET_CACHE = (b"cache-control", b"public, max-age=31536000, immutable")
@@ -70,11 +75,15 @@ def build_resources(state: AppState) -> Resources:
     return resources
 
 
-def create_app(settings: Settings | None = None) -> FastPath:
-    """A new Boundary app. Raises ContentError if the content files are wrong."""
-    settings = settings or get_settings()
-    content = load_content(settings.CONTENT_DIR)
-    state = AppState(settings, content, make_environment(), build_assets())
+def build_api(state: AppState) -> Built:
+    """The FastAPI app with every route, and the function that opens its lifespan."""
+    from fastapi import FastAPI
+
+    from app.dispatch import Dispatcher
+    from app.routes import pages
+    from app.store import Store
+
+    settings = state.settings
     dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)
     state.dispatcher = dispatcher
 
@@ -95,20 +104,30 @@ def create_app(settings: Settings | None = None) -> FastPath:
     )
     api.state.boundary = state
     pages.install(api)
-    from app.routes import api as api_routes  # they import app.deps → here
-    from app.routes import ops, worker_api
+    from app.routes import api as api_routes  # they import app.deps, which imports this
+    from app.routes import artifacts, compare, matrices, ops, runs, worker_api
 
-    api.include_router(api_routes.router)
-    api.include_router(worker_api.router)
-    api.include_router(ops.router)
-    from app.routes import runs
+    for router in (
+        api_routes.router,
+        worker_api.router,
+        ops.router,
+        runs.router,
+        compare.router,
+        artifacts.router,
+        matrices.router,
+    ):
+        api.include_router(router)
+    return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
-    api.include_router(runs.router)
-    from app.routes import compare
 
-    api.include_router(compare.router)  # before nothing that matches /runs/{id}/repeat
-    from app.routes import artifacts, matrices
+def create_app(settings: Settings | None = None, *, defer: bool = False) -> FastPath:
+    """A new Boundary app. Raises ContentError if the content files are wrong.
 
-    api.include_router(artifacts.router)
-    api.include_router(matrices.router)
-    return FastPath(SecurityHeaders(api, settings.FRAME_ANCESTORS), build_resources(state))
+    With `defer`, the API app (FastAPI and every route) is built in the background once
+    the server starts, so reader pages are served before it exists (`boundary serve`).
+    """
+    settings = settings or get_settings()
+    content = load_content(settings.CONTENT_DIR)
+    state = AppState(settings, content, make_environment(), build_assets())
+    inner: ASGIApp = DeferredApp(lambda: build_api(state)) if defer else build_api(state)[0]
+    return FastPath(inner, build_resources(state))
