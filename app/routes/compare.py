@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
@@ -35,21 +35,33 @@ Ids = Annotated[str | None, Query(max_length=1000)]
 Short = Annotated[str | None, Query(max_length=64)]
 
 
-def _read(  # noqa: PLR0917 - one argument per query field
-    a: str | None,
-    b: str | None,
-    runs: str | None,
-    boundary: str | None,
-    subject_a: str | None,
-    subject_b: str | None,
-    ir: str | None,
-) -> Comparison:
+def asked(  # noqa: PLR0917 - one parameter per query field
+    a: Ids = None,
+    b: Ids = None,
+    runs: Ids = None,
+    boundary: Short = None,
+    subject_a: Short = None,
+    subject_b: Short = None,
+    ir: Short = None,
+) -> Comparison | CompareInputError:
+    """The comparison the query asks for, or what is wrong with the query.
+
+    One reading of the query for the page (which shows the mistake), the JSON twin and
+    the decision record (which answer 422).
+    """
     try:
         return read_request(a, b, runs, boundary, subject_a, subject_b, ir)
     except CompareInputError as exc:
-        raise HTTPException(
-            status_code=422, detail=[{"field": exc.field, "message": str(exc)}]
-        ) from None
+        return exc
+
+
+Asked = Annotated[Comparison | CompareInputError, Depends(asked)]
+
+
+def _read(found: Comparison | CompareInputError) -> Comparison:
+    if isinstance(found, CompareInputError):
+        raise HTTPException(status_code=422, detail=[{"field": found.field, "message": str(found)}])
+    return found
 
 
 def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
@@ -62,17 +74,8 @@ def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
 
 
 @router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)
-async def compare_page(  # noqa: PLR0917 - one parameter per query field
-    request: Request,
-    state: StateDep,
-    dispatcher: DispatcherDep,
-    a: Ids = None,
-    b: Ids = None,
-    runs: Ids = None,
-    boundary: Short = None,
-    subject_a: Short = None,
-    subject_b: Short = None,
-    ir: Short = None,
+async def compare_page(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
 ) -> HTMLResponse:
     """Two sides side by side: the guard's verdict, the ratio, stages, samples and IR diff."""
     template = "_compare.html" if is_htmx(request) else "compare.html"
@@ -82,27 +85,15 @@ async def compare_page(  # noqa: PLR0917 - one parameter per query field
         "nav": "runs",
         "error": None,
     }
-    try:
-        req = read_request(a, b, runs, boundary, subject_a, subject_b, ir)
-    except CompareInputError as exc:
-        return render(state, template, {**page, "c": None, "error": str(exc)}, 422)
+    if isinstance(req, CompareInputError):
+        return render(state, template, {**page, "c": None, "error": str(req)}, 422)
     return render(state, template, {**page, "c": _context(dispatcher, req)})
 
 
 @router.api_route("/compare.json", methods=["GET", "HEAD"])
-async def compare_json(  # noqa: PLR0917 - one parameter per query field
-    dispatcher: DispatcherDep,
-    a: Ids = None,
-    b: Ids = None,
-    runs: Ids = None,
-    boundary: Short = None,
-    subject_a: Short = None,
-    subject_b: Short = None,
-    ir: Short = None,
-) -> JSONResponse:
+async def compare_json(dispatcher: DispatcherDep, req: Asked) -> JSONResponse:
     """The same comparison as JSON."""
-    req = _read(a, b, runs, boundary, subject_a, subject_b, ir)
-    return JSONResponse(json_twin(_context(dispatcher, req)))
+    return JSONResponse(json_twin(_context(dispatcher, _read(req))))
 
 
 def _notes(request: Request) -> DecisionNotes:
@@ -129,12 +120,10 @@ def _notes(request: Request) -> DecisionNotes:
         ) from None
 
 
-def _record_context(request: Request, state: Any, dispatcher: Dispatcher) -> tuple[Any, str]:
-    q = request.query_params
-    req = _read(
-        q.get("a"), q.get("b"), q.get("runs"), q.get("boundary"),
-        q.get("subject_a"), q.get("subject_b"), q.get("ir"),
-    )  # fmt: skip
+def _record_context(
+    request: Request, state: Any, dispatcher: Dispatcher, found: Comparison | CompareInputError
+) -> tuple[Any, str]:
+    req = _read(found)
     if not req.b:
         raise HTTPException(
             status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
@@ -146,9 +135,11 @@ def _record_context(request: Request, state: Any, dispatcher: Dispatcher) -> tup
 
 
 @router.api_route("/compare/decision.json", methods=["GET", "HEAD"])
-async def decision_json(request: Request, state: StateDep, dispatcher: DispatcherDep) -> Any:
+async def decision_json(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
+) -> Any:
     """The decision record as JSON (reads back into app.compare.decision.DecisionRecord)."""
-    record, first = _record_context(request, state, dispatcher)
+    record, first = _record_context(request, state, dispatcher, req)
     return PlainTextResponse(
         record.model_dump_json(indent=2),
         media_type="application/json",
@@ -158,10 +149,10 @@ async def decision_json(request: Request, state: StateDep, dispatcher: Dispatche
 
 @router.api_route("/compare/decision.md", methods=["GET", "HEAD"])
 async def decision_markdown(
-    request: Request, state: StateDep, dispatcher: DispatcherDep
+    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
 ) -> PlainTextResponse:
     """The decision record as Markdown."""
-    record, first = _record_context(request, state, dispatcher)
+    record, first = _record_context(request, state, dispatcher, req)
     return PlainTextResponse(
         to_markdown(record),
         media_type="text/markdown",
@@ -219,7 +210,7 @@ async def compare_repeat(
     comparison with the new runs added to their sides."""
     form = await _form(request)
     _check_token(form, state.settings)
-    req = _read(form.get("a"), form.get("b"), None, form.get("boundary"), None, None, None)
+    req = _read(asked(form.get("a"), form.get("b"), None, form.get("boundary")))
     ctx = _context(dispatcher, req)
     client = request.client.host if request.client else "?"
     sides: dict[str, list[str]] = {"a": list(req.a), "b": list(req.b)}
