@@ -1,0 +1,63 @@
+"""A job: what a user asks for."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from workers.protocol.base import (
+    MAX_SAMPLES,
+    CachePolicy,
+    Lax,
+    Mode,
+    PathId,
+    StageId,
+    StrictModel,
+)
+
+
+class MeasureOptions(StrictModel):
+    """How the execute stage is sampled."""
+
+    mode: Annotated[Mode, Lax] = Mode.LATENCY
+    samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | Literal["auto"] = Field(
+        default=20,
+        description="Exactly this many samples, or 'auto' to stop adaptively.",
+    )
+    cache: Annotated[CachePolicy, Lax] = CachePolicy.COLD
+    calls_per_sample: int = Field(
+        default=10, ge=1, le=1000, description="K: calls enqueued per sync in throughput mode."
+    )
+    max_seconds: float = Field(
+        default=30.0, gt=0, le=600, description="Time cap on sampling ('auto' stops here too)."
+    )
+    auto_max_samples: int = Field(default=1000, ge=5, le=MAX_SAMPLES)
+    auto_rel_iqr: float = Field(
+        default=0.05, gt=0, le=1, description="'auto' stops once IQR / median falls below this."
+    )
+    warmup: int = Field(default=1, ge=1, le=100, description="Uncounted calls before sampling.")
+    flush_l2: bool = Field(
+        default=False,
+        description="cuda path: flush the GPU's L2 cache before every sample (cold-cache timing).",
+    )
+    profile: bool = Field(
+        default=False,
+        description="Capture a JAX profiler trace of the sampled calls (not compile, not warm-up).",
+    )
+
+    def sample_count(self) -> int | None:
+        """The fixed sample count, or None when sampling is adaptive."""
+        return None if self.samples == "auto" else self.samples
+
+
+class JobSpec(StrictModel):
+    """A request: a workload with its parameters, a target path and measurement options."""
+
+    workload: str = Field(min_length=1, max_length=64)
+    path: Annotated[PathId, Lax] = PathId.JAX_CPU
+    params: dict[str, Any] = Field(default_factory=dict)
+    stages: list[Annotated[StageId, Lax]] = Field(
+        default_factory=lambda: [StageId.COMPILE, StageId.EXECUTE], min_length=1, max_length=3
+    )
+    measure: MeasureOptions = Field(default_factory=MeasureOptions)

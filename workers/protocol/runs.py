@@ -1,0 +1,258 @@
+"""A run: what came back from one attempt at a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, CachePolicy, OpenModel
+from workers.protocol.jobs import JobSpec
+from workers.protocol.profiles import ProfileTrace
+from workers.protocol.scale import GroupReport, Placement, ScalingSeries
+from workers.protocol.sweeps import SweepResult
+from workers.protocol.workers import Ceilings
+
+
+class Stats(OpenModel):
+    """Sample statistics, named as pytest-benchmark names them. Seconds throughout."""
+
+    min: float
+    max: float
+    mean: float
+    stddev: float
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    outliers: str = Field(description="'<stddev outliers>;<IQR outliers>' as pytest-benchmark.")
+    rounds: int
+    ops: float | None = Field(default=None, description="Calls per second at the mean.")
+    wide_spread: bool = Field(default=False, description="IQR / median above the warning level.")
+
+
+class Measurement(OpenModel):
+    """Samples under one timing boundary, with their statistics."""
+
+    boundary: BoundaryId
+    samples_s: list[float]
+    stats: Stats | None
+    calls_per_sample: int = 1
+    stopped_because: str | None = None
+    note: str | None = None
+    subject: str | None = Field(
+        default=None,
+        description="What was timed when a run times several implementations, e.g. cuBLAS.",
+    )
+
+
+class Correctness(OpenModel):
+    """The output checked against a float64 reference."""
+
+    passed: bool
+    error: float | None = Field(description="||out - ref|| / ||ref||; None if not finite.")
+    tolerance: float
+    reference: str = "float64 NumPy"
+    detail: str | None = None
+    checked: bool = Field(
+        default=True,
+        description="False when there was nothing to check the output against: `passed` is "
+        "then false too, yet the run stays valid and its timings stand (see `detail`).",
+    )
+
+
+class CacheEvents(OpenModel):
+    """What the persistent compilation cache reported during the compile stage."""
+
+    hits: int = 0
+    misses: int = 0
+    time_saved_s: float | None = None
+
+
+class Environment(OpenModel):
+    """Everything needed to say where and how a run happened."""
+
+    platform: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    backend_platform_version: str | None = None
+    xla_flags: str = ""
+    precision: str | None = None
+    x64: bool = False
+    cache: CachePolicy = CachePolicy.COLD
+    cache_events: CacheEvents | None = None
+    host_cpu: str | None = None
+    python: str | None = None
+    hostname: str | None = None
+    timestamp: str
+    extra: dict[str, str] = Field(
+        default_factory=dict, description="Backend-specific facts: driver, CUDA libraries, ..."
+    )
+
+
+class Artifacts(OpenModel):
+    """IR text produced by the stages; None when a stage did not produce it."""
+
+    jaxpr: str | None = None
+    stablehlo: str | None = None
+    hlo: str | None = None
+    ptx: str | None = None
+    sass: str | None = None
+
+
+ARTIFACT_NAMES: tuple[str, ...] = ("jaxpr", "stablehlo", "hlo", "ptx", "sass")
+
+
+class StageSeconds(OpenModel):
+    """Wall time of each compile-side stage, each timed on its own."""
+
+    trace: float | None = None
+    lower: float | None = None
+    compile: float | None = None
+    warm_up: float | None = Field(
+        default=None,
+        description="The uncounted warm-up executions, first call included (host-sync).",
+    )
+
+
+class CostAnalysis(OpenModel):
+    """XLA's own estimate for the compiled program; None where the backend cannot say."""
+
+    flops: float | None = None
+    bytes_accessed: float | None = None
+
+
+class MemoryAnalysis(OpenModel):
+    """XLA's buffer sizes for the compiled program; None where the backend cannot say."""
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    temp_bytes: int | None = None
+    peak_bytes: int | None = None
+
+
+class Rates(OpenModel):
+    """Analytic work counts and the rates achieved at the median of the main boundary."""
+
+    flops: float
+    bytes: float
+    boundary: BoundaryId | None = None
+    flops_per_s: float | None = None
+    bytes_per_s: float | None = None
+    source: str = Field(
+        default="analytic",
+        description="Where the counts come from: 'analytic', or XLA's cost analysis.",
+    )
+
+
+class HloFusion(OpenModel):
+    name: str
+    kind: str
+    calls: list[str] = Field(default_factory=list)
+    backend_kind: str | None = Field(
+        default=None, description="A custom fusion's own kind, e.g. __ynn_fusion, __triton_gemm."
+    )
+    library: str | None = Field(default=None, description="The library a custom fusion calls.")
+    ops: list[str] = Field(
+        default_factory=list, description="Distinct operations fused, in order of appearance."
+    )
+
+
+class HloCustomCall(OpenModel):
+    target: str
+    library: str | None = Field(default=None, description="e.g. cuBLAS, cuDNN, YNNPACK, oneDNN.")
+    shape: str | None = None
+
+
+class HloCollective(OpenModel):
+    kind: str
+    shape: str
+    bytes: int | None = None
+    replica_groups: str | None = None
+    groups: list[list[int]] | None = Field(
+        default=None, description="The replica groups as device-id lists, when they parse."
+    )
+    name: str | None = Field(default=None, description="The instruction's name in the HLO.")
+    jax_op: str | None = Field(
+        default=None, description="The JAX operation it came from (HLO op_name metadata)."
+    )
+    dimensions: list[int] | None = Field(
+        default=None, description="The dimensions gathered or scattered, where stated."
+    )
+    asynchronous: bool = Field(default=False, description="Issued as a -start/-done pair.")
+
+
+class HloSummary(OpenModel):
+    """What the optimized HLO says XLA chose: fusions, library calls, communication."""
+
+    fusions: list[HloFusion] = Field(default_factory=list)
+    custom_calls: list[HloCustomCall] = Field(default_factory=list)
+    collectives: list[HloCollective] = Field(default_factory=list)
+    copies: int = 0
+    transposes: int = 0
+    instructions: int = 0
+    op_counts: dict[str, int] = Field(default_factory=dict)
+    libraries: list[str] = Field(
+        default_factory=list, description="Libraries the program calls, e.g. cuBLAS, YNNPACK."
+    )
+
+
+class KernelResources(OpenModel):
+    """What the CUDA assembler (ptxas) reported for one compiled kernel."""
+
+    name: str
+    arch: str
+    registers: int | None = Field(default=None, description="Registers per thread.")
+    shared_bytes: int | None = Field(default=None, description="Static shared memory per block.")
+    constant_bytes: int | None = None
+    stack_bytes: int | None = Field(default=None, description="Stack frame per thread.")
+    spill_store_bytes: int | None = None
+    spill_load_bytes: int | None = None
+    barriers: int | None = None
+    source: str = Field(default="ptxas -v", description="The tool the figures came from.")
+
+
+class InputInfo(OpenModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class RunResult(OpenModel):
+    """One attempt at a job, complete and self-describing.
+
+    This is exactly what `boundary run --json` prints and what a worker posts.
+    """
+
+    protocol_version: int = PROTOCOL_VERSION
+    job: JobSpec
+    params: dict[str, Any] = Field(description="The parameters after validation and defaults.")
+    inputs: list[InputInfo] = Field(default_factory=list)
+    stage_seconds: StageSeconds = Field(default_factory=StageSeconds)
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+    hlo_summary: HloSummary | None = None
+    cost_analysis: CostAnalysis | None = None
+    memory_analysis: MemoryAnalysis | None = None
+    measurements: list[Measurement] = Field(default_factory=list)
+    correctness: Correctness | None = None
+    rates: Rates | None = None
+    environment: Environment
+    warnings: list[str] = Field(default_factory=list)
+    valid: bool = Field(description="False when correctness failed: timings are then not results.")
+    harness_seconds: float | None = Field(
+        default=None, description="The harness's own time outside every reported interval."
+    )
+    kernel_resources: list[KernelResources] = Field(
+        default_factory=list, description="cuda path: registers, shared memory, spills."
+    )
+    extra: dict[str, Any] = Field(default_factory=dict)
+    placement: Placement | None = Field(default=None, description="Scale workloads: the mesh.")
+    scaling: ScalingSeries | None = Field(default=None, description="The scale stage's series.")
+    group: GroupReport | None = Field(default=None, description="A multi-process run's members.")
+    profile: ProfileTrace | None = Field(default=None, description="measure.profile's trace.")
+    sweep: SweepResult | None = Field(default=None, description="shape-sweep: each policy.")
+    ceilings: Ceilings | None = Field(
+        default=None, description="The running worker's measured ceilings (added by the server)."
+    )
