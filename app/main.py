@@ -68,6 +68,7 @@ def build_api(state: AppState) -> Built:
     from fastapi import FastAPI
 
     from app.admission import Admission
+    from app.bodylimit import BodyLimit
     from app.dispatch import Dispatcher
     from app.routes import pages
     from app.store import Store
@@ -107,6 +108,7 @@ def build_api(state: AppState) -> Built:
         matrices.router,
     ):
         api.include_router(router)
+    api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
     return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
 
