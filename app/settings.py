@@ -61,7 +61,23 @@ class Settings(BaseSettings):
         "X-Forwarded-For names the client; from any other peer the header is ignored.",
     )
     SUBMIT_RATE: int = Field(default=120, ge=1, description="Submissions per client per minute.")
-    RETAIN_RUNS: int = Field(default=5000, ge=1, description="Runs kept before pruning.")
+    RETAIN_RUNS: int = Field(
+        default=5000, ge=1, description="Finished jobs (with their runs) kept before pruning."
+    )
+    RETAIN_DAYS: float = Field(
+        default=90.0, gt=0, description="Finished jobs older than this are pruned."
+    )
+    FILES_MAX_BYTES: int = Field(
+        default=2 * 1024**3,
+        ge=1024,
+        description="Stored files (uploads, traces) in all; beyond, the least recently used go.",
+    )
+    FILES_RETAIN_DAYS: float = Field(
+        default=30.0, gt=0, description="An upload no job has named for this long is deleted."
+    )
+    PRUNE_INTERVAL_S: float = Field(
+        default=30.0, gt=0, description="How often retention runs (and after each upload)."
+    )
     ARTIFACT_MAX_BYTES: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
     )

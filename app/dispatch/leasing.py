@@ -17,6 +17,7 @@ import time
 from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
 from app.requirements import job_requirements, unmet
 from app.store import JobRow, now
+from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
 
@@ -29,9 +30,14 @@ class LeasingMixin(DispatcherCore):
         """Queue a validated job and wake the workers waiting for one."""
         job_id = secrets.token_hex(8)
         spec_json = spec.model_dump(mode="json")
+        at = now()
         job = self.store.insert_job(
-            job_id, spec_json, dict(job_requirements(spec, devices)), client, now()
+            job_id, spec_json, dict(job_requirements(spec, devices)), client, at
         )
+        # The files it names were used now: least-recently-used eviction spares them.
+        fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
+        named = [spec.params.get(name) for name in fields]
+        self.store.touch_files([sha for sha in named if isinstance(sha, str)], at)
         self._notify()
         return job
 
