@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    from pydantic import ValidationError
+
     from app.reader.content import ContentError
 
     try:
@@ -181,6 +183,11 @@ def main(argv: list[str] | None = None) -> None:
     except ContentError as exc:
         print(f"boundary: content error: {exc}", file=sys.stderr)
         code = 3
+    except ValidationError as exc:  # a setting from the environment is wrong
+        for error in exc.errors(include_url=False, include_input=False):
+            name = "BOUNDARY_" + ".".join(str(p) for p in error["loc"])
+            print(f"boundary: {name}: {error['msg']}", file=sys.stderr)
+        code = 2
     except KeyboardInterrupt:
         code = 130
     raise SystemExit(code)

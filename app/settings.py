@@ -9,13 +9,14 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.catalog.exported import MAX_EXPORT_BYTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MIN_TOKEN_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -105,6 +106,16 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest uploaded file (an exported function or an .npz of arrays).",
     )
+
+    @field_validator("WORKER_TOKEN", "SUBMIT_TOKEN")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        # An empty token would let "Bearer " through; a short one is guessed.
+        if value is not None and len(value.strip()) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"a token needs at least {MIN_TOKEN_CHARS} characters (unset the variable for none)"
+            )
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -201,6 +201,17 @@ async def run_page(
     return render(state, "_run.html" if is_htmx(request) else "run.html", ctx)
 
 
+@router.head("/runs/{job_id}/live")
+async def run_live_head(job_id: str, dispatcher: DispatcherDep) -> Response:
+    """HEAD of the live stream: its headers (404 for an unknown job), no stream."""
+    _job_json(job_id, dispatcher)
+    return Response(
+        status_code=200,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
 @router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
 async def run_live(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
