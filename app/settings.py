@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     ARTIFACT_MAX_BYTES: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
     )
+    WORKER_GRACE_S: float = Field(
+        default=120.0,
+        ge=0,
+        description="On SIGTERM, how long `serve` lets its local workers finish their jobs.",
+    )
     ACCESS_LOG: bool = Field(default=False, description="Log every request (costs speed).")
     POLL_S: float = Field(
         default=25.0, gt=0, le=60, description="How long a worker's lease request may wait."

@@ -85,7 +85,14 @@ class LeasingMixin(DispatcherCore):
             entry.polling -= 1
             entry.last_seen = now()
 
+    def stop_leasing(self) -> None:
+        """Grant no more leases (the server is shutting down); waiting requests return."""
+        self.leasing = False
+        self._notify()
+
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
+        if not self.leasing:
+            return None
         # Group the queue by what its jobs need, keep the needs this worker meets, and take
         # the oldest job among them: a runnable job is found wherever it sits in the queue.
         meets = [
