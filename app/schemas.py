@@ -163,12 +163,16 @@ class WorkerRegister(WorkerMessage):
     worker_id: str | None = Field(
         default=None,
         max_length=64,
-        description="Ignored: the server assigns every registration a new id.",
+        description="The id it had, when registering again; kept only with its key.",
+    )
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its first registration returned."
     )
 
 
 class RegisterReply(BaseModel):
     worker_id: str
+    worker_key: str = Field(description="Present it with worker_id to register again.")
     lease_s: float
     heartbeat_s: float
     poll_s: float

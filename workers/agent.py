@@ -40,6 +40,10 @@ PROGRESS_INTERVAL_S = 0.25
 ESCALATE_AFTER_S = 1.0
 """A second stop signal sooner than this after the first is part of the same burst."""
 PARENT_ENV = "BOUNDARY_WORKER_PARENT"
+CEILINGS_REFRESH_S = 900.0
+"""An idle worker measures its ceilings again at most this often."""
+CEILINGS_CHEAP_S = 5.0
+"""…and only when the last round took at most this long (a CPU's takes about 2 s)."""
 
 
 class Fatal(RuntimeError):
@@ -98,6 +102,7 @@ class Agent:
             base_url=config.server.rstrip("/"), headers=headers, timeout=30.0
         )
         self.worker_id: str | None = None
+        self.worker_key: str | None = None
         self.capabilities: dict[str, Any] = {}
         self.heartbeat_s = 5.0
         self.poll_s = 25.0
@@ -108,6 +113,7 @@ class Agent:
         self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
+        self.ceilings_at = time.monotonic()
 
     # --- talking to the server ---------------------------------------------------------
 
@@ -143,8 +149,13 @@ class Agent:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def register(self) -> None:
-        # The server assigns the id (a new one each time we register).
-        body = {"capabilities": self.capabilities, "name": self.config.name}
+        # The server assigns the id; with the key it gave, registering again keeps it.
+        body = {
+            "capabilities": self.capabilities,
+            "name": self.config.name,
+            "worker_id": self.worker_id,
+            "worker_key": self.worker_key,
+        }
         response = await self._post("/register", body)
         if response.status_code == 409:
             raise Fatal(_detail(response))
@@ -152,6 +163,7 @@ class Agent:
             raise Fatal(f"registration failed ({response.status_code}): {_detail(response)}")
         reply = response.json()
         self.worker_id = reply["worker_id"]
+        self.worker_key = reply.get("worker_key")
         self.heartbeat_s = float(reply["heartbeat_s"])
         self.poll_s = float(reply["poll_s"])
         self.artifact_max_bytes = int(reply["artifact_max_bytes"])
@@ -210,6 +222,8 @@ class Agent:
                     self._poll_task = None
                 if grant is not None:
                     await self.handle(grant)
+                else:
+                    await self._refresh_ceilings()
             return 0
         except httpx.TransportError:
             if self.stopping:
@@ -227,6 +241,27 @@ class Agent:
                 loop.remove_signal_handler(sig)
             await self.pool.close()
             await self.client.aclose()
+
+    async def _refresh_ceilings(self) -> None:
+        """Idle (a long poll came back empty): measure the ceilings again when a round is
+        cheap and the last is old, keep the best of every round, and tell the server."""
+        ceilings = self.capabilities.get("ceilings")
+        if not ceilings or self.stopping:
+            return
+        now = time.monotonic()
+        cheap = float(ceilings.get("seconds") or 0.0) <= CEILINGS_CHEAP_S
+        if not cheap or now - self.ceilings_at < CEILINGS_REFRESH_S:
+            return
+        self.ceilings_at = now
+        try:
+            runner = await self.pool.get(1)
+            fresh = await runner.ceilings(ceilings)
+        except RunnerFailed as exc:
+            log.warning("re-measuring the ceilings failed: %s", exc)
+            return
+        if fresh is not None and fresh != ceilings:
+            self.capabilities = {**self.capabilities, "ceilings": fresh}
+            await self.register()  # the same worker id: the server keeps the new ceilings
 
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. A later one (not of the same

@@ -44,6 +44,8 @@ class WorkerEntry:
     last_seen: float
     current_job: str | None = None
     polling: int = 0
+    key: str | None = None
+    """The secret its registration returned: re-registering with it keeps the id."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import secrets
 import time
@@ -54,15 +55,33 @@ class LeasingMixin(DispatcherCore):
 
     # --- workers -------------------------------------------------------------------------
 
-    def register(self, caps: Capabilities, name: str | None) -> str:
-        """Record a worker under a new id the server makes (a worker never chooses its
-        own, so it cannot take another's); the id."""
-        worker_id = f"w-{secrets.token_hex(8)}"
+    def register(
+        self,
+        caps: Capabilities,
+        name: str | None,
+        worker_id: str | None = None,
+        key: str | None = None,
+    ) -> tuple[str, str]:
+        """Record a worker; its id and key. The server makes the id: a worker never
+        chooses one, so it cannot take another's. A worker registering again (new
+        capabilities) keeps its id by presenting the key its first registration got."""
         at = now()
-        self.store.upsert_worker(worker_id, name, caps.model_dump(mode="json"), at)
-        self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
+        entry = self._workers.get(worker_id) if worker_id else None
+        if (
+            entry is not None
+            and entry.key is not None
+            and key is not None
+            and hmac.compare_digest(entry.key.encode(), key.encode())
+        ):
+            entry.capabilities, entry.name, entry.last_seen = caps, name, at
+        else:
+            entry = WorkerEntry(f"w-{secrets.token_hex(8)}", name, caps, at, at)
+            entry.key = secrets.token_urlsafe(24)
+            self._workers[entry.id] = entry
+        self.store.upsert_worker(entry.id, name, caps.model_dump(mode="json"), at)
         self._notify()  # a new worker may make a waiting job runnable
-        return worker_id
+        assert entry.key is not None
+        return entry.id, entry.key
 
     async def lease(self, worker_id: str, wait_s: float) -> LeaseGrant | None:
         """A job for this worker, waiting up to `wait_s` for one; None when none came."""

@@ -120,9 +120,12 @@ async def register(
                 for e in exc.errors(include_url=False, include_input=False)
             ]
         )
-    worker_id = dispatcher.register(message.capabilities, message.name)
+    worker_id, key = dispatcher.register(
+        message.capabilities, message.name, message.worker_id, message.worker_key
+    )
     return RegisterReply(
         worker_id=worker_id,
+        worker_key=key,
         lease_s=settings.LEASE_S,
         heartbeat_s=settings.LEASE_S * HEARTBEAT_FRACTION,
         poll_s=settings.POLL_S,

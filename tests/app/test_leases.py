@@ -44,6 +44,28 @@ async def test_the_server_assigns_worker_ids(bench_client: httpx.AsyncClient) ->
     assert sorted(w["name"] for w in workers) == ["fake", "intruder"]
 
 
+async def test_a_worker_registering_again_keeps_its_id_with_its_key(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    first = (
+        await bench_client.post(
+            "/api/v1/worker/register", json={"capabilities": capabilities()}, headers=AUTH
+        )
+    ).json()
+    again = {"capabilities": capabilities(device_count=2), "worker_id": first["worker_id"]}
+    kept = await bench_client.post(
+        "/api/v1/worker/register", json={**again, "worker_key": first["worker_key"]}, headers=AUTH
+    )
+    assert kept.json()["worker_id"] == first["worker_id"]
+    wrong = await bench_client.post(
+        "/api/v1/worker/register", json={**again, "worker_key": "not-the-key"}, headers=AUTH
+    )
+    assert wrong.json()["worker_id"] != first["worker_id"]
+    workers = (await bench_client.get("/api/v1/workers")).json()["data"]
+    mine = next(w for w in workers if w["id"] == first["worker_id"])
+    assert mine["device_count"] == 2
+
+
 async def test_a_second_worker_with_the_holders_id_cannot_touch_the_job(
     bench_client: httpx.AsyncClient,
 ) -> None:
