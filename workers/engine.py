@@ -208,6 +208,10 @@ def run_job(
         if progress is not None:
             progress(ProgressEvent(phase=phase, **fields))
 
+    from workers.catalog.targets import apply_target, job_target
+
+    job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
+    target = job_target(job)
     params = parse_params(job.workload, job.params, max_bytes)
     if job.path not in params.paths:
         offered = ", ".join(p.value for p in params.paths)
@@ -224,8 +228,18 @@ def run_job(
     if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
         from workers.cuda.job import run_cuda_job
 
-        return run_cuda_job(job, params, progress, cache_dir=cache_dir, perturb=perturb)
-    devices = select_devices(job.path)
+        return run_cuda_job(
+            job, params, progress, cache_dir=cache_dir, perturb=perturb, target=target
+        )
+    if target is not None:
+        from workers.targets.run import real_devices, run_deviceless
+
+        found = real_devices(target)
+        if found is None:  # no such devices here: compile for them, never run
+            return run_deviceless(job, params, target, progress, cache_dir=cache_dir)
+        devices = found
+    else:
+        devices = select_devices(job.path)
     device = devices[0]
     if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
         return run_sweep(job, params, devices, progress, cache_dir=cache_dir, perturb=perturb)
@@ -369,6 +383,10 @@ def run_job(
         extra={"seed": SEED},
         profile=profile,
     )
+    if target is not None:
+        from workers.targets.run import hardware_report
+
+        result.target = hardware_report(target, device)
     if scaled is not None:
         t0 = clock()
         attach_scale(result, scaled, compiled, job, devices, seed=SEED, progress=progress)

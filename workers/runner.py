@@ -220,6 +220,9 @@ def child_main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     channel = Channel()
     started = time.perf_counter()
+    from workers.jaxenv import apply_jax_environment
+
+    apply_jax_environment()  # the pool sets these already; a runner started by hand may not
     import workers.engine  # noqa: F401 - the point of a warm runner: import JAX once
 
     _join_group()

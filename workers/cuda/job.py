@@ -46,12 +46,19 @@ from workers.protocol import (
     RunResult,
     StageId,
     StageSeconds,
+    Target,
+    TargetReport,
 )
 from workers.workloads import get_workload
 
 COMPILE_ONLY_NOTE = (
     "compile only: PTX, SASS and the resource report were produced without a GPU; "
     "executing this kernel needs an NVIDIA GPU (a worker with cuda_run)."
+)
+DEVICELESS_NOTE = (
+    "Compiled without the hardware: the kernel was built for {id} ({name}) on a machine "
+    "without such a GPU. PTX, SASS and the resource report are the CUDA compiler's real "
+    "output; nothing ran, so there is no time and no correctness check."
 )
 WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
 
@@ -158,8 +165,12 @@ def run_cuda_job(
     *,
     cache_dir: Path | None = None,
     perturb: float | None = None,
+    target: Target | None = None,
 ) -> RunResult:
-    """Run a validated `cuda` job here; see the module docstring for the stages."""
+    """Run a validated `cuda` job here; see the module docstring for the stages.
+
+    A `target` picks the architecture (b200 → sm_100, h100 and h200 → sm_90); executing
+    it needs a GPU of that model."""
     started = time.perf_counter()
 
     def emit(phase: ProgressPhase, **fields: Any) -> None:
@@ -184,10 +195,17 @@ def run_cuda_job(
         probe = env.probe_gpu()
         if probe.count == 0:
             raise _unavailable(_no_gpu_message(probe, tools))
+        markers = target.chip.kind_markers if target is not None else ()
+        if target is not None and not any(m in (probe.name or "") for m in markers):
+            raise _unavailable(
+                f"stages: execute on target {target.id} needs {target.hardware_phrase()}; "
+                f"this machine's GPU is {probe.name}. Ask for --stages compile to compile "
+                "for it without the hardware"
+            )
     if not tools.can_compile:
         raise _unavailable(f"path cuda: no CUDA compiler on this machine ({tools.describe()})")
     try:
-        arch = env.target_arch()
+        arch = env.target_arch(target.chip.cuda_arch if target is not None else None)
     except ValueError as exc:
         raise _unavailable(f"path cuda: {env.ARCH_ENV}: {exc}") from None
 
@@ -280,6 +298,8 @@ def run_cuda_job(
                 m.model_copy(update={"stats": None, "note": WITHHELD}) for m in measurements
             ]
     else:
+        if target is not None:
+            warnings.append(DEVICELESS_NOTE.format(id=target.id, name=target.chip.name))
         warnings.append(COMPILE_ONLY_NOTE)
 
     result = RunResult(
@@ -297,6 +317,19 @@ def run_cuda_job(
         kernel_resources=kernel_resources,
         extra=extra,
     )
+    if target is not None:
+        name, _, version = built.compiler.partition(" ")
+        result.target = TargetReport(
+            id=target.id,
+            model=target.model.value,
+            count=target.count,
+            compiler=name,
+            compiler_version=version or None,
+            deviceless=not executes,
+            arch=arch,
+            compile_timing="compile: PTX and cubin builds, each timed alone"
+            + (" (read from the build cache)" if built.cached else ""),
+        )
     reported = (stage_seconds.compile or 0.0) + (stage_seconds.warm_up or 0.0)
     reported += sum(sum(m.samples_s) * m.calls_per_sample for m in measurements)
     result.harness_seconds = max(0.0, time.perf_counter() - started - reported)
