@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from workers import faults
 from workers.protocol import Correctness
 
 
@@ -18,7 +19,7 @@ def check_output(
     NaN or Inf anywhere fails, whatever the tolerance, and so does a shape that differs
     from the reference's. A reference of all zeros makes the error absolute.
     """
-    out = np.asarray(output, dtype=np.float64)
+    out = np.asarray(faults.as_judged(np.asarray(output)), dtype=np.float64)
     ref = np.asarray(reference, dtype=np.float64)
     if out.shape != ref.shape:
         return Correctness(

@@ -33,7 +33,6 @@ from workers.protocol import (
     Platform,
     ProgressEvent,
     ProgressPhase,
-    Rates,
     RunResult,
     StageId,
     StageSeconds,
@@ -41,6 +40,7 @@ from workers.protocol import (
     TargetMemory,
     TargetReport,
 )
+from workers.publish import Measured, Work
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
 from workers.targets.dump import kernels_ptx
@@ -268,33 +268,31 @@ def run_deviceless(
     host = devices_by_platform().get("cpu") or jax.devices()
     environment = detect_environment(host[0], CachePolicy.COLD, None, list(host))
     environment.extra["compiled_for"] = f"{target.id} ({name} {version or ''})".strip()
-    stage_seconds = StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s)
-    rates = Rates(flops=workload.flop_count(params), bytes=workload.byte_count(params))
-    rates.source = "analytic (nothing ran: no rate)"
-    result = RunResult(
+    measured = Measured(
         job=job,
         params=params.model_dump(mode="json"),
+        environment=environment,
+        started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
-        stage_seconds=stage_seconds,
+        stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
         artifacts=artifacts,
         hlo_summary=summarize_hlo(hlo) if hlo else None,
         cost_analysis=cost,
         memory_analysis=analysis,
-        rates=rates,
-        environment=environment,
+        work=Work(workload.flop_count(params), workload.byte_count(params)),
         warnings=warnings,
-        valid=True,
         extra={"compile_only": True},
+        unreported=unreported,
         target=report,
     )
     if scaled is not None:
-        result.placement = placement_report(scaled, compiled, hlo)
+        t0 = clock()
+        measured.placement = placement_report(scaled, compiled, hlo)
+        unreported["placement_report"] = clock() - t0
         report.mesh = (
             f"{' × '.join(f'{a}={n}' for a, n in scaled.mesh.shape.items())} over "
             f"{scaled.mesh.size} {target.chip.name} devices (topology order)"
         )
-    elapsed = clock() - started
-    result.harness_seconds = max(0.0, elapsed - trace_s - lower_s - compile_s)
-    result.extra["unreported_s"] = unreported
+    result = measured.check(None).publish()  # nothing executed: nothing to judge
     emit("done")
     return result
