@@ -16,13 +16,14 @@ from starlette.responses import Response
 
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.main import AppState
 from app.routes.api import job_public
+from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
 from app.runs.form import FormState, measure_fields, param_fields, read_form
 from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
+from app.state import AppState
 from app.store import now
 from app.submission import (
     check_queue_room,
@@ -32,7 +33,6 @@ from app.submission import (
     read_capped_body,
     validate_submission,
 )
-from app.templating import server_linker
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -48,31 +48,6 @@ def page_route(path: str) -> Callable[[Endpoint], Endpoint]:
     return read_route(path, response_class=HTMLResponse)
 
 
-def is_htmx(request: Request) -> bool:
-    return (
-        request.headers.get("hx-request") == "true"
-        and "hx-history-restore-request" not in request.headers
-        and request.headers.get("hx-request-type") != "full"
-    )
-
-
-def render(
-    state: AppState, template: str, ctx: dict[str, Any], status_code: int = 200
-) -> HTMLResponse:
-    """A template with what base.html needs, as an uncached HTML response."""
-    assets = state.assets
-    html = state.env.get_template(template).render(
-        site=state.content.site,
-        content_version=state.content.version,
-        link=server_linker(""),
-        static=lambda name: assets[name].url,
-        export=False,
-        embed=False,
-        **ctx,
-    )
-    return HTMLResponse(html, status_code, headers={"Cache-Control": "no-store"})
-
-
 def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
     job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
     if job is None:
@@ -84,18 +59,9 @@ def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
 
 
-def _connected_paths(dispatcher: Dispatcher) -> list[str]:
-    paths: list[str] = []
-    for w in dispatcher.connected_workers():
-        for p in w.capabilities.paths:
-            if p.value not in paths:
-                paths.append(p.value)
-    return paths
-
-
 def _form_context(state: AppState, dispatcher: Dispatcher, form: FormState) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
-    connected = _connected_paths(dispatcher)
+    connected = connected_paths(dispatcher)
     return {
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
@@ -121,7 +87,7 @@ async def new_run(
     if workload not in WORKLOADS:
         workload = "matmul"
     offered = [p.value for p in WORKLOADS[workload].paths]
-    connected = _connected_paths(dispatcher)
+    connected = connected_paths(dispatcher)
     chosen = (
         path
         if path in offered
