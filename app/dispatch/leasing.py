@@ -14,7 +14,7 @@ import secrets
 import time
 
 from app.dispatch.core import WORKER_ID, DispatcherCore, LeaseGrant, WorkerEntry
-from app.requirements import job_requirements, unmet
+from app.requirements import job_requirements, target_paths, unmet
 from app.store import JobRow, now
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
@@ -82,7 +82,9 @@ class LeasingMixin(DispatcherCore):
             entry.last_seen = now()
 
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
-        paths = [p.value for p in entry.capabilities.paths]  # a job's path is always offered
+        # A job's path is always offered, or served through a target compiled without hardware.
+        caps = entry.capabilities
+        paths = [p.value for p in [*caps.paths, *target_paths(caps)]]
         for job in self.store.jobs_with_status(JobStatus.QUEUED, self.settings.MAX_QUEUE, paths):
             if unmet(job.requirements, entry.capabilities) is not None:
                 continue

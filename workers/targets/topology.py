@@ -85,3 +85,23 @@ def target_devices(target: Target) -> tuple[Any, ...]:
             f"not {target.count}"
         )
     return devices
+
+
+def available_targets() -> list[str]:
+    """Every target id this process can compile for without the hardware.
+
+    Detected, not assumed: one small topology per compiler is built (a v6e chip through
+    libtpu, one B200 through the CUDA plugin); a compiler that is missing or fails to
+    start leaves its targets out.
+    """
+    from workers.protocol import TARGET_IDS, parse_target
+
+    found: list[str] = []
+    for probe in ("v6e:1x1", "b200:1"):
+        target = parse_target(probe)
+        try:
+            target_devices(target)
+        except Exception:  # noqa: BLE001 - any failure to start a compiler means: not offered
+            continue
+        found += [t for t in TARGET_IDS if parse_target(t).platform is target.platform]
+    return found
