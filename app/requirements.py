@@ -25,7 +25,6 @@ from workers.protocol import (
     PathId,
     StageId,
     Target,
-    TargetModel,
     parse_target,
 )
 
@@ -66,25 +65,6 @@ def has_real(caps: Capabilities, target: Target) -> bool:
         and any(m in kind for m in markers)
         and caps.device_count >= target.count
     )
-
-
-def target_paths(caps: Capabilities) -> list[PathId]:
-    """The JAX paths a worker serves through the targets it compiles for without hardware."""
-    models = {parse_target(t).model for t in caps.targets if _known(t)}
-    paths = []
-    if TargetModel.V6E in models:
-        paths.append(PathId.JAX_TPU)
-    if models - {TargetModel.V6E}:
-        paths.append(PathId.JAX_GPU)
-    return paths
-
-
-def _known(target_id: str) -> bool:
-    try:
-        parse_target(target_id)
-    except ValueError:
-        return False  # a newer worker's target this server does not know
-    return True
 
 
 def _unmet_target(req: Requirements | dict[str, Any], caps: Capabilities) -> str | None:

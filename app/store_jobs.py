@@ -109,9 +109,37 @@ class JobsMixin(StoreBase):
         rows = self._read("SELECT status, count(*) FROM jobs GROUP BY status")
         return {r[0]: int(r[1]) for r in rows}
 
-    def count_queued(self) -> int:
-        rows = self._read("SELECT count(*) FROM jobs WHERE status = ?", (JobStatus.QUEUED.value,))
-        return int(rows[0][0])
+    def count_queued(self, client: str | None = None) -> int:
+        """Queued jobs, or only those `client` submitted."""
+        args: tuple[str, ...]
+        if client is None:
+            sql, args = "SELECT count(*) FROM jobs WHERE status = ?", (JobStatus.QUEUED.value,)
+        else:
+            sql = "SELECT count(*) FROM jobs WHERE status = ? AND client = ?"
+            args = (JobStatus.QUEUED.value, client)
+        return int(self._read(sql, args)[0][0])
+
+    def queued_requirements(self) -> list[tuple[str, int]]:
+        """Each distinct requirements JSON among queued jobs, with how many jobs have it
+        (jobs that need the same thing are few kinds, however long the queue)."""
+        rows = self._read(
+            "SELECT requirements, count(*) FROM jobs WHERE status = ? GROUP BY requirements",
+            (JobStatus.QUEUED.value,),
+        )
+        return [(r[0], int(r[1])) for r in rows]
+
+    def oldest_queued(self, requirements: list[str], limit: int = 8) -> list[JobRow]:
+        """The oldest queued jobs whose requirements JSON is one of `requirements`,
+        wherever they sit in the queue."""
+        if not requirements:
+            return []
+        marks = ",".join("?" for _ in requirements)
+        rows = self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? AND requirements IN ({marks}) "
+            "ORDER BY created_at LIMIT ?",
+            (JobStatus.QUEUED.value, *requirements, limit),
+        )
+        return [JobRow.from_row(r) for r in rows]
 
     def claim(self, job_id: str, worker_id: str, deadline: float, now: float) -> int | None:
         """Lease a queued job to `worker_id`; the attempt number, or None if it was taken."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import time
 
 from app.dispatch.core import WORKER_ID, DispatcherCore, LeaseGrant, WorkerEntry
-from app.requirements import job_requirements, target_paths, unmet
+from app.requirements import job_requirements, unmet
 from app.store import JobRow, now
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
@@ -82,12 +83,14 @@ class LeasingMixin(DispatcherCore):
             entry.last_seen = now()
 
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
-        # A job's path is always offered, or served through a target compiled without hardware.
-        caps = entry.capabilities
-        paths = [p.value for p in [*caps.paths, *target_paths(caps)]]
-        for job in self.store.jobs_with_status(JobStatus.QUEUED, self.settings.MAX_QUEUE, paths):
-            if unmet(job.requirements, entry.capabilities) is not None:
-                continue
+        # Group the queue by what its jobs need, keep the needs this worker meets, and take
+        # the oldest job among them: a runnable job is found wherever it sits in the queue.
+        meets = [
+            text
+            for text, _ in self.store.queued_requirements()
+            if unmet(json.loads(text), entry.capabilities) is None
+        ]
+        for job in self.store.oldest_queued(meets):
             at = now()
             deadline = at + self.settings.LEASE_S
             attempt = self.store.claim(job.id, entry.id, deadline, at)
