@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers import harness
-from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, parse_params
+from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.compile_cache import (
@@ -186,6 +186,7 @@ def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
             f"stages: {job.workload} does not offer {', '.join(extra_stages)} (offered: {offered})",
             "stages",
         )
+    check_live_outputs(params, job.measure, max_bytes)
     return params
 
 
@@ -286,7 +287,12 @@ def _execute(
     emit("warm-up")
     t0 = clock()
     harness.warm_up(compiled, args, options.warmup)
+    warmed = ["call"]
+    if options.mode is Mode.APPLICATION:  # the transfers are sampled too: warm them as well
+        target = device if scaled is None else scaled.in_shardings
+        warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
     measured.stage_seconds.warm_up = clock() - t0
+    measured.extra["warm_up"] = {"calls": options.warmup, "covers": warmed}
     capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
     sampled = harness.sample(
         options.mode,
@@ -371,6 +377,10 @@ def run_job(
         )
     workload = _bind(job, params, files_dir, max_bytes)
     program = _compile(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
+    memory = _memory_analysis(program.compiled)
+    if params.output_bytes() is None and memory is not None:
+        # The parameters could not say how big an output is; the compiled program can.
+        check_live_outputs(params, job.measure, max_bytes, memory.output_bytes)
     from workers.cuda.job import jax_path_notes  # options that only the cuda path reads
 
     boundary = MAIN_BOUNDARY[job.measure.mode]
@@ -387,7 +397,7 @@ def run_job(
         artifacts=program.artifacts,
         hlo_summary=program.summary,
         cost_analysis=_cost_analysis(program.compiled),
-        memory_analysis=_memory_analysis(program.compiled),
+        memory_analysis=memory,
         work=_work(workload, params, program.compiled),
         rate_basis=RateBasis(boundary) if boundary is not None else None,
         warnings=jax_path_notes(job),

@@ -1,6 +1,7 @@
 """The shape sweep: many sizes through ONE jitted function, without and with bucketing.
 
-Each policy gets a fresh function object and cleared caches, so nothing one policy
+Each policy gets a fresh function object, cleared in-memory caches and (under the
+`persistent` cache policy) its own persistent-cache directory, so nothing one policy
 compiled can serve the other. Its first pass sends every size in order and counts
 exactly what JAX compiled (jax.monitoring's backend-compile events, checked against the
 jitted function's own cache size); later passes, with everything compiled, give the
@@ -120,6 +121,12 @@ class _Sweep:
     progress: Progress | None
 
 
+def policy_cache_dir(cache_dir: Path, policy: str) -> Path:
+    """The persistent cache one policy uses: its own directory, so that a program one
+    policy compiled (the same padded size) can never be loaded by the other."""
+    return cache_dir / "shape-sweep" / policy.replace(":", "-")
+
+
 def _run_policy(policy: str, sweep: _Sweep) -> _PolicyRun:
     job, params, w, device, progress = (
         sweep.job,
@@ -131,7 +138,7 @@ def _run_policy(policy: str, sweep: _Sweep) -> _PolicyRun:
     sizes = params.sizes()
     options = job.measure
     padded = [bucket(n, policy) for n in sizes]
-    apply_cache_policy(options.cache, sweep.cache_dir)
+    apply_cache_policy(options.cache, policy_cache_dir(sweep.cache_dir, policy))
     jitted = jax.jit(op.function(params))
     extra = [w] if w is not None else []
     # One placed (padded) input per distinct size: calls of the same size reuse it.
