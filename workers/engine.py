@@ -354,12 +354,24 @@ def run_job(
     """
     started = time.perf_counter()
     emit = _emitter(progress)
+    from workers.catalog.targets import apply_target, job_target
+
+    job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
+    target = job_target(job)
     params = _validate(job, max_bytes)
     if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
         from workers.cuda.job import run_cuda_job
 
-        return run_cuda_job(job, params, progress, cache_dir=cache_dir)
-    devices = select_devices(job.path)
+        return run_cuda_job(job, params, progress, cache_dir=cache_dir, target=target)
+    if target is not None:
+        from workers.targets.run import real_devices, run_deviceless
+
+        found = real_devices(target)
+        if found is None:  # no such devices here: compile for them, never run
+            return run_deviceless(job, params, target, progress, cache_dir=cache_dir)
+        devices = found
+    else:
+        devices = select_devices(job.path)
     device = devices[0]
     if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
         return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
@@ -410,6 +422,10 @@ def run_job(
             measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
         )
         measured.unreported["scale"] = time.perf_counter() - t0
+    if target is not None:
+        from workers.targets.run import hardware_report
+
+        measured.target = hardware_report(target, device)
     result = measured.check(correctness).publish()
     emit("done")
     return result

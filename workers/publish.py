@@ -56,6 +56,7 @@ from workers.protocol import (
     ScalingSeries,
     StageSeconds,
     SweepResult,
+    TargetReport,
 )
 
 __all__ = [
@@ -125,6 +126,8 @@ class Measured:
     scaling: ScalingSeries | None = None
     sweep: SweepResult | None = None
     profile: ProfileTrace | None = None
+    target: TargetReport | None = None
+    """What the compiler compiled for (a job with a target), and whether it ran there."""
 
     def check(
         self, correctness: Correctness | None, subjects: dict[str, Correctness] | None = None
@@ -198,6 +201,7 @@ class Checked:
             scaling=_checked_series(m.scaling),
             profile=m.profile,
             sweep=m.sweep,
+            target=m.target,
         )
         if not valid:
             return _strip(run)
