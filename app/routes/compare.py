@@ -23,7 +23,7 @@ from app.compare.view import CompareInputError, compare_context, json_twin, read
 from app.compare.view import Request as Comparison
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.runs import is_htmx, render
+from app.routes.common import is_htmx, render
 from app.settings import Settings
 from app.submission import (
     check_queue_room,

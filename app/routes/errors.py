@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.templating import server_linker
+from app.routes.common import render
 
 log = logging.getLogger("boundary.errors")
 
@@ -114,22 +114,14 @@ def error_page(
     request: Request, status_code: int, heading: str, what: str, section: Section
 ) -> HTMLResponse:
     """A site page (navigation, the section's own links) with `status_code`."""
-    state = request.app.state.boundary
-    assets = state.assets
-    html = state.env.get_template("error.html").render(
-        site=state.content.site,
-        content_version=state.content.version,
-        link=server_linker(""),
-        static=lambda name: assets[name].url,
-        export=False,
-        embed=False,
-        nav=section.nav,
-        status_code=status_code,
-        heading=heading,
-        what=what,
-        section=section,
-    )
-    return HTMLResponse(html, status_code, headers={"Cache-Control": "no-store"})
+    ctx = {
+        "nav": section.nav,
+        "status_code": status_code,
+        "heading": heading,
+        "what": what,
+        "section": section,
+    }
+    return render(request.app.state.boundary, "error.html", ctx, status_code)
 
 
 def install(app: FastAPI, reader_not_found: Any) -> None:

@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.main import AppState
 from app.routes.api import job_public
+from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
 from app.runs.form import (
     PATH_ONLY_PARAMS,
@@ -30,6 +30,7 @@ from app.runs.form import (
 from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
+from app.state import AppState
 from app.store import now
 from app.submission import (
     check_queue_room,
@@ -39,7 +40,6 @@ from app.submission import (
     read_capped_body,
     validate_submission,
 )
-from app.templating import server_linker
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -55,31 +55,6 @@ def page_route(path: str) -> Callable[[Endpoint], Endpoint]:
     return read_route(path, response_class=HTMLResponse)
 
 
-def is_htmx(request: Request) -> bool:
-    return (
-        request.headers.get("hx-request") == "true"
-        and "hx-history-restore-request" not in request.headers
-        and request.headers.get("hx-request-type") != "full"
-    )
-
-
-def render(
-    state: AppState, template: str, ctx: dict[str, Any], status_code: int = 200
-) -> HTMLResponse:
-    """A template with what base.html needs, as an uncached HTML response."""
-    assets = state.assets
-    html = state.env.get_template(template).render(
-        site=state.content.site,
-        content_version=state.content.version,
-        link=server_linker(""),
-        static=lambda name: assets[name].url,
-        export=False,
-        embed=False,
-        **ctx,
-    )
-    return HTMLResponse(html, status_code, headers={"Cache-Control": "no-store"})
-
-
 def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
     job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
     if job is None:
@@ -91,20 +66,11 @@ def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
 
 
-def _connected_paths(dispatcher: Dispatcher) -> list[str]:
-    paths: list[str] = []
-    for w in dispatcher.connected_workers():
-        for p in w.capabilities.paths:
-            if p.value not in paths:
-                paths.append(p.value)
-    return paths
-
-
 def _form_context(
     state: AppState, dispatcher: Dispatcher, form: FormState, note: str | None = None
 ) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
-    connected = _connected_paths(dispatcher)
+    connected = connected_paths(dispatcher)
     return {
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
