@@ -71,13 +71,6 @@
     if (autoplay && !reduced) current.play();
   }
 
-  function fillEmbedSnippet() {
-    var box = document.getElementById("embed-snippet");
-    if (box && box.value.indexOf('src="/') !== -1) {
-      box.value = box.value.replace('src="/', 'src="' + window.location.origin + "/");
-    }
-  }
-
   // The run form under the reader follows the reader's path: when the user picks another
   // path above, the form asks for itself again for that path, keeping what was typed.
   var followed = null;
@@ -96,9 +89,9 @@
     window.htmx.ajax("GET", "/runs/new?" + params.toString(), { target: "#run-form", swap: "outerHTML" });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { setUp(true); fillEmbedSnippet(); followReader(); });
+  document.addEventListener("DOMContentLoaded", function () { setUp(true); followReader(); });
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
-  document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); followReader(); });
+  document.addEventListener("htmx:after:swap", function () { setUp(false); followReader(); });
   // A finished run's stream has ended on purpose: do not reconnect to it.
   document.addEventListener("htmx:sse:before:connection", function (event) {
     var el = event.target;

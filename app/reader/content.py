@@ -150,6 +150,8 @@ class Site(_Model):
     headline: str
     lede: str
     no_side_effects: str
+    embed_credit: str
+    """The embed's footer: the embed has no selectors, so it must not mention any."""
     default_path: PathId
     default_stage: StageId
 

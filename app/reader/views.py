@@ -46,7 +46,7 @@ def reader_context(
             "json": here + ".json",
             "embed": embed_url(path, stage),
             "guide": f"/guide#{card.guide_section}",
-            "oembed": "/oembed?url=" + public_base + here,
+            "oembed": public_base + "/oembed?url=" + public_base + here,
         },
         "public_base": public_base,
     }
