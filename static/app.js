@@ -19,18 +19,23 @@
     this.timer = null;
     this.button.hidden = false;
     var self = this;
-    this.button.addEventListener("click", function () { self.playing() ? self.stop() : self.play(); });
+    this.button.addEventListener("click", function () { self.playing() ? self.stop() : self.play(false); });
   }
   Sequence.prototype.playing = function () { return this.timer !== null; };
   Sequence.prototype.show = function (stage, text) {
     this.svg.setAttribute("data-stage", stage);
     this.caption.textContent = text;
   };
-  Sequence.prototype.play = function () {
+  // From the first stage when the user asks; on page load, from the selected stage on, so
+  // the diagram never highlights a stage other than the one the page is about first.
+  Sequence.prototype.play = function (fromSelected) {
     if (this.playing() || !this.steps.length) return;
     var self = this;
     this.index = 0;
-    this.show(this.steps[0].stage, this.steps[0].text);
+    if (fromSelected) {
+      for (var i = 0; i < this.steps.length; i++) if (this.steps[i].stage === this.selected) this.index = i;
+    }
+    this.show(this.steps[this.index].stage, this.steps[this.index].text);
     this.timer = window.setInterval(function () {
       self.index += 1;
       if (self.index >= self.steps.length) { self.stop(); return; }  // brief: one pass, then rest
@@ -68,7 +73,7 @@
     figure.setAttribute("data-ready", "");
     current = new Sequence(figure);
     current.sync();
-    if (autoplay && !reduced) current.play();
+    if (autoplay && !reduced) current.play(true);
   }
 
   // The run form under the reader follows the reader's path: when the user picks another

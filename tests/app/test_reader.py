@@ -9,6 +9,7 @@ import pytest
 
 from app.reader.content import READER_PATHS, READER_STAGES, load_content
 from app.settings import Settings
+from workers.protocol import PathId, StageId
 
 pytestmark = pytest.mark.anyio
 
@@ -199,3 +200,17 @@ async def test_public_base_url_is_used_for_discovery(settings: Settings) -> None
         html = (await c.get("/read/cuda/compile")).text
     assert "/oembed?url=https://docs.example.org/read/cuda/compile" in html
     assert 'src="https://docs.example.org/embed/cuda/compile"' in html
+
+
+@pytest.mark.parametrize("stage", ["compile", "execute", "scale"])
+async def test_cuda_pages_use_cuda_words_for_their_stage(
+    client: httpx.AsyncClient, stage: str
+) -> None:
+    cuda = (await client.get(f"/read/cuda/{stage}")).text
+    assert "Are we retracing" not in cuda and "Trace, lower and compile" not in cuda
+    assert "traces, lowers, compiles" not in cuda  # the run panel's words too
+    twin = (await client.get(f"/read/cuda/{stage}.json")).json()
+    words = load_content().stages[StageId(stage)].by_path[PathId.CUDA]
+    assert twin["stage"]["heading"] == words.heading
+    jax = (await client.get("/read/jax-gpu/compile")).text
+    assert "Are we retracing" in jax
