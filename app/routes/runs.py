@@ -247,6 +247,9 @@ async def cancel_run(
             status_code=401, detail="cancelling needs this server's submission token"
         )
     dispatcher.cancel(job_id)  # False when it had already ended: the page shows how
+    if is_htmx(request):
+        # The page stays: its live stream reports the cancellation and ends cleanly.
+        return Response(status_code=204)
     return RedirectResponse(f"/runs/{job_id}", status_code=303)
 
 

@@ -136,6 +136,10 @@ async def test_cancel_from_the_run_page(bench_client: httpx.AsyncClient) -> None
     assert job["status"] == "cancelled"
     page = (await bench_client.get(url)).text
     assert "Cancel this run" not in page and 'id="verdict"' in page
+    # From the page with JavaScript, the page stays and its live stream says it ended.
+    assert (
+        await bench_client.post(f"{url}/cancel", headers={"HX-Request": "true"})
+    ).status_code == 204
     # Cancelling again is harmless; a missing run is a 404 page.
     assert (await bench_client.post(f"{url}/cancel")).status_code == 303
     assert (await bench_client.post("/runs/0123456789abcdef/cancel")).status_code == 404
