@@ -83,6 +83,14 @@ def _form_context(
         "measure": measure_fields(),
         "paths": [p.value for p in workload.paths],
         "connected": connected,
+        # As /workers lists them: cuda without a GPU that runs it is for compiling only.
+        "offered": [
+            f"{p} (compile only)"
+            if p == PathId.CUDA.value
+            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
+            else p
+            for p in connected
+        ],
         "path_note": note,
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "runs",

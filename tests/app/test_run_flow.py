@@ -53,6 +53,7 @@ async def test_only_stages_a_connected_worker_can_do_are_ticked(
     assert selected_path(html) == "cuda"
     assert ticked_stages(html) == ["compile"]
     assert "can compile for cuda but not execute it" in html
+    assert "Connected workers offer: jax-cpu, cuda (compile only)." in html  # as /workers says
     html = (await bench_client.get("/runs/new?path=jax-cpu")).text
     assert ticked_stages(html) == ["compile", "execute"]
 
