@@ -250,6 +250,17 @@ async def cancel_run(
     return RedirectResponse(f"/runs/{job_id}", status_code=303)
 
 
+@router.head("/runs/{job_id}/live")
+async def run_live_head(job_id: str, dispatcher: DispatcherDep) -> Response:
+    """HEAD of the live stream: its headers (404 for an unknown job), no stream."""
+    _job_json(job_id, dispatcher)
+    return Response(
+        status_code=200,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
 @router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
 async def run_live(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from app.bodylimit import WORKER_BODY_BYTES
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
 from app.schemas import (
@@ -32,7 +33,7 @@ from app.schemas import (
     WorkerRegister,
     inline_schema,
 )
-from app.submission import check_bearer, field_errors, parse_strict_json
+from app.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 
@@ -106,7 +107,7 @@ async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep
 ) -> RegisterReply:
     """Record a worker's capabilities; the reply says how often to heartbeat."""
-    body = parse_strict_json(await request.body())
+    body = parse_strict_json(await read_capped_body(request, WORKER_BODY_BYTES))
     problem = _version_problem(body)
     if problem is not None:
         raise HTTPException(status_code=409, detail=problem)
