@@ -7,7 +7,7 @@
 
   function Sequence(figure) {
     this.figure = figure;
-    this.svg = figure.querySelector("svg.diagram");
+    this.svgs = figure.querySelectorAll("svg.diagram");  // the wide and the tall drawing
     this.button = figure.querySelector(".seq-toggle");
     this.caption = figure.querySelector(".seq-caption");
     var tpl = figure.querySelector("template.seq-steps");
@@ -23,7 +23,7 @@
   }
   Sequence.prototype.playing = function () { return this.timer !== null; };
   Sequence.prototype.show = function (stage, text) {
-    this.svg.setAttribute("data-stage", stage);
+    Array.prototype.forEach.call(this.svgs, function (svg) { svg.setAttribute("data-stage", stage); });
     this.caption.textContent = text;
   };
   Sequence.prototype.play = function () {

@@ -87,7 +87,7 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "outliers": stats.outliers if stats else None,
         "wide": bool(stats and stats.wide_spread),
         "stopped_because": m.stopped_because,
-        "svg": samples_svg(m, title_id=f"samples-{index}") if valid else "",
+        "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
 
