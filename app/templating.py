@@ -35,7 +35,9 @@ def highlight_code(text: str, language: str) -> Markup:
     """Syntax-highlighted HTML for a code example (Pygments, CSS classes, no inline styles)."""
     lexer = get_lexer_by_name({"cuda": "cuda", "python": "python", "bash": "bash"}[language])
     formatter = HtmlFormatter(cssclass="hl", wrapcode=True)
-    return Markup(highlight(text, lexer, formatter))
+    html = highlight(text, lexer, formatter)
+    # The block scrolls sideways on a phone: keyboard users must be able to reach it.
+    return Markup(html.replace('<div class="hl">', '<div class="hl" tabindex="0">', 1))
 
 
 def export_file(url: str) -> str:
