@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from app.dispatch import Dispatcher
-from app.main import AppState
 from app.settings import Settings
+from app.state import AppState
 
 
 def get_state(request: Request) -> AppState:

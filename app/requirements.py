@@ -69,8 +69,9 @@ def unmet(req: Requirements | dict[str, Any], caps: Capabilities) -> str | None:
 def describe_need(req: Requirements | dict[str, Any]) -> str:
     """A short phrase naming what a job waits for, e.g. 'jax-gpu with 2 devices'."""
     text = str(req["path"])
-    if req["path"] == PathId.CUDA.value and not req["cuda_run"]:
-        text += " (compile only)"
+    if req["path"] == PathId.CUDA.value:
+        # Say which CUDA ability is missing, as /workers lists "cuda (compile only)".
+        text += " (compile and execute)" if req["cuda_run"] else " (compile only)"
     devices = int(req["devices"])
     if devices > 1:
         text += f" with {devices} devices"

@@ -78,9 +78,32 @@
     }
   }
 
-  document.addEventListener("DOMContentLoaded", function () { setUp(true); fillEmbedSnippet(); });
+  // The run form under the reader follows the reader's path: when the user picks another
+  // path above, the form asks for itself again for that path, keeping what was typed.
+  var followed = null;
+  function followReader() {
+    var reader = document.getElementById("reader");
+    var form = document.getElementById("run-form");
+    if (!reader) return;
+    var path = reader.getAttribute("data-path");
+    if (followed === null || followed === path) { followed = path; return; }
+    followed = path;
+    if (!form || !window.htmx) return;
+    var params = new URLSearchParams(new FormData(form));
+    params.set("path", path);
+    params.delete("shown_path");  // the reader asks; the server may start on a runnable path
+    params.delete("token");
+    window.htmx.ajax("GET", "/runs/new?" + params.toString(), { target: "#run-form", swap: "outerHTML" });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { setUp(true); fillEmbedSnippet(); followReader(); });
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
-  document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); });
+  document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); followReader(); });
+  // A finished run's stream has ended on purpose: do not reconnect to it.
+  document.addEventListener("htmx:sse:before:connection", function (event) {
+    var el = event.target;
+    if (el && el.querySelector && el.querySelector(".progress-panel[data-final]")) event.preventDefault();
+  });
 })();
 // IR view: filter-highlight lines matching the search box; mark the active artifact tab.
 (function () {

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from app.deps import DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.runs import _connected_paths, is_htmx, render
+from app.routes.common import connected_paths, is_htmx, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
@@ -144,7 +144,7 @@ def _page_context(
         "values": values or {},
         "errors": errors or {},
         "paths": paths,
-        "connected": _connected_paths(dispatcher),
+        "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,

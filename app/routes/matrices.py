@@ -23,20 +23,19 @@ from app.dispatch import Dispatcher
 from app.matrices.spec import SHAPE, MatrixSpec, expand
 from app.matrices.store import CellRow, MatrixRow
 from app.matrices.views import cell_view, matrix_csv, matrix_public
-from app.routes.runs import _connected_paths, is_htmx, render
+from app.routes.common import connected_paths, is_htmx, pydantic_problems, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
 from app.submission import (
-    _pydantic_problems,
     check_queue_room,
     check_submitter,
     field_errors,
     read_json_body,
 )
 from workers.catalog import WORKLOADS
-from workers.cli import parse_value
+from workers.catalog.values import parse_value
 from workers.protocol import CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
@@ -114,7 +113,7 @@ async def submit_matrix(
     try:
         spec = MatrixSpec.model_validate(data)
     except ValidationError as exc:
-        field_errors(_pydantic_problems(exc))
+        field_errors(pydantic_problems(exc))
     matrix_id = create_matrix(spec, dispatcher, settings, client)
     body = matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher)
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
@@ -215,7 +214,7 @@ def _form_context(
         "errors": errors,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "all_paths": [p.value for p in PathId],
-        "connected": _connected_paths(dispatcher),
+        "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
@@ -268,7 +267,7 @@ async def submit_matrix_form(
             client = request.client.host if request.client else "?"
             matrix_id = create_matrix(spec, dispatcher, settings, client)
         except ValidationError as exc:
-            errors.update({f or "general": m for f, m in _pydantic_problems(exc)})
+            errors.update({f or "general": m for f, m in pydantic_problems(exc)})
         except HTTPException as exc:
             detail: list[dict[str, Any]] = (
                 exc.detail

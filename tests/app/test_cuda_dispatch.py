@@ -58,8 +58,11 @@ async def test_an_execute_job_waits_for_cuda_run_and_never_runs_elsewhere(
     assert await compiler_only.lease() is None
     queued = await job_of(bench_client, waiting)
     assert queued["status"] == "queued"
-    assert queued["reason"].startswith("no worker for cuda is connected")
+    assert queued["reason"].startswith("no worker for cuda (compile and execute) is connected")
     assert "cuda_run is false" in queued["reason"]
+    # /workers says the same: this worker offers cuda for compiling only.
+    listed = (await bench_client.get("/workers")).text
+    assert "<code>cuda</code> (compile only)" in listed
     # The same worker still takes the work it can do; the cuda job keeps waiting.
     other = await submit(bench_client, CPU_JOB)
     grant = await compiler_only.lease()

@@ -184,11 +184,18 @@ async def test_live_progress_ends_with_the_result(
     assert r.headers["content-type"].startswith("text/event-stream")
     assert "Status: done" in r.text
     assert f'hx-get="/runs/{job_id}"' in r.text
-    assert "event: done" in r.text
+    # The stream ends by closing, not by an event the page must cancel the request on.
+    assert "event: done" not in r.text
+    # The header travels with the panel, out of band, and says the same status.
+    assert 'id="run-badge" class="badge status-done" hx-swap-oob="true"' in r.text
 
 
 async def test_unknown_runs_404(bench_client: httpx.AsyncClient) -> None:
-    assert (await bench_client.get("/runs/nope")).status_code == 404
+    page = await bench_client.get("/runs/nope")
+    assert page.status_code == 404
+    # A site page in the runs section's words, with navigation; not the reader's 404.
+    assert "No such run" in page.text and 'href="/runs"' in page.text
+    assert "Valid paths" not in page.text and '<nav aria-label="Site">' in page.text
     assert (await bench_client.get("/runs/nope.json")).status_code == 404
     assert (await bench_client.get("/runs/nope/ir/secret")).status_code == 404
 
