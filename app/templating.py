@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -73,6 +74,51 @@ def export_linker(current: str) -> Callable[[str], str]:
     return link
 
 
+def _format_seconds(value: float) -> str:
+    from app.runs.plots import format_seconds  # the run pages' units, for every page
+
+    return format_seconds(value)
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """'1 fusion', '2 fusions' (`many` for irregular words: 'copy', 'copies')."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def relative_time(iso_time: str | None, now: datetime | None = None) -> Markup:
+    """A <time> saying how long ago `iso_time` was ('3 min ago'), the exact UTC time on hover."""
+    if not iso_time:
+        return Markup("—")
+    try:
+        then = datetime.fromisoformat(iso_time)
+    except ValueError:
+        return Markup("{}").format(iso_time)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    seconds = max(0.0, ((now or datetime.now(UTC)) - then).total_seconds())
+    if seconds < 45:
+        ago = "just now"
+    elif seconds < 3600:
+        ago = f"{round(seconds / 60) or 1} min ago"
+    elif seconds < 86400:
+        ago = plural(round(seconds / 3600), "hour") + " ago"
+    else:
+        ago = plural(round(seconds / 86400), "day") + " ago"
+    exact = then.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(iso_time, exact, ago)
+
+
+def outliers_text(outliers: str | None) -> str:
+    """pytest-benchmark's 'a;b' outlier counts, said in words."""
+    if not outliers or ";" not in outliers:
+        return outliers or "—"
+    beyond_stddev, beyond_iqr = outliers.split(";", 1)
+    return (
+        f"{outliers}: {beyond_stddev} beyond 1 standard deviation of the mean; "
+        f"{beyond_iqr} beyond 1.5 IQR outside the quartiles"
+    )
+
+
 def make_environment() -> Environment:
     """A fresh template environment (one per app, so tests never share state)."""
     env = Environment(
@@ -84,6 +130,10 @@ def make_environment() -> Environment:
     )
     env.filters["inline"] = inline
     env.filters["highlight"] = highlight_code
+    env.filters["plural"] = plural
+    env.filters["ago"] = relative_time
+    env.filters["outliers"] = outliers_text
+    env.filters["seconds"] = _format_seconds
     return env
 
 

@@ -117,6 +117,15 @@ class DispatcherCore:
             raise UnknownWorker(worker_id)
         return entry
 
+    def worker_name(self, worker_id: str | None) -> str | None:
+        """What pages call a worker: the name it registered with (as /workers shows it),
+        else its id; None for no worker."""
+        if worker_id is None:
+            return None
+        entry = self._workers.get(worker_id)
+        name = entry.name if entry is not None else self.store.worker_name(worker_id)
+        return name or worker_id
+
     def connected_workers(self) -> list[WorkerEntry]:
         cutoff = now() - self.settings.WORKER_STALE_S
         return [w for w in self._workers.values() if w.polling or w.last_seen >= cutoff]

@@ -87,6 +87,7 @@ def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "worker_id": job.worker_id,
+        "worker_name": dispatcher.worker_name(job.worker_id),
         "progress": progress.model_dump(exclude_none=True) if progress else None,
         "stderr_tail": job.stderr_tail,
         "links": job_links(job.id),
