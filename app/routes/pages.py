@@ -117,9 +117,11 @@ def install(app: FastAPI) -> None:
         height = min(EMBED_HEIGHT, maxheight or EMBED_HEIGHT)
         src = origin + embed_url(path, stage)
         title = card.title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+        host_script = origin + state.assets["embed-host.js"].url  # sizes the frame to the card
         html = (
             f'<iframe src="{src}" width="{width}" height="{height}" title="{title}" '
             'loading="lazy" frameborder="0"></iframe>'
+            f'<script src="{host_script}" async></script>'
         )
         return JSONResponse(
             {

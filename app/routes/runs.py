@@ -83,6 +83,14 @@ def _form_context(
         "measure": measure_fields(),
         "paths": [p.value for p in workload.paths],
         "connected": connected,
+        # As /workers lists them: cuda without a GPU that runs it is for compiling only.
+        "offered": [
+            f"{p} (compile only)"
+            if p == PathId.CUDA.value
+            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
+            else p
+            for p in connected
+        ],
         "path_note": note,
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "runs",
@@ -256,6 +264,9 @@ async def cancel_run(
             status_code=401, detail="cancelling needs this server's submission token"
         )
     dispatcher.cancel(job_id)  # False when it had already ended: the page shows how
+    if is_htmx(request):
+        # The page stays: its live stream reports the cancellation and ends cleanly.
+        return Response(status_code=204)
     return RedirectResponse(f"/runs/{job_id}", status_code=303)
 
 

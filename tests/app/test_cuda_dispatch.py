@@ -113,6 +113,9 @@ async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     html = page.text
     assert "Compiled only: execution needs an NVIDIA GPU." in html
     assert "Achieved rates" not in html  # nothing was timed, so no rate is shown
+    # The page speaks of building a kernel, not of tracing; its one verdict says why.
+    assert "Trace, lower and compile" not in html and "nothing is traced" in html
+    assert 'id="verdict"' in html and "Compiled, not executed" in html
     assert "<code>matmul_tiled_f32</code>" in html and "registers / thread" in html
     assert f"/runs/{job_id}/ir/ptx" in html and f"/runs/{job_id}/ir/sass" in html
     sass = await bench_client.get(f"/runs/{job_id}/ir/sass")

@@ -216,3 +216,14 @@ async def test_the_form_says_when_the_server_is_busy(bench_settings: Settings) -
         assert "Not queued: more than 1 submissions a minute" in busy.text
         assert 'value="77"' in busy.text  # nothing typed is lost
         assert (await client.get("/api/v1/jobs")).json()["count"] == 1
+
+
+async def test_a_finished_run_asks_for_no_token_the_server_does_not_need(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    job_id, _ = await finish_with(bench_client, real_results["good"])
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Run again with the profiler" in page
+    assert 'name="token"' not in page
+    # Its one verdict sits first in the result, before any chart or table.
+    assert page.index('id="verdict"') < page.index('id="stages-h"')
