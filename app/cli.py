@@ -105,6 +105,8 @@ def _serve(argv: list[str]) -> int:
             log_level="info",
             # Workers hold long-polls open; do not wait the whole poll to shut down.
             timeout_graceful_shutdown=5,
+            # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
+            proxy_headers=False,
         )
         server = uvicorn.Server(config)
         server.run()

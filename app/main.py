@@ -81,6 +81,8 @@ def build_api(state: AppState) -> Built:
     """The FastAPI app with every route, and the function that opens its lifespan."""
     from fastapi import FastAPI
 
+    from app.admission import Admission
+    from app.bodylimit import BodyLimit
     from app.dispatch import Dispatcher
     from app.routes import pages
     from app.store import Store
@@ -88,6 +90,7 @@ def build_api(state: AppState) -> Built:
     settings = state.settings
     dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)
     state.dispatcher = dispatcher
+    state.admission = Admission(dispatcher, settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -119,6 +122,7 @@ def build_api(state: AppState) -> Built:
         matrices.router,
     ):
         api.include_router(router)
+    api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
     return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
 

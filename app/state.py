@@ -16,6 +16,7 @@ from app.reader.content import Content
 from app.settings import Settings
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see app.main.build_api)
+    from app.admission import Admission
     from app.dispatch import Dispatcher
 
 
@@ -28,3 +29,4 @@ class AppState:
     env: Environment
     assets: dict[str, Asset]
     dispatcher: Dispatcher | None = None
+    admission: Admission | None = None

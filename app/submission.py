@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
 
 from app.routes.common import pydantic_problems
-from app.store import Store, now
+from app.store import Store
 from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
 from workers.protocol import MAX_SAMPLES, JobSpec
-
-if TYPE_CHECKING:
-    from app.dispatch import Dispatcher
 
 MAX_FIELD_CHARS = 80
 MAX_ERRORS = 20
@@ -118,44 +114,6 @@ def parse_strict_json(body: bytes) -> Any:
         field_errors([("body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")])
     except RecursionError:
         field_errors([("body", "nested too deeply")])
-
-
-def client_of(request: Request) -> str:
-    """The key submissions are counted under: the client's address."""
-    return request.client.host if request.client else "?"
-
-
-def check_rate(dispatcher: Dispatcher, client: str) -> None:
-    """Count one submission from `client`; 429 with Retry-After when over the rate."""
-    wait = dispatcher.rate.retry_after(client, now())
-    if wait is not None:
-        raise HTTPException(
-            status_code=429,
-            detail=f"more than {dispatcher.rate.per_minute} submissions a minute from this client",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
-
-
-def check_queue_room(dispatcher: Dispatcher, jobs: int = 1) -> None:
-    """429 with Retry-After unless the queue can take `jobs` more."""
-    limit = dispatcher.settings.MAX_QUEUE
-    if dispatcher.store.count_queued() + jobs > limit:
-        what = "the queue is full" if jobs == 1 else f"the queue cannot take {jobs} more jobs"
-        raise HTTPException(
-            status_code=429,
-            detail=f"{what} ({limit} jobs at most); try again later",
-            headers={"Retry-After": "30"},
-        )
-
-
-def check_submitter(request: Request, dispatcher: Dispatcher, what: str) -> str:
-    """The submission token (when the server has one) and the rate; the client's key."""
-    token = dispatcher.settings.SUBMIT_TOKEN
-    if token is not None:
-        check_bearer(request, token, what)
-    client = client_of(request)
-    check_rate(dispatcher, client)
-    return client
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 
 from app.settings import REPO_ROOT
+from app.units import format_seconds
 
 TEMPLATE_DIR = REPO_ROOT / "templates"
 
@@ -74,12 +75,6 @@ def export_linker(current: str) -> Callable[[str], str]:
     return link
 
 
-def _format_seconds(value: float) -> str:
-    from app.runs.plots import format_seconds  # the run pages' units, for every page
-
-    return format_seconds(value)
-
-
 def plural(count: int, one: str, many: str | None = None) -> str:
     """'1 fusion', '2 fusions' (`many` for irregular words: 'copy', 'copies')."""
     return f"{count} {one if count == 1 else (many or one + 's')}"
@@ -133,7 +128,7 @@ def make_environment() -> Environment:
     env.filters["plural"] = plural
     env.filters["ago"] = relative_time
     env.filters["outliers"] = outliers_text
-    env.filters["seconds"] = _format_seconds
+    env.filters["seconds"] = format_seconds  # the run pages' units, on every page
     return env
 
 

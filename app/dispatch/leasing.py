@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import time
 
-from app.dispatch.core import WORKER_ID, DispatcherCore, LeaseGrant, WorkerEntry
+from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
 from app.requirements import job_requirements, unmet
 from app.store import JobRow, now
 from workers.protocol import Capabilities, JobSpec, JobStatus
@@ -39,6 +40,7 @@ class LeasingMixin(DispatcherCore):
         job = self.store.get_job(job_id)
         ended = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request", now())
         if ended:
+            self._deadlines.pop(job_id, None)
             if job is not None and job.lease_owner is not None:
                 self._worker_done(job.lease_owner, job_id)
             self._announce(job_id)
@@ -46,17 +48,13 @@ class LeasingMixin(DispatcherCore):
 
     # --- workers -------------------------------------------------------------------------
 
-    def register(self, caps: Capabilities, name: str | None, worker_id: str | None) -> str:
-        """Record a worker; reuses `worker_id` when the worker had one, else makes one."""
-        if worker_id is None or not WORKER_ID.match(worker_id):
-            worker_id = f"w-{secrets.token_hex(6)}"
+    def register(self, caps: Capabilities, name: str | None) -> str:
+        """Record a worker under a new id the server makes (a worker never chooses its
+        own, so it cannot take another's); the id."""
+        worker_id = f"w-{secrets.token_hex(8)}"
         at = now()
         self.store.upsert_worker(worker_id, name, caps.model_dump(mode="json"), at)
-        entry = self._workers.get(worker_id)
-        if entry is None:
-            self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
-        else:
-            entry.capabilities, entry.name, entry.last_seen = caps, name, at
+        self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
         self._notify()  # a new worker may make a waiting job runnable
         return worker_id
 
@@ -82,18 +80,30 @@ class LeasingMixin(DispatcherCore):
             entry.last_seen = now()
 
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
-        paths = [p.value for p in entry.capabilities.paths]  # a job's path is always offered
-        for job in self.store.jobs_with_status(JobStatus.QUEUED, self.settings.MAX_QUEUE, paths):
-            if unmet(job.requirements, entry.capabilities) is not None:
-                continue
+        # Group the queue by what its jobs need, keep the needs this worker meets, and take
+        # the oldest job among them: a runnable job is found wherever it sits in the queue.
+        meets = [
+            text
+            for text, _ in self.store.queued_requirements()
+            if unmet(json.loads(text), entry.capabilities) is None
+        ]
+        for job in self.store.oldest_queued(meets):
             at = now()
             deadline = at + self.settings.LEASE_S
-            attempt = self.store.claim(job.id, entry.id, deadline, at)
+            lease_id = secrets.token_urlsafe(18)
+            attempt = self.store.claim(job.id, entry.id, lease_id, deadline, at)
             if attempt is None:
                 continue
+            self._hold(job.id, lease_id)
             entry.current_job = job.id
             self.hub.publish_status(job.id, JobStatus.RUNNING, None, attempt)
             return LeaseGrant(
-                job.id, attempt, job.spec, job.requirements, deadline, self.settings.JOB_TIMEOUT_S
+                job.id,
+                lease_id,
+                attempt,
+                job.spec,
+                job.requirements,
+                deadline,
+                self.settings.JOB_TIMEOUT_S,
             )
         return None

@@ -9,20 +9,20 @@ The server only reads headers: a function runs on a worker, never here.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.responses import Response
 
-from app.deps import DispatcherDep, SettingsDep, StateDep
+from app.admission import bearer_of, token_matches
+from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
 from app.routes.common import connected_paths, is_htmx, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
-from app.settings import Settings
 from app.submission import (
-    check_submitter,
     field_errors,
     form_errors,
     read_capped_body,
@@ -82,10 +82,6 @@ def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
     return dispatcher.store.put_file(data, KINDS[kind])
 
 
-def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> None:
-    check_submitter(request, dispatcher, "uploading")
-
-
 @router.post(
     "/api/v1/artifacts",
     status_code=201,
@@ -97,17 +93,20 @@ async def upload_artifact(
     request: Request,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
+    admission: AdmissionDep,
     kind: Annotated[str, Query(pattern="^(exported|npz)$")] = "exported",
 ) -> JSONResponse:
     """Store a file by its SHA-256 (the same bytes twice are stored once) and say what it
     holds: an exported function's platforms and shapes, or an archive's arrays."""
-    _check_submitter(request, settings, dispatcher)
+    admission.check_token(bearer_of(request), "uploading")
+    admission.throttle(admission.client(request))
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/octet-stream":
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
     data = await read_capped_body(request, settings.UPLOAD_MAX_BYTES, "file")
     try:
-        sha = _store_upload(dispatcher, kind, data)
+        # Hashing, checking and storing megabytes is CPU work: off the event loop.
+        sha = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
     except UploadError as exc:
         field_errors([("body", f"{kind}: {exc}")])
     body = _stored(dispatcher, sha)
@@ -163,10 +162,11 @@ async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLRespon
 
 @router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
 async def upload_from_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> Response:
     """Store the uploaded files, then show the artifact's page with them chosen."""
     settings = state.settings
+    admission.throttle(admission.client(request))  # before a byte of the body is read
     content_type = request.headers.get("content-type", "")
     errors: dict[str, str] = {}
 
@@ -184,12 +184,14 @@ async def upload_from_page(
         errors["artifact"] = f"the files are over {settings.UPLOAD_MAX_BYTES:,} bytes each"
         return again(413)
     try:
-        fields = parse_multipart(body, content_type)
+        # The multipart parse is CPU work on up to three files: off the event loop.
+        fields = await asyncio.to_thread(parse_multipart, body, content_type)
     except UploadError as exc:
         errors["artifact"] = str(exc)
         return again(422)
     token = settings.SUBMIT_TOKEN
-    if token is not None and fields.get("token", (None, b""))[1].decode(errors="replace") != token:
+    given = fields.get("token", (None, b""))[1].decode(errors="replace")
+    if token is not None and not token_matches(given, token):
         errors["token"] = "this server needs its submission token"
         return again(401)
     stored: dict[str, str] = {}
@@ -203,7 +205,7 @@ async def upload_from_page(
             errors[name] = f"over {settings.UPLOAD_MAX_BYTES:,} bytes"
             continue
         try:
-            stored[name] = _store_upload(dispatcher, kind, data)
+            stored[name] = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
         except UploadError as exc:
             errors[name] = str(exc)
     if errors:
@@ -240,7 +242,11 @@ async def artifact_page(
 
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
 async def run_artifact(
-    sha256: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+    sha256: str,
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    admission: AdmissionDep,
 ) -> Response:
     """Queue a job for the uploaded function from its page's form."""
     from urllib.parse import parse_qsl
@@ -270,19 +276,26 @@ async def run_artifact(
         },
     }
     settings = state.settings
-    if settings.SUBMIT_TOKEN is not None and form.get("token") != settings.SUBMIT_TOKEN:
+    status = 422
+    headers: dict[str, str] = {}
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
         errors["token"] = "this server needs its submission token"
+        status = 401
+    job = None
     if not errors:
         try:
             valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
+            (job,) = admission.queue(admission.client(request), [valid])
         except HTTPException as exc:
-            errors.update(form_errors(exc))
-    if errors:
+            errors.update(form_errors(exc) if exc.status_code == 422 else {"general": exc.detail})
+            status, headers = exc.status_code, dict(exc.headers or {})
+    if job is None:
         ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
-        return render(state, "artifact.html", ctx, 422)
-    client = request.client.host if request.client else "?"
-    job = dispatcher.submit(valid.spec, valid.devices, client)
+        page = render(state, "artifact.html", ctx, status)
+        page.headers.update(headers)
+        return page
     if is_htmx(request):
-        response = Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
-        return response
+        return Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
     return RedirectResponse(f"/runs/{job.id}", status_code=303)

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from app.deps import DispatcherDep, StateDep
+from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
@@ -32,14 +32,7 @@ from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv, shape_and_dtype
 from app.state import AppState
 from app.store import now
-from app.submission import (
-    check_queue_room,
-    check_rate,
-    client_of,
-    form_errors,
-    read_capped_body,
-    validate_submission,
-)
+from app.submission import form_errors, read_capped_body, validate_submission
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -130,7 +123,9 @@ async def new_run(
 
 
 @router.post("/runs", response_class=HTMLResponse)
-async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDep) -> Response:
+async def submit_run(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
+) -> Response:
     """Queue a job from the form; on a mistake, show the form again with every value kept."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
@@ -159,19 +154,11 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
                     form_state.errors.setdefault(name, message)
     if form_state.errors:
         return again(422)
-    token = settings.SUBMIT_TOKEN
-    if token is not None and form.get("token") != token:
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
         form_state.errors["token"] = "this server needs its submission token"
         return again(401)
-    client = client_of(request)
-    try:
-        check_rate(dispatcher, client)
-        check_queue_room(dispatcher)
-    except HTTPException as busy:
-        form_state.general.append(f"Not queued: {busy.detail}.")
-        response = again(busy.status_code)
-        response.headers.update(busy.headers or {})
-        return response
     try:
         valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
     except HTTPException as exc:
@@ -180,7 +167,13 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
             form_state.general.append(problems.pop("general"))
         form_state.errors.update(problems)
         return again(exc.status_code)
-    job = dispatcher.submit(valid.spec, valid.devices, client)
+    try:
+        (job,) = admission.queue(admission.client(request), [valid])
+    except HTTPException as busy:
+        form_state.general.append(f"Not queued: {busy.detail}.")
+        response = again(busy.status_code)
+        response.headers.update(busy.headers or {})
+        return response
     url = f"/runs/{job.id}"
     if is_htmx(request):
         # A whole page: its own URL, title and heading, and Back returns to the form.

@@ -5,19 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.charts import Chart, El, el
+from app.units import format_seconds
 from workers.protocol import Measurement
+
+__all__ = ["format_seconds", "samples_svg", "seconds_axis"]  # format_seconds: from app.units
 
 W, H = 640, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 16, 36
-
-
-def format_seconds(value: float) -> str:
-    """A duration with a unit a reader can compare at a glance."""
-    if value >= 1:
-        return f"{value:.3f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3f} ms"
-    return f"{value * 1e6:.1f} µs"
 
 
 def seconds_axis(
