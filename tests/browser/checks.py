@@ -91,6 +91,23 @@ class Watch:
             self.failed.append(f"{response.request.method} {response.url}: {response.status}")
 
 
+# How each visible button looks (colours, corners, font): one style for all of them.
+_BUTTON_STYLES = """() => {
+  const out = new Set();
+  for (const b of document.querySelectorAll('button, a.primary, a.button')) {
+    if (!b.getClientRects().length) continue;
+    const s = getComputedStyle(b);
+    out.add([s.backgroundColor, s.color, s.borderRadius, s.fontSize].join(' / '));
+  }
+  return [...out];
+}"""
+
+
+def button_styles(page: Page) -> list[str]:
+    styles: list[str] = page.evaluate(_BUTTON_STYLES)
+    return styles
+
+
 def overflow(page: Page) -> dict[str, Any]:
     found: dict[str, Any] = page.evaluate(_OVERFLOW)
     return found
