@@ -131,6 +131,7 @@ def create_app(
     *,
     defer: bool = False,
     on_build_failure: Callable[[BaseException], None] | None = None,
+    on_state: Callable[[AppState], None] | None = None,
 ) -> FastPath:
     """A new Boundary app. Raises ContentError if the content files are wrong.
 
@@ -141,6 +142,8 @@ def create_app(
     settings = settings or get_settings()
     content = load_content(settings.CONTENT_DIR)
     state = AppState(settings, content, make_environment(), build_assets())
+    if on_state is not None:  # `serve` reaches the dispatcher through it to drain
+        on_state(state)
     inner: ASGIApp = (
         DeferredApp(lambda: build_api(state), on_build_failure) if defer else build_api(state)[0]
     )

@@ -4,7 +4,12 @@ heartbeat and forward progress while it runs, post the result; again.
 The agent never imports JAX: capabilities are detected inside the runner child, from
 the devices JAX actually started. It survives a server restart by retrying with
 backoff. On SIGTERM (or Ctrl-C) it stops taking jobs and finishes the one in hand; a
-second signal kills the runner and gives the lease back. Its runners die with it.
+second signal, a second or more after the first, kills the runner and gives the lease
+back (a burst of signals, as a process-group kill or a service manager may send, counts
+as one). SIGUSR1 asks for the same graceful stop and never escalates: `boundary serve`
+sends it to its local workers. SIGUSR2 is the parent-death signal of a local worker: it
+stops at once only if its parent really died (Linux sends it whenever the thread that
+started the worker exits). Its runners die with it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +37,9 @@ log = logging.getLogger("boundary.worker")
 API = "/api/v1/worker"
 MAX_BACKOFF_S = 10.0
 PROGRESS_INTERVAL_S = 0.25
+ESCALATE_AFTER_S = 1.0
+"""A second stop signal sooner than this after the first is part of the same burst."""
+PARENT_ENV = "BOUNDARY_WORKER_PARENT"
 
 
 class Fatal(RuntimeError):
@@ -93,6 +103,7 @@ class Agent:
         self.poll_s = 25.0
         self.artifact_max_bytes = 4 * 1024 * 1024
         self.stopping = False
+        self._stop_at = 0.0
         self._stop_requested = asyncio.Event()
         self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
@@ -175,8 +186,14 @@ class Agent:
     async def run(self) -> int:
         """Serve jobs until asked to stop; the exit status."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        handlers = {
+            signal.SIGTERM: self.request_stop,
+            signal.SIGINT: self.request_stop,
+            signal.SIGUSR1: self.drain,
+            signal.SIGUSR2: self.parent_gone,
+        }
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
         try:
             runner = await self.pool.get(1)
             self.capabilities = await runner.detect(self.config.max_virtual_devices)
@@ -206,18 +223,42 @@ class Agent:
             log.error("could not start a runner: %s\n%s", exc, exc.stderr_tail)
             return 4
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in handlers:
                 loop.remove_signal_handler(sig)
             await self.pool.close()
             await self.client.aclose()
 
     def request_stop(self) -> None:
-        """First call: finish the current job, take no more. Second: give the lease back."""
+        """First call: finish the current job, take no more. A later one (not of the same
+        burst): kill the runner and give the lease back."""
         if self.stopping:
+            if time.monotonic() - self._stop_at >= ESCALATE_AFTER_S:
+                self.abort()
+            return
+        self.drain()
+
+    def abort(self) -> None:
+        """Stop at once: the current job's runner is killed and its lease given back."""
+        if not self._abort.is_set():
             log.warning("stopping now: the current job's lease is given back")
-            self._abort.set()
+        self.drain()
+        self._abort.set()
+
+    def parent_gone(self) -> None:
+        """The parent-death signal: stop at once if `boundary serve` really died; Linux
+        also sends it when merely a thread of the parent exits, which changes nothing."""
+        expected = os.environ.get(PARENT_ENV, "")
+        if expected.isdigit() and os.getppid() == int(expected):
+            return
+        log.warning("the server that started this worker is gone")
+        self.abort()
+
+    def drain(self) -> None:
+        """Finish the current job (and report it), take no more, then exit. Idempotent."""
+        if self.stopping:
             return
         log.info("stopping after the current job (signal again to stop at once)")
+        self._stop_at = time.monotonic()
         self.stopping = True
         self._stop_requested.set()
         if self._poll_task is not None:

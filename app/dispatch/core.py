@@ -104,6 +104,8 @@ class DispatcherCore:
         # get one full lease period (downtime is not the workers' fault).
         self._deadlines: dict[str, HeldLease] = {}
         self.hold_running_leases()
+        self.leasing = True  # False once the server is shutting down
+        self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
 
     def hold_running_leases(self) -> None:
         """Give every running job's lease a full lease period from now (at start-up)."""

@@ -17,6 +17,7 @@ import time
 from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
 from app.requirements import job_requirements, unmet
 from app.store import JobRow, now
+from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
 
@@ -29,9 +30,14 @@ class LeasingMixin(DispatcherCore):
         """Queue a validated job and wake the workers waiting for one."""
         job_id = secrets.token_hex(8)
         spec_json = spec.model_dump(mode="json")
+        at = now()
         job = self.store.insert_job(
-            job_id, spec_json, dict(job_requirements(spec, devices)), client, now()
+            job_id, spec_json, dict(job_requirements(spec, devices)), client, at
         )
+        # The files it names were used now: least-recently-used eviction spares them.
+        fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
+        named = [spec.params.get(name) for name in fields]
+        self.store.touch_files([sha for sha in named if isinstance(sha, str)], at)
         self._notify()
         return job
 
@@ -79,7 +85,14 @@ class LeasingMixin(DispatcherCore):
             entry.polling -= 1
             entry.last_seen = now()
 
+    def stop_leasing(self) -> None:
+        """Grant no more leases (the server is shutting down); waiting requests return."""
+        self.leasing = False
+        self._notify()
+
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
+        if not self.leasing:
+            return None
         # Group the queue by what its jobs need, keep the needs this worker meets, and take
         # the oldest job among them: a runnable job is found wherever it sits in the queue.
         meets = [

@@ -9,11 +9,13 @@ import logging
 import time
 
 from app.dispatch.core import DispatcherCore
-from app.store import now
+from app.runs.profile import PROFILE_MEDIA
+from app.store import Pruned, now
 from workers.protocol import JobStatus
 
 log = logging.getLogger("boundary.dispatch")
 
+DAY_S = 86400.0
 START_ALLOWANCE_S = 300.0
 """Beyond JOB_TIMEOUT_S, how long a running job may hold a lease before the server gives
 up on it (the worker's own limit excludes starting a runner, which may import JAX)."""
@@ -21,6 +23,27 @@ up on it (the worker's own limit excludes starting a runner, which may import JA
 
 class ReaperMixin(DispatcherCore):
     """reap() and the task that calls it every REAP_INTERVAL_S."""
+
+    def prune(self) -> Pruned:
+        """Apply the retention settings now (app.store_retention)."""
+        s = self.settings
+        at = now()
+        self._next_prune = time.monotonic() + s.PRUNE_INTERVAL_S
+        pruned = self.store.prune(
+            keep_jobs=s.RETAIN_RUNS,
+            finished_before=at - s.RETAIN_DAYS * DAY_S,
+            unused_before=at - s.FILES_RETAIN_DAYS * DAY_S,
+            files_max_bytes=s.FILES_MAX_BYTES,
+            attached_media=PROFILE_MEDIA,
+        )
+        if pruned.jobs or pruned.files:
+            log.info(
+                "retention: pruned %d finished jobs and %d files (%d bytes)",
+                pruned.jobs,
+                pruned.files,
+                pruned.file_bytes,
+            )
+        return pruned
 
     def reap(self) -> int:
         """Re-queue jobs whose lease expired, fail jobs held past the server's limit and
@@ -30,6 +53,8 @@ class ReaperMixin(DispatcherCore):
         clock = time.monotonic()
         moved = 0
         overdue_s = settings.JOB_TIMEOUT_S + START_ALLOWANCE_S
+        if clock >= self._next_prune:
+            self.prune()
         for job_id, held in list(self._deadlines.items()):
             if held.deadline >= clock and clock - held.since <= overdue_s:
                 continue

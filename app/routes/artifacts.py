@@ -79,7 +79,9 @@ def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
     if not data:
         raise UploadError("the file is empty")
     describe(kind, data)
-    return dispatcher.store.put_file(data, KINDS[kind])
+    sha = dispatcher.store.put_file(data, KINDS[kind])
+    dispatcher.prune()  # the files' cap holds after every upload, not only every interval
+    return sha
 
 
 @router.post(
