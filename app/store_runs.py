@@ -123,6 +123,11 @@ class RunsMixin(StoreBase):
         with self._tx() as db:
             db.execute("UPDATE workers SET last_heartbeat = ? WHERE id = ?", (now, worker_id))
 
+    def worker_name(self, worker_id: str) -> str | None:
+        """The name a worker registered with (None when it gave none or is unknown)."""
+        rows = self._read("SELECT name FROM workers WHERE id = ?", (worker_id,))
+        return str(rows[0][0]) if rows and rows[0][0] else None
+
     def list_workers(self, seen_since: float = 0.0) -> list[WorkerRow]:
         rows = self._read(
             "SELECT id, name, capabilities, registered_at, last_heartbeat, current_job "

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from app.routes.common import pydantic_problems
 from app.store import Store
-from workers.catalog import WORKLOADS, CatalogError, parse_params
+from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
 from workers.catalog.targets import apply_target
 from workers.protocol import MAX_SAMPLES, JobSpec
 
@@ -142,6 +142,13 @@ class ValidJob:
     devices: int
 
 
+def _with_range(message: str, model: Any, field: str | None) -> str:
+    """`message`, and the parameter's declared range when it has one ("1 ≤ m ≤ 16384")."""
+    name = (field or "").removeprefix("params.").split(".", 1)[0]
+    declared = allowed_range(model, name) if name and name in model.model_fields else None
+    return f"{message} (allowed: {declared})" if declared else message
+
+
 def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     """Check a parsed submission against the protocol and the catalog (422 on failure)."""
     if not isinstance(data, dict):
@@ -150,6 +157,18 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         field_errors(pydantic_problems(exc))
+    cls_or_none = WORKLOADS.get(spec.workload)
+    if cls_or_none is not None:
+        # Every bad parameter at once, in plain words, each with its whole allowed range.
+        try:
+            cls_or_none.model_validate(spec.params)
+        except ValidationError as exc:
+            field_errors(
+                [
+                    (field, _with_range(message, cls_or_none, field))
+                    for field, message in pydantic_problems(exc, "params.")
+                ]
+            )
     try:
         # A target's pairing with the path and workload, and its device count (which a
         # scale workload's `devices` defaults to), before the parameters are parsed.

@@ -7,7 +7,7 @@
 
   function Sequence(figure) {
     this.figure = figure;
-    this.svg = figure.querySelector("svg.diagram");
+    this.svgs = figure.querySelectorAll("svg.diagram");  // the wide and the tall drawing
     this.button = figure.querySelector(".seq-toggle");
     this.caption = figure.querySelector(".seq-caption");
     var tpl = figure.querySelector("template.seq-steps");
@@ -23,7 +23,7 @@
   }
   Sequence.prototype.playing = function () { return this.timer !== null; };
   Sequence.prototype.show = function (stage, text) {
-    this.svg.setAttribute("data-stage", stage);
+    Array.prototype.forEach.call(this.svgs, function (svg) { svg.setAttribute("data-stage", stage); });
     this.caption.textContent = text;
   };
   // From the first stage when the user asks; on page load, from the selected stage on, so
@@ -94,7 +94,27 @@
     window.htmx.ajax("GET", "/runs/new?" + params.toString(), { target: "#run-form", swap: "outerHTML" });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { setUp(true); followReader(); });
+  // After a swap of the reader, focus moves to the new card's heading (it would otherwise
+  // fall to <body>, and the next Tab would start again at the top of the page), and the
+  // live region says what is now shown. The first card of a page load is left alone.
+  function announceReader(swapped) {
+    var reader = document.getElementById("reader");
+    if (!reader || reader.hasAttribute("data-seen")) return;
+    reader.setAttribute("data-seen", "");
+    if (!swapped) return;
+    var heading = document.getElementById("card-title");
+    var status = document.getElementById("reader-status");
+    if (heading) heading.focus({ preventScroll: true });
+    if (status && heading) {
+      var stage = reader.querySelector('.selector a[aria-current="page"][data-stage]');
+      var path = reader.querySelector('.selector a[aria-current="page"][data-path]');
+      status.textContent = "Showing " + (path ? path.textContent : "") + ", " +
+        (stage ? stage.textContent : "") + " stage: " + heading.textContent;
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { setUp(true); followReader(); announceReader(false); });
+  document.addEventListener("htmx:after:swap", function () { announceReader(true); });
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
   document.addEventListener("htmx:after:swap", function () { setUp(false); followReader(); });
   // A finished run's stream has ended on purpose: do not reconnect to it.

@@ -9,11 +9,11 @@ spread within each run (which it is not).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 
+from app.charts import Chart, El, el
 from app.runs.plots import format_seconds, seconds_axis
 
-W, H = 720, 240
+W, H = 640, 240
 PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 20, 40
 MAX_DOTS = 400
 """Samples drawn per run at most (evenly thinned beyond), so the SVG stays small."""
@@ -29,11 +29,13 @@ class RunSamples:
     median: float
 
 
-def distributions_svg(runs: list[RunSamples], boundary: str, title_id: str = "dists") -> str:
-    """The strip chart of every run's samples; empty when no run has samples."""
+def distributions_svg(
+    runs: list[RunSamples], boundary: str, title_id: str = "dists"
+) -> Chart | None:
+    """The strip chart of every run's samples; None when no run has samples."""
     runs = [r for r in runs if r.samples]
     if not runs:
-        return ""
+        return None
     values = [v for r in runs for v in r.samples]
     lo, hi = min(values), max(values)
     if hi <= lo:
@@ -46,13 +48,12 @@ def distributions_svg(runs: list[RunSamples], boundary: str, title_id: str = "di
     def y(v: float) -> float:
         return PAD_T + plot_h * (1 - (v - lo) / (hi - lo))
 
-    parts = [
-        f'<svg class="dists" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<title id="{title_id}">Samples of the {escape(boundary)} boundary, run by run: '
+    title = (
+        f"Samples of the {boundary} boundary, run by run: "
         f"{sum(1 for r in runs if r.side == 'A')} runs of side A, "
-        f"{sum(1 for r in runs if r.side == 'B')} of side B</title>",
-    ]
+        f"{sum(1 for r in runs if r.side == 'B')} of side B"
+    )
+    parts: list[El] = []
     for i, r in enumerate(runs):
         left = PAD_L + i * column
         centre = left + column / 2
@@ -63,18 +64,31 @@ def distributions_svg(runs: list[RunSamples], boundary: str, title_id: str = "di
             # A fixed, repeating offset spreads the dots without randomness.
             dx = spread * (((k * 7) % 11) / 10.0 - 0.5)
             parts.append(
-                f'<circle class="dot side-{r.side.lower()}" cx="{centre + dx:.1f}" '
-                f'cy="{y(v):.1f}" r="2"/>'
+                el("circle", class_=f"dot side-{r.side.lower()}", cx=centre + dx, cy=y(v), r=2)
             )
         parts.append(
-            f'<line class="run-median" x1="{centre - column * 0.35:.1f}" '
-            f'x2="{centre + column * 0.35:.1f}" y1="{y(r.median):.1f}" y2="{y(r.median):.1f}">'
-            f"<title>run {escape(r.run_id)} (side {r.side}): median "
-            f"{escape(format_seconds(r.median))}, {len(r.samples)} samples</title></line>"
-            f'<text class="axis" x="{centre:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
-            f"{r.side}{sum(1 for q in runs[: i + 1] if q.side == r.side)}</text>"
+            el(
+                "line",
+                title=f"run {r.run_id} (side {r.side}): median "
+                f"{format_seconds(r.median)}, {len(r.samples)} samples",
+                class_="run-median",
+                x1=centre - column * 0.35,
+                x2=centre + column * 0.35,
+                y1=y(r.median),
+                y2=y(r.median),
+            )
+        )
+        parts.append(
+            el(
+                "text",
+                f"{r.side}{sum(1 for q in runs[: i + 1] if q.side == r.side)}",
+                class_="axis",
+                x=centre,
+                y=H - PAD_B + 16,
+                text_anchor="middle",
+            )
         )
     caption = f"runs (A1…, B1…): each dot a sample, each bar a run's median ({boundary})"
     box = (W, H, PAD_L, PAD_R, PAD_T, PAD_B)
-    parts.append(seconds_axis(y, lo, hi, caption, box=box) + "</svg>")
-    return "".join(parts)
+    parts.extend(seconds_axis(y, lo, hi, caption, box=box))
+    return Chart("dists", W, H, title_id, title, parts)

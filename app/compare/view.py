@@ -291,7 +291,7 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
         for r in side["runs"]
         if r["median_s"]
     ]
-    ctx["html"]["distributions"] = distributions_svg(samples, g.boundary_a or "?")
+    ctx["html"]["distributions"] = distributions_svg(samples, g.boundary_a or "?")  # a Chart
     return ctx
 
 

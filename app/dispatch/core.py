@@ -178,6 +178,14 @@ class DispatcherCore:
             raise UnknownWorker(worker_id)
         return entry
 
+    def worker_name(self, worker_id: str | None) -> str | None:
+        """The name a worker registered with, as /workers shows it, also once it has gone
+        (from the store); None for no worker or no name."""
+        if worker_id is None:
+            return None
+        entry = self._workers.get(worker_id)
+        return entry.name if entry is not None else self.store.worker_name(worker_id)
+
     def connected_workers(self) -> list[WorkerEntry]:
         cutoff = now() - self.settings.WORKER_STALE_S
         return [w for w in self._workers.values() if w.polling or w.last_seen >= cutoff]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.reader.content import READER_PATHS, READER_STAGES, Content
-from app.reader.diagram import render_pipeline
+from app.reader.diagram import pipeline
 from workers.protocol import PathId, StageId
 
 
@@ -40,7 +40,7 @@ def reader_context(
         "section": content.section(card.guide_section),
         "sources": [content.sources[s] for s in card.sources],
         "hardware": content.hardware,
-        "diagram": render_pipeline(info, stage.value, title_id=f"diagram-{path.value}"),
+        "diagram": pipeline(info, stage.value, title_id=f"diagram-{path.value}"),
         "links": {
             "self": here,
             "json": here + ".json",

@@ -91,8 +91,7 @@ def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
 
 
 def _worker_name(worker_id: str | None, dispatcher: Dispatcher) -> str | None:
-    entry = dispatcher.worker_or_none(worker_id) if worker_id else None
-    return entry.name if entry is not None else None
+    return dispatcher.worker_name(worker_id)
 
 
 def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:

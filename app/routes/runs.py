@@ -29,7 +29,7 @@ from app.runs.form import (
 )
 from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
-from app.runs.views import run_context, samples_csv
+from app.runs.views import run_context, samples_csv, shape_and_dtype
 from app.state import AppState
 from app.store import now
 from app.submission import form_errors, read_capped_body, validate_submission
@@ -143,6 +143,15 @@ async def submit_run(
         ctx = _form_context(state, dispatcher, form_state)
         return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx, status)
 
+    if form_state.errors and form_state.workload in WORKLOADS:
+        # A field that is not even a number is left out of `body`; the others are still
+        # checked now, so every field's problem shows at once, not one per attempt.
+        try:
+            validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
+        except HTTPException as exc:
+            for name, message in form_errors(exc).items():
+                if name != "general":
+                    form_state.errors.setdefault(name, message)
     if form_state.errors:
         return again(422)
     try:
@@ -296,6 +305,11 @@ async def run_live(
         yield ServerSentEvent(raw_data=panel())
 
 
+def _history_row(job: dict[str, Any]) -> dict[str, Any]:
+    shape, dtype = shape_and_dtype(job)
+    return {**job, "shape": shape, "dtype": dtype}
+
+
 @page_route("/runs")
 async def runs_page(
     state: StateDep,
@@ -313,7 +327,7 @@ async def runs_page(
     }
     jobs, count = dispatcher.store.list_jobs(**filters, limit=200)
     ctx = {
-        "jobs": [job_public(j, dispatcher) for j in jobs],
+        "jobs": [_history_row(job_public(j, dispatcher)) for j in jobs],
         "count": count,
         "filters": filters,
         "workloads": list(WORKLOADS),

@@ -154,12 +154,16 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
             try:
                 params[f.name] = int(raw)
             except ValueError:
-                state.errors[f"params.{f.name}"] = f"{raw[:20]!r} is not a whole number"
+                state.errors[f"params.{f.name}"] = (
+                    f"{f.name} must be a whole number ({raw[:20]!r} is not one)"
+                )
         elif f.kind == "number":
             try:
                 params[f.name] = float(raw)
             except ValueError:
-                state.errors[f"params.{f.name}"] = f"{raw[:20]!r} is not a number"
+                state.errors[f"params.{f.name}"] = (
+                    f"{f.name} must be a number ({raw[:20]!r} is not one)"
+                )
         else:
             params[f.name] = raw
     measure: dict[str, Any] = {}
@@ -173,7 +177,9 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         elif samples.isdigit():
             measure["samples"] = int(samples)
         else:
-            state.errors["measure.samples"] = f"{samples[:20]!r}: give a count or auto"
+            state.errors["measure.samples"] = (
+                f"samples must be a count or auto ({samples[:20]!r} is neither)"
+            )
     body = {
         "workload": workload,
         "path": state.path,

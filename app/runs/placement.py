@@ -74,7 +74,7 @@ def placement_view(run: RunResult) -> dict[str, Any] | None:
             for name, size in zip(placement.axis_names, placement.mesh_shape, strict=False)
         )
     if series is not None:
-        view["svg"] = scaling_svg(series)
+        view["chart"] = scaling_svg(series)
         view["points"] = [
             {
                 "mode": MODE_LABELS.get(p.mode, p.mode),

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from html import escape
 
+from app.charts import Chart, El, el
+from app.units import format_seconds
 from workers.protocol import Measurement
 
-W, H = 720, 220
-PAD_L, PAD_R, PAD_T, PAD_B = 64, 16, 16, 36
+__all__ = ["format_seconds", "samples_svg", "seconds_axis"]  # format_seconds: from app.units
 
-
-def format_seconds(value: float) -> str:
-    """A duration with a unit a reader can compare at a glance."""
-    if value >= 1:
-        return f"{value:.3f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3f} ms"
-    return f"{value * 1e6:.1f} µs"
+W, H = 640, 220
+PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 16, 36
 
 
 def seconds_axis(
@@ -27,30 +21,29 @@ def seconds_axis(
     caption: str,
     *,
     box: tuple[int, int, int, int, int, int] = (W, H, PAD_L, PAD_R, PAD_T, PAD_B),
-) -> str:
+) -> list[El]:
     """A time axis: three labelled ticks in seconds, the axis line and a caption below.
 
     `box` is the chart's (width, height, pad left, pad right, pad top, pad bottom).
     """
     width, height, pad_l, pad_r, pad_t, pad_b = box
-    ticks = "".join(
-        f'<text class="axis" x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-        f"{escape(format_seconds(v))}</text>"
+    ticks = [
+        el("text", format_seconds(v), class_="axis", x=pad_l - 6, y=y(v) + 4, text_anchor="end")
         for v in (lo + (hi - lo) * frac for frac in (0.0, 0.5, 1.0))
-    )
+    ]
     middle = pad_l + (width - pad_l - pad_r) / 2
-    return (
-        f'{ticks}<line class="axis-line" x1="{pad_l}" x2="{pad_l}" y1="{pad_t}" '
-        f'y2="{height - pad_b}"/><text class="axis" x="{middle:.1f}" y="{height - 8}" '
-        f'text-anchor="middle">{escape(caption)}</text>'
-    )
+    return [
+        *ticks,
+        el("line", class_="axis-line", x1=pad_l, x2=pad_l, y1=pad_t, y2=height - pad_b),
+        el("text", caption, class_="axis", x=middle, y=height - 8, text_anchor="middle"),
+    ]
 
 
-def samples_svg(m: Measurement, *, title_id: str) -> str:
+def samples_svg(m: Measurement, *, title_id: str) -> Chart | None:
     """Every sample in order, with the median line and the IQR band marked."""
     samples = m.samples_s
     if not samples:
-        return ""
+        return None
     lo, hi = min(samples), max(samples)
     if hi == lo:
         hi = lo * 1.01 + 1e-12
@@ -68,28 +61,35 @@ def samples_svg(m: Measurement, *, title_id: str) -> str:
     label = f"{n} samples of the {m.boundary.value} boundary" + (
         f", {m.calls_per_sample} calls each" if m.calls_per_sample > 1 else ""
     )
-    parts = [
-        f'<svg class="samples" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<title id="{title_id}">{escape(label)}</title>',
-    ]
+    parts: list[El] = []
     if m.stats is not None:
         q1, q3, med = m.stats.q1, m.stats.q3, m.stats.median
         parts.append(
-            f'<rect class="iqr" x="{PAD_L}" y="{y(q3):.1f}" width="{plot_w}" '
-            f'height="{max(1.0, y(q1) - y(q3)):.1f}"><title>IQR {escape(format_seconds(q1))}'
-            f" – {escape(format_seconds(q3))}</title></rect>"
+            el(
+                "rect",
+                title=f"IQR {format_seconds(q1)} – {format_seconds(q3)}",
+                class_="iqr",
+                x=PAD_L,
+                y=y(q3),
+                width=plot_w,
+                height=max(1.0, y(q1) - y(q3)),
+            )
         )
+        parts.append(el("line", class_="median", x1=PAD_L, x2=W - PAD_R, y1=y(med), y2=y(med)))
         parts.append(
-            f'<line class="median" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y(med):.1f}" '
-            f'y2="{y(med):.1f}"/><text class="median-label" x="{W - PAD_R - 4}" '
-            f'y="{y(med) - 4:.1f}" text-anchor="end">median {escape(format_seconds(med))}</text>'
+            el(
+                "text",
+                f"median {format_seconds(med)}",
+                class_="median-label",
+                x=W - PAD_R - 4,
+                y=y(med) - 4,
+                text_anchor="end",
+            )
         )
     radius = 2.5 if n <= 200 else 1.5
     parts.extend(
-        f'<circle class="sample" cx="{x(i):.1f}" cy="{y(v):.1f}" r="{radius}"/>'
-        for i, v in enumerate(samples)
+        el("circle", class_="sample", cx=x(i), cy=y(v), r=radius) for i, v in enumerate(samples)
     )
     caption = f"sample 1 … {n} in the order taken ({m.boundary.value})"
-    parts.append(seconds_axis(y, lo, hi, caption) + "</svg>")
-    return "".join(parts)
+    parts.extend(seconds_axis(y, lo, hi, caption))
+    return Chart("samples", W, H, title_id, label, parts)

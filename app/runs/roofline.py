@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
+from app.charts import Chart, El, el
 from workers.protocol import Ceilings, RunResult
 
 ROOF_SLACK = 0.02
 """How far above a roof a point may sit before the roof is called wrong (timer noise)."""
 
-W, H = 720, 300
+W, H = 760, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 84, 24, 34, 44
 
 
@@ -106,8 +106,8 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def roofline_svg(r: Roofline, title_id: str = "roofline") -> str:
-    """The roofline as an inline SVG, log-log, labelled with where its roofs came from."""
+def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
+    """The roofline as a chart, log-log, labelled with where its roofs came from."""
     x_lo = 10 ** math.floor(math.log10(min(r.intensity, r.ridge)) - 1)
     x_hi = 10 ** math.ceil(math.log10(max(r.intensity, r.ridge)) + 1)
     y_hi = 10 ** math.ceil(math.log10(max(r.peak, r.achieved) * 1.5))
@@ -125,44 +125,78 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> str:
         f"{_si(r.peak, 'FLOP/s')} ({r.dtype}); this run {_si(r.achieved, 'FLOP/s')} at "
         f"{r.intensity:.3g} FLOP/byte"
     )
-    parts = [
-        f'<svg class="roofline" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
-        f'data-bandwidth="{r.bandwidth!r}" data-peak="{r.peak!r}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<title id="{title_id}">{escape(title)}</title>',
-        f'<text class="caption" x="{PAD_L}" y="18">Roofs {escape(r.label)}; not datasheet '
-        "peaks</text>",
+    parts: list[El] = [
+        el("text", f"Roofs {r.label}; not datasheet peaks", class_="caption", x=PAD_L, y=18)
     ]
     for exp in range(round(math.log10(x_lo)), round(math.log10(x_hi)) + 1):
         gx = x(10.0**exp)
+        parts.append(el("line", class_="grid", x1=gx, x2=gx, y1=PAD_T, y2=H - PAD_B))
         parts.append(
-            f'<line class="grid" x1="{gx:.1f}" x2="{gx:.1f}" y1="{PAD_T}" y2="{H - PAD_B}"/>'
-            f'<text class="axis" x="{gx:.1f}" y="{H - PAD_B + 16}" text-anchor="middle">'
-            f"{10.0**exp:g}</text>"
+            el(
+                "text",
+                f"{10.0**exp:g}",
+                class_="axis",
+                x=gx,
+                y=H - PAD_B + 16,
+                text_anchor="middle",
+            )
         )
     for exp in range(round(math.log10(y_lo)), round(math.log10(y_hi)) + 1):
         gy = y(10.0**exp)
+        parts.append(el("line", class_="grid", x1=PAD_L, x2=W - PAD_R, y1=gy, y2=gy))
         parts.append(
-            f'<line class="grid" x1="{PAD_L}" x2="{W - PAD_R}" y1="{gy:.1f}" y2="{gy:.1f}"/>'
-            f'<text class="axis" x="{PAD_L - 6}" y="{gy + 4:.1f}" text-anchor="end">'
-            f"{escape(_si(10.0**exp, 'FLOP/s'))}</text>"
+            el(
+                "text",
+                _si(10.0**exp, "FLOP/s"),
+                class_="axis",
+                x=PAD_L - 6,
+                y=gy + 4,
+                text_anchor="end",
+            )
         )
     ridge = r.ridge
     mid = math.sqrt(x_lo * ridge)  # where the memory roof's label sits, above the line
-    parts.append(
-        f'<polyline class="roof" points="{x(x_lo):.1f},{y(r.bandwidth * x_lo):.1f} '
-        f'{x(ridge):.1f},{y(r.peak):.1f} {x(x_hi):.1f},{y(r.peak):.1f}"/>'
-        f'<text class="roof-label" x="{x(x_hi) - 4:.1f}" y="{y(r.peak) - 6:.1f}" '
-        f'text-anchor="end">{escape(r.dtype)} matmul {escape(_si(r.peak, "FLOP/s"))}</text>'
-        f'<text class="roof-label" x="{x(mid) - 6:.1f}" y="{y(r.bandwidth * mid) - 6:.1f}" '
-        f'text-anchor="end">copy {escape(_si(r.bandwidth, "B/s"))}</text>'
-        f'<circle class="point" cx="{x(r.intensity):.1f}" cy="{y(r.achieved):.1f}" r="5">'
-        f"<title>this run: {escape(_si(r.achieved, 'FLOP/s'))} at {r.intensity:.3g} "
-        f"FLOP/byte</title></circle>"
-        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
-        "arithmetic intensity (analytic FLOPs per byte, log scale)</text></svg>"
+    points = (
+        f"{x(x_lo):.1f},{y(r.bandwidth * x_lo):.1f} "
+        f"{x(ridge):.1f},{y(r.peak):.1f} {x(x_hi):.1f},{y(r.peak):.1f}"
     )
-    return "".join(parts)
+    parts += [
+        el("polyline", class_="roof", points=points),
+        el(
+            "text",
+            f"{r.dtype} matmul {_si(r.peak, 'FLOP/s')}",
+            class_="roof-label",
+            x=x(x_hi) - 4,
+            y=y(r.peak) - 6,
+            text_anchor="end",
+        ),
+        el(
+            "text",
+            f"copy {_si(r.bandwidth, 'B/s')}",
+            class_="roof-label",
+            x=x(mid) - 6,
+            y=y(r.bandwidth * mid) - 6,
+            text_anchor="end",
+        ),
+        el(
+            "circle",
+            title=f"this run: {_si(r.achieved, 'FLOP/s')} at {r.intensity:.3g} FLOP/byte",
+            class_="point",
+            cx=x(r.intensity),
+            cy=y(r.achieved),
+            r=5,
+        ),
+        el(
+            "text",
+            "arithmetic intensity (analytic FLOPs per byte, log scale)",
+            class_="axis",
+            x=PAD_L + plot_w / 2,
+            y=H - 8,
+            text_anchor="middle",
+        ),
+    ]
+    data = {"bandwidth": repr(r.bandwidth), "peak": repr(r.peak)}
+    return Chart("roofline", W, H, title_id, title, parts, data)
 
 
 def roofline_view(run: RunResult) -> dict[str, Any] | None:
@@ -171,7 +205,7 @@ def roofline_view(run: RunResult) -> dict[str, Any] | None:
     if r is None:
         return None
     return {
-        "svg": roofline_svg(r),
+        "chart": roofline_svg(r),
         "label": r.label,
         "dtype": r.dtype,
         "bandwidth": _si(r.bandwidth, "B/s"),

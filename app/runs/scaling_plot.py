@@ -9,12 +9,12 @@ flat). Every point is the median of whole-step times at the host-sync boundary.
 from __future__ import annotations
 
 import math
-from html import escape
 
+from app.charts import Chart, El, el
 from app.runs.plots import format_seconds
 from workers.protocol import ScalingPoint, ScalingSeries
 
-W, H = 720, 300
+W, H = 760, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 72, 170, 40, 44
 
 MODE_LABELS: dict[str, str] = {
@@ -40,11 +40,11 @@ def _ideal(mode: str, first: ScalingPoint, devices: int) -> float:
     return first.median_s
 
 
-def scaling_svg(series: ScalingSeries, title_id: str = "scaling") -> str:
-    """The series as an inline SVG; the empty string when no point has a time."""
+def scaling_svg(series: ScalingSeries, title_id: str = "scaling") -> Chart | None:
+    """The series as a chart; None when no point has a time."""
     lines = _by_mode(series)
     if not lines:
-        return ""
+        return None
     counts = sorted({p.devices for points in lines.values() for p in points})
     times = [p.median_s or 0.0 for points in lines.values() for p in points]
     top = max(times) * 1.15
@@ -61,30 +61,53 @@ def scaling_svg(series: ScalingSeries, title_id: str = "scaling") -> str:
         return PAD_T + plot_h * (1 - min(seconds, top) / top)
 
     modes = " and ".join(MODE_LABELS.get(m, m) for m in lines)
-    parts = [
-        f'<svg class="scaling" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<title id="{title_id}">{escape(modes)}: median step time ({series.boundary.value}) '
-        f"against device count. {escape(series.label)}</title>",
-        f'<text class="plot-label" x="{PAD_L}" y="16">{escape(series.label)}</text>',
-        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L}" y1="{PAD_T}" y2="{PAD_T + plot_h}"/>',
-        f'<line class="axis-line" x1="{PAD_L}" x2="{PAD_L + plot_w}" y1="{PAD_T + plot_h}" '
-        f'y2="{PAD_T + plot_h}"/>',
+    title = (
+        f"{modes}: median step time ({series.boundary.value}) against device count. {series.label}"
+    )
+    parts: list[El] = [
+        el("text", series.label, class_="plot-label", x=PAD_L, y=16),
+        el("line", class_="axis-line", x1=PAD_L, x2=PAD_L, y1=PAD_T, y2=PAD_T + plot_h),
+        el(
+            "line",
+            class_="axis-line",
+            x1=PAD_L,
+            x2=PAD_L + plot_w,
+            y1=PAD_T + plot_h,
+            y2=PAD_T + plot_h,
+        ),
     ]
     for frac in (0.0, 0.5, 1.0):
         value = top * frac
         parts.append(
-            f'<text class="axis" x="{PAD_L - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
-            f"{escape(format_seconds(value))}</text>"
+            el(
+                "text",
+                format_seconds(value),
+                class_="axis",
+                x=PAD_L - 6,
+                y=y(value) + 4,
+                text_anchor="end",
+            )
         )
     for count in counts:
         parts.append(
-            f'<text class="axis" x="{x(count):.1f}" y="{PAD_T + plot_h + 16}" '
-            f'text-anchor="middle">{count}</text>'
+            el(
+                "text",
+                str(count),
+                class_="axis",
+                x=x(count),
+                y=PAD_T + plot_h + 16,
+                text_anchor="middle",
+            )
         )
     parts.append(
-        f'<text class="axis" x="{PAD_L + plot_w / 2:.1f}" y="{H - 8}" text-anchor="middle">'
-        f"devices (log₂ scale) · median step time, {escape(series.boundary.value)}</text>"
+        el(
+            "text",
+            f"devices (log₂ scale) · median step time, {series.boundary.value}",
+            class_="axis",
+            x=PAD_L + plot_w / 2,
+            y=H - 8,
+            text_anchor="middle",
+        )
     )
     for row, (mode, points) in enumerate(lines.items()):
         first = points[0]
@@ -92,30 +115,55 @@ def scaling_svg(series: ScalingSeries, title_id: str = "scaling") -> str:
             f"{x(p.devices):.1f},{y(_ideal(mode, first, p.devices)):.1f}" for p in points
         )
         measured = " ".join(f"{x(p.devices):.1f},{y(p.median_s or 0.0):.1f}" for p in points)
-        parts.append(
-            f'<g class="series {escape(mode)}" data-mode="{escape(mode)}">'
-            f'<polyline class="ideal" points="{ideal}"><title>ideal {escape(mode)} scaling '
-            f"from the {first.devices}-device point</title></polyline>"
-            f'<polyline class="measured" points="{measured}"/>'
-        )
+        children: list[El] = [
+            el(
+                "polyline",
+                title=f"ideal {mode} scaling from the {first.devices}-device point",
+                class_="ideal",
+                points=ideal,
+            ),
+            el("polyline", class_="measured", points=measured),
+        ]
         for p in points:
             median = format_seconds(p.median_s or 0.0)
-            parts.append(
-                f'<circle class="point" cx="{x(p.devices):.1f}" cy="{y(p.median_s or 0.0):.1f}" '
-                f'r="4"><title>{escape(mode)}, {p.devices} device(s): median {escape(median)} '
-                f"over {len(p.samples_s)} steps</title></circle>"
+            children.append(
+                el(
+                    "circle",
+                    title=f"{mode}, {p.devices} device(s): median {median} "
+                    f"over {len(p.samples_s)} steps",
+                    class_="point",
+                    cx=x(p.devices),
+                    cy=y(p.median_s or 0.0),
+                    r=4,
+                )
             )
         legend_y = PAD_T + 14 + row * 34
-        parts.append(
-            f'<line class="measured" x1="{W - PAD_R + 12}" x2="{W - PAD_R + 32}" '
-            f'y1="{legend_y}" y2="{legend_y}"/>'
-            f'<text class="legend" x="{W - PAD_R + 38}" y="{legend_y + 4}">{escape(mode)}'
-            f"</text>"
-            f'<text class="legend-note" x="{W - PAD_R + 38}" y="{legend_y + 17}">'
-            f"{'global fixed' if mode == 'strong' else 'per-device fixed'}</text></g>"
-        )
+        children += [
+            el(
+                "line",
+                class_="measured",
+                x1=W - PAD_R + 12,
+                x2=W - PAD_R + 32,
+                y1=legend_y,
+                y2=legend_y,
+            ),
+            el("text", mode, class_="legend", x=W - PAD_R + 38, y=legend_y + 4),
+            el(
+                "text",
+                "global fixed" if mode == "strong" else "per-device fixed",
+                class_="legend-note",
+                x=W - PAD_R + 38,
+                y=legend_y + 18,
+            ),
+        ]
+        parts.append(el("g", children=tuple(children), class_=f"series {mode}", data_mode=mode))
     parts.append(
-        f'<text class="legend-note" x="{W - PAD_R + 12}" y="{PAD_T + 14 + len(lines) * 34}">'
-        "dotted: ideal</text></svg>"
+        el(
+            "text",
+            "dotted: ideal",
+            class_="legend-note",
+            x=W - PAD_R + 12,
+            y=PAD_T + 14 + len(lines) * 34,
+        )
     )
-    return "".join(parts)
+    return Chart("scaling", W, H, title_id, title, parts)

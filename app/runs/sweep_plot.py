@@ -8,13 +8,13 @@ unit; the numbers are printed on the bars, so nothing depends on reading a bar's
 from __future__ import annotations
 
 from collections.abc import Callable
-from html import escape
 from typing import Any
 
+from app.charts import Chart, El, el
 from app.runs.plots import format_seconds
 from workers.protocol import SweepPolicy, SweepResult
 
-W, H = 720, 240
+W, H = 760, 240
 PANEL_GAP = 18
 PAD_T, PAD_B = 40, 52
 BAR_W = 40
@@ -29,58 +29,88 @@ def _panels() -> list[tuple[str, Callable[[SweepPolicy], float | None], Callable
     ]
 
 
-def sweep_svg(sweep: SweepResult, title_id: str = "sweep") -> str:
-    """The four panels as an inline SVG (policies in the order they ran)."""
+def sweep_svg(sweep: SweepResult, title_id: str = "sweep") -> Chart:
+    """The four panels as a chart (policies in the order they ran)."""
     panels = _panels()
     panel_w = (W - PANEL_GAP * (len(panels) + 1)) / len(panels)
     plot_h = H - PAD_T - PAD_B
     names = ", ".join(p.policy for p in sweep.policies)
     missing = "not run" if all(p.first_pass_s is not None for p in sweep.policies) else "withheld"
-    parts = [
-        f'<svg class="sweep" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<title id="{title_id}">Shape sweep of {len(sweep.sizes)} calls, bucketing {names}: '
-        "compilations, compile time, padding waste and steady-state pass time</title>",
-    ]
+    title = (
+        f"Shape sweep of {len(sweep.sizes)} calls, bucketing {names}: "
+        "compilations, compile time, padding waste and steady-state pass time"
+    )
+    parts: list[El] = []
     for i, (name, value, fmt) in enumerate(panels):
         left = PANEL_GAP + i * (panel_w + PANEL_GAP)
         values = [value(p) for p in sweep.policies]
         top = max((v for v in values if v is not None), default=0.0) or 1.0
         parts.append(
-            f'<text class="panel-title" x="{left + panel_w / 2:.1f}" y="18" '
-            f'text-anchor="middle">{escape(name)}</text>'
-            f'<line class="axis-line" x1="{left:.1f}" x2="{left + panel_w:.1f}" '
-            f'y1="{PAD_T + plot_h}" y2="{PAD_T + plot_h}"/>'
+            el("text", name, class_="panel-title", x=left + panel_w / 2, y=18, text_anchor="middle")
+        )
+        parts.append(
+            el(
+                "line",
+                class_="axis-line",
+                x1=left,
+                x2=left + panel_w,
+                y1=PAD_T + plot_h,
+                y2=PAD_T + plot_h,
+            )
         )
         step = panel_w / max(1, len(values))
         for j, (policy, v) in enumerate(zip(sweep.policies, values, strict=True)):
             cx = left + step * (j + 0.5)
-            label = escape(policy.policy)
             if v is None:
                 parts.append(
-                    f'<text class="value" x="{cx:.1f}" y="{PAD_T + plot_h - 6}" '
-                    f'text-anchor="middle">{missing}</text>'
+                    el(
+                        "text",
+                        missing,
+                        class_="value",
+                        x=cx,
+                        y=PAD_T + plot_h - 6,
+                        text_anchor="middle",
+                    )
                 )
             else:
                 height = max(1.0, plot_h * v / top)
                 y0 = PAD_T + plot_h - height
                 parts.append(
-                    f'<rect class="bar bar-{j}" x="{cx - BAR_W / 2:.1f}" y="{y0:.1f}" '
-                    f'width="{BAR_W}" height="{height:.1f}"><title>{label}: '
-                    f"{escape(fmt(v))}</title></rect>"
-                    f'<text class="value" x="{cx:.1f}" y="{y0 - 5:.1f}" text-anchor="middle">'
-                    f"{escape(fmt(v))}</text>"
+                    el(
+                        "rect",
+                        title=f"{policy.policy}: {fmt(v)}",
+                        class_=f"bar bar-{j}",
+                        x=cx - BAR_W / 2,
+                        y=y0,
+                        width=BAR_W,
+                        height=height,
+                    )
+                )
+                parts.append(
+                    el("text", fmt(v), class_="value", x=cx, y=y0 - 5, text_anchor="middle")
                 )
             parts.append(
-                f'<text class="axis" x="{cx:.1f}" y="{PAD_T + plot_h + 16}" '
-                f'text-anchor="middle">{label}</text>'
+                el(
+                    "text",
+                    policy.policy,
+                    class_="axis",
+                    x=cx,
+                    y=PAD_T + plot_h + 16,
+                    text_anchor="middle",
+                )
             )
     parts.append(
-        f'<text class="axis" x="{W / 2:.0f}" y="{H - 10}" text-anchor="middle">'
-        "each panel has its own scale; steady pass = every size once, all compiled "
-        "(host-sync per call)</text></svg>"
+        el(
+            "text",
+            "each panel has its own scale; steady pass = every size once, all compiled "
+            "(host-sync per call)",
+            class_="axis",
+            x=W // 2,
+            y=H - 10,
+            text_anchor="middle",
+        )
     )
-    return "".join(parts)
+    return Chart("sweep", W, H, title_id, title, parts)
 
 
 def sweep_view(sweep: SweepResult | None) -> dict[str, Any] | None:
@@ -106,7 +136,7 @@ def sweep_view(sweep: SweepResult | None) -> dict[str, Any] | None:
     shown = ", ".join(str(s) for s in sweep.sizes[:40])
     more = f" … ({len(sweep.sizes)} in all)" if len(sweep.sizes) > 40 else ""
     return {
-        "svg": sweep_svg(sweep),
+        "chart": sweep_svg(sweep),
         "rows": rows,
         "op": sweep.op,
         "sizes": shown + more,

@@ -6,17 +6,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import shlex
 from typing import Any, get_args
 
+from pydantic import ValidationError
+
 from app.runs.placement import placement_view
 from app.runs.plots import format_seconds, samples_svg
 from app.runs.profile import profile_view
 from app.runs.roofline import roofline_view
 from app.runs.sweep_plot import sweep_view
+from workers.catalog import WORKLOADS
 from workers.protocol import (
     ARTIFACT_NAMES,
     FINAL_STATUSES,
@@ -90,7 +94,7 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "outliers": stats.outliers if stats else None,
         "wide": bool(stats and stats.wide_spread),
         "stopped_because": m.stopped_because,
-        "svg": samples_svg(m, title_id=f"samples-{index}") if valid else "",
+        "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
 
@@ -153,6 +157,23 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             placement_view=placement_view(run),
         )
     return ctx
+
+
+def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
+    with the workload's defaults filled in for what the submission left out."""
+    params: dict[str, Any] = dict(job.get("params") or {})
+    cls = WORKLOADS.get(job.get("workload", ""))
+    if cls is not None:
+        with contextlib.suppress(ValidationError):  # else shown as submitted
+            params = cls.model_validate(params).model_dump(mode="json", by_alias=True)
+    sizes = [
+        f"{k}={v}"
+        for k, v in sorted(params.items())
+        if isinstance(v, int) and not isinstance(v, bool)
+    ]
+    dtype = params.get("dtype")
+    return (" ".join(sizes) or None), (str(dtype) if dtype else None)
 
 
 def samples_csv(job: dict[str, Any]) -> str:

@@ -54,7 +54,8 @@ async def test_every_view_has_its_own_card_and_json_twin(
     ]
     assert card.title in html
     # The diagram highlights the selected stage, server-side.
-    assert f'<svg class="diagram" data-stage="{stage}"' in html
+    assert f'<svg class="diagram diagram-wide" data-stage="{stage}"' in html
+    assert f'<svg class="diagram diagram-tall" data-stage="{stage}"' in html
     # Each card links to its guide section.
     assert f'href="/guide#{card.guide_section}"' in html
 

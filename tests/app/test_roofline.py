@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.charts import render_chart
 from app.runs.roofline import build_roofline, roofline_svg, roofline_view
 from app.runs.sweep_plot import sweep_svg
 from tests.app.bench_fakes import FakeWorker, capabilities
@@ -42,7 +43,7 @@ def test_the_roofs_are_the_measured_ceilings(run: RunResult) -> None:
     assert run.rates is not None and r.achieved == run.rates.flops_per_s
     assert r.intensity == pytest.approx(run.rates.flops / run.rates.bytes)
     assert r.label == "measured on worker bench-7 (cpu) at 2026-11-29T12:00:00+00:00"
-    svg = roofline_svg(r)
+    svg = str(render_chart(roofline_svg(r)))
     assert f'data-bandwidth="{7.5e9!r}"' in svg and f'data-peak="{1.25e11!r}"' in svg
     assert "measured on worker bench-7" in svg and "not datasheet peaks" in svg
     assert "125 GFLOP/s" in svg and "7.5 GB/s" in svg
@@ -118,7 +119,7 @@ async def test_the_run_page_shows_the_shape_sweep_side_by_side(
     )
     assert rows == [("none", "3", "3", "3"), ("pow2", "2", "2", "2")]
     assert sweep.sweep is not None
-    svg = sweep_svg(sweep.sweep)
+    svg = str(render_chart(sweep_svg(sweep.sweep)))
     assert svg.count('class="bar bar-0"') == 4 and svg.count('class="bar bar-1"') == 4
     assert "33.3 %" in svg  # pow2 pads 24 rows to 32
 

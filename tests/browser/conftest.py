@@ -47,8 +47,9 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0
     raise RuntimeError("server did not come up")
 
 
-def serve(tmp: Path, workers: int) -> Iterator[str]:
-    """`boundary serve` on a free loopback port with `workers` local workers, then stopped."""
+def serve(tmp: Path, workers: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`boundary serve` on a free loopback port with `workers` local workers, then stopped.
+    `env` adds settings (BOUNDARY_*) to the server's environment."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)],
@@ -56,6 +57,7 @@ def serve(tmp: Path, workers: int) -> Iterator[str]:
             **os.environ,
             "BOUNDARY_DB": str(tmp / "db.sqlite3"),
             "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+            **(env or {}),
         },
     )
     url = f"http://127.0.0.1:{port}"

@@ -62,7 +62,7 @@ def test_works_without_javascript(browser: Browser, reader_server: str) -> None:
         page.goto(reader_server + "/")
         page.get_by_role("link", name="Scale").first.click()
         expect(page).to_have_url(reader_server + "/read/jax-gpu/scale")
-        expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "scale")
+        expect(page.locator("svg.diagram:visible")).to_have_attribute("data-stage", "scale")
         page.go_back()
         expect(page).to_have_url(reader_server + "/")
     finally:
@@ -77,13 +77,15 @@ def test_autoplay_runs_on_load_and_stops_on_interaction(page: Page, reader_serve
     expect(toggle).to_be_visible()
     expect(toggle).to_have_text("Pause")
     # The sequence steps on from the selected stage on its own.
-    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "execute", timeout=5000)
+    expect(page.locator("svg.diagram:visible")).to_have_attribute(
+        "data-stage", "execute", timeout=5000
+    )
     page.mouse.click(5, 5)
     expect(seq).to_have_attribute("data-playing", "false")
     # Stopped: the diagram is back on the selected stage and stays there.
-    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "compile")
+    expect(page.locator("svg.diagram:visible")).to_have_attribute("data-stage", "compile")
     page.wait_for_timeout(2000)
-    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "compile")
+    expect(page.locator("svg.diagram:visible")).to_have_attribute("data-stage", "compile")
     toggle.click()
     expect(seq).to_have_attribute("data-playing", "true")
     toggle.click()
@@ -97,7 +99,7 @@ def test_autoplay_never_highlights_a_stage_before_the_selected_one(
     page.goto(reader_server + "/read/cuda/scale")
     seen = set()
     for _ in range(25):
-        seen.add(page.locator("svg.diagram").get_attribute("data-stage"))
+        seen.add(page.locator("svg.diagram:visible").get_attribute("data-stage"))
         page.wait_for_timeout(100)
     assert seen == {"scale"}
     expect(page.locator(".seq-caption")).to_contain_text("Are we communicating between GPUs")
@@ -117,7 +119,7 @@ def test_no_autoplay_under_reduced_motion(browser: Browser, reader_server: str) 
         page.goto(reader_server + "/read/cuda/execute")
         page.wait_for_timeout(2200)
         expect(page.locator("[data-sequence]")).to_have_attribute("data-playing", "false")
-        expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "execute")
+        expect(page.locator("svg.diagram:visible")).to_have_attribute("data-stage", "execute")
         expect(page.locator(".seq-toggle")).to_have_text("Play")
     finally:
         context.close()

@@ -1,0 +1,180 @@
+"""A real server holding one run in every state, a comparison and a matrix, for page tests.
+
+The local CPU worker that `boundary serve` starts does the real runs (done, compile-only,
+the matrix). A second worker, played here through the HTTP worker API, claims a `jax-gpu`
+platform: it holds one job (running, kept alive by heartbeats) and reports another as
+failed. A `jax-tpu` job stays queued because no worker offers that path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from workers.catalog import CATALOG_VERSION
+from workers.protocol import PROTOCOL_VERSION
+
+WORKER_TOKEN = "browser-suite-worker-token"
+SMALL = {"m": 48, "n": 40, "k": 32}
+
+
+def _job(path: str, stages: list[str] | None = None, samples: int = 12) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "workload": "matmul",
+        "path": path,
+        "params": dict(SMALL),
+        "measure": {"samples": samples},
+    }
+    if stages is not None:
+        body["stages"] = stages
+    return body
+
+
+class PlayedWorker:
+    """A GPU worker played through the worker API: it leases, heartbeats and fails jobs."""
+
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(
+            base_url=url + "/api/v1/worker",
+            headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
+            timeout=30.0,
+        )
+        caps = {
+            "platform": "gpu",
+            "device_kind": "NVIDIA H200",
+            "device_count": 1,
+            "paths": ["jax-gpu"],
+            "jax_version": "0.10.2",
+            "protocol_version": PROTOCOL_VERSION,
+            "catalog_version": CATALOG_VERSION,
+        }
+        r = self.http.post("/register", json={"capabilities": caps, "name": "played-gpu"})
+        r.raise_for_status()
+        self.id: str = r.json()["worker_id"]
+        self.held: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+
+    def _lease_fields(self, grant: dict[str, Any]) -> dict[str, Any]:
+        # Whatever binds a report to its lease (a lease id, in newer protocols) goes back.
+        return {k: v for k, v in grant.items() if k not in ("spec", "requirements")}
+
+    def lease(self) -> dict[str, Any]:
+        r = self.http.post("/lease", json={"worker_id": self.id, "wait_s": 10})
+        assert r.status_code == 200, r.text
+        grant: dict[str, Any] = r.json()
+        return grant
+
+    def fail(self, grant: dict[str, Any], reason: str) -> None:
+        body = {
+            **self._lease_fields(grant),
+            "worker_id": self.id,
+            "failure": {"reason": reason, "stderr_tail": "RuntimeError: " + reason},
+        }
+        self.http.post("/result", json=body).raise_for_status()
+
+    def hold(self, grant: dict[str, Any]) -> None:
+        """Keep `grant` running (heartbeats) until `stop`."""
+        self.held = grant
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(3.0):
+            if self.held is None:
+                continue
+            body = {**self._lease_fields(self.held), "worker_id": self.id}
+            self.http.post("/heartbeat", json=body)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._beat.is_alive():
+            self._beat.join(timeout=5)
+        self.http.close()
+
+
+@dataclass
+class Site:
+    """The seeded server: its URL and the ids of what it holds."""
+
+    url: str
+    runs: dict[str, str] = field(default_factory=dict)  # state -> job id
+    compare: str = ""
+    matrix: str = ""
+    played: PlayedWorker | None = None
+
+
+def _submit(http: httpx.Client, body: dict[str, Any]) -> str:
+    r = http.post("/api/v1/jobs", json=body)
+    assert r.status_code == 202, r.text
+    job_id: str = r.json()["id"]
+    return job_id
+
+
+def _wait_final(http: httpx.Client, job_ids: list[str], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    pending = set(job_ids)
+    while pending and time.monotonic() < deadline:
+        for job_id in list(pending):
+            status = http.get(f"/api/v1/jobs/{job_id}").json()["status"]
+            if status in ("done", "failed", "expired", "cancelled"):
+                assert status == "done", f"job {job_id} ended {status}"
+                pending.discard(job_id)
+        time.sleep(0.3)
+    assert not pending, f"jobs not done in {timeout} s: {pending}"
+
+
+def seed(url: str) -> Site:
+    """Queue and drive every run state, a comparison and a matrix on the server at `url`."""
+    site = Site(url=url)
+    with httpx.Client(base_url=url, timeout=30.0) as http:
+        done = _submit(http, _job("jax-cpu"))
+        again = _submit(http, _job("jax-cpu"))
+        compile_only = _submit(http, _job("jax-cpu", stages=["compile"]))
+        matrix = http.post(
+            "/api/v1/matrices",
+            json={
+                "workload": "matmul",
+                "axis": {"name": "shape", "values": [SMALL, {"m": 64, "n": 64, "k": 64}]},
+                "paths": ["jax-cpu", "jax-gpu"],
+                "measure": {"samples": 5},
+                "title": "small products",
+            },
+        )
+        assert matrix.status_code == 201, matrix.text
+        site.matrix = matrix.json()["id"]
+
+        played = site.played = PlayedWorker(url)
+        running = _submit(http, _job("jax-gpu"))
+        # The matrix's jax-gpu cells were queued first: the played worker fails them all,
+        # then holds the next one as the running run and fails one more for the failed run.
+        grant = played.lease()
+        while grant["job_id"] != running:
+            played.fail(grant, "no GPU memory left on the played worker")
+            grant = played.lease()
+        played.hold(grant)
+        failed = _submit(http, _job("jax-gpu"))
+        second = PlayedWorker(url)
+        try:
+            second.fail(second.lease(), "CUDA_ERROR_OUT_OF_MEMORY while compiling")
+        finally:
+            second.stop()
+        queued = _submit(http, _job("jax-tpu"))
+
+        _wait_final(http, [done, again, compile_only])
+        cells = http.get(f"/matrices/{site.matrix}.json").json()
+        cell_jobs = [c["job"] for r in cells["rows"] for c in r["cells"] if c.get("job")]
+        local = [j for j in cell_jobs if http.get(f"/api/v1/jobs/{j}").json()["status"] != "failed"]
+        _wait_final(http, local)
+    site.runs = {
+        "done": done,
+        "compile-only": compile_only,
+        "queued": queued,
+        "running": running,
+        "failed": failed,
+    }
+    site.compare = f"/compare?a={done}&b={again}"
+    return site
