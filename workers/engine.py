@@ -60,6 +60,7 @@ from workers.protocol import (
 )
 from workers.scale.prepare import prepare as prepare_scale
 from workers.scale.report import attach_scale
+from workers.source import workload_source
 from workers.sweep import run_sweep
 from workers.workloads import JaxFunction, get_workload
 
@@ -274,8 +275,15 @@ def run_job(
 
     t0 = clock()
     hlo = compiled.as_text()
-    artifacts = Artifacts(jaxpr=str(traced.jaxpr), stablehlo=lowered.as_text(), hlo=hlo)
+    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
+    # page link each line to the source line it came from (the view folds them).
+    artifacts = Artifacts(
+        jaxpr=traced.jaxpr.pretty_print(source_info=True),
+        stablehlo=lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
     summary = summarize_hlo(hlo) if hlo else None
+    source = workload_source(workload)
     unreported["artifacts"] = clock() - t0
 
     flops = workload.flop_count(params)
@@ -368,6 +376,7 @@ def run_job(
         valid=valid,
         extra={"seed": SEED},
         profile=profile,
+        source=source,
     )
     if scaled is not None:
         t0 = clock()

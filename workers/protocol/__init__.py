@@ -46,6 +46,7 @@ from workers.protocol.runs import (
     MemoryAnalysis,
     Rates,
     RunResult,
+    SourceText,
     StageSeconds,
     Stats,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "ScalingPoint",
     "ScalingSeries",
     "ShardShapes",
+    "SourceText",
     "StageId",
     "StageSeconds",
     "Stats",

@@ -220,6 +220,21 @@ class InputInfo(OpenModel):
     dtype: str
 
 
+class SourceText(OpenModel):
+    """The Python source of the workload function a worker ran, as that worker has it.
+
+    A remote worker may run another version of a catalog workload than the server's
+    checkout; the page shows this text, so what a reader sees is what ran. IR positions
+    (`file:line`) whose file ends with `path` point into it.
+    """
+
+    path: str = Field(description="The file, relative to the worker's package root.")
+    function: str = Field(description="The qualified name of the function shown.")
+    first_line: int = Field(ge=1, description="The file line of the text's first line.")
+    text: str = Field(max_length=200_000)
+    sha256: str = Field(description="SHA-256 of `text` (UTF-8), hex.")
+
+
 class RunResult(OpenModel):
     """One attempt at a job, complete and self-describing.
 
@@ -253,6 +268,9 @@ class RunResult(OpenModel):
     group: GroupReport | None = Field(default=None, description="A multi-process run's members.")
     profile: ProfileTrace | None = Field(default=None, description="measure.profile's trace.")
     sweep: SweepResult | None = Field(default=None, description="shape-sweep: each policy.")
+    source: SourceText | None = Field(
+        default=None, description="The workload function's source, linked to the IR lines."
+    )
     ceilings: Ceilings | None = Field(
         default=None, description="The running worker's measured ceilings (added by the server)."
     )
