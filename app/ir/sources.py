@@ -28,7 +28,6 @@ _MLIR_FILE = re.compile(r'^"(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):\d+')
 _MLIR_NAMED = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
 _MLIR_CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
 _MLIR_FUSED = re.compile(r"^fused\[(.*)\]$")
-_HLO_FRAME_USE = re.compile(r"\bstack_frame_id=(\d+)")
 _HLO_SOURCE = re.compile(r'\bsource_file="([^"]*)"\s+source_line=(\d+)')
 _HLO_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
 _HLO_FIELD = re.compile(r"(\w+)=(\d+)")
@@ -152,15 +151,15 @@ def _hlo(lines: list[str]) -> SourceMap:
 
     found: dict[int, list[Position]] = {}
     for i, line in enumerate(lines):
-        if "metadata=" not in line:
-            continue
-        if m := _HLO_FRAME_USE.search(line):
-            frame = int(m.group(1))
+        at = line.find("stack_frame_id=")  # str.find: far cheaper than a regex per line
+        if at >= 0:
+            digits = line[at + 15 : at + 27]
+            frame = int(digits[: len(digits) - len(digits.lstrip("0123456789"))] or 0)
             if frame not in memo:
                 memo[frame] = chain_of(frame)
             if memo[frame]:
                 found[i] = memo[frame]
-        elif m := _HLO_SOURCE.search(line):
+        elif "source_line=" in line and (m := _HLO_SOURCE.search(line)):
             found[i] = [(m.group(1), int(m.group(2)))]
     return SourceMap(found)
 

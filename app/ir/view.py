@@ -9,6 +9,7 @@ place and the next page loads when it scrolls into view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -21,9 +22,12 @@ from app.ir.lexers import lexer_for
 from app.ir.render import highlight, line_html
 from app.ir.sources import Position, SourceMap, source_map
 
-PAGE_LINES = 800
-"""Lines per page; the next page is a link, or loads on scroll with JavaScript."""
-MAX_HITS = 500
+PAGE_LINES = 500
+"""Lines per page without JavaScript; the next page is a link."""
+PART_LINES = 200
+"""Lines per part that JavaScript loads as the reader scrolls: small, so that parsing and
+laying out one part stays far below a 200 ms main-thread task on a slow machine."""
+MAX_HITS = 200
 """Matching lines shown for one search."""
 PALETTE = 8
 """Source-line colours, cycled: line n gets colour n mod PALETTE."""
@@ -66,11 +70,12 @@ class Keys:
     """Source positions as the view names them: the workload's own lines by number, any
     other position as `file:line` with the file shortened."""
 
-    source: SourceText | None
+    path: str
+    """The workload source's file; '' when the run carries no source."""
 
     def short(self, file: str) -> str:
-        if self.source is not None and self.source.path and file.endswith(self.source.path):
-            return self.source.path
+        if self.path and file.endswith(self.path):
+            return self.path
         for marker in ("site-packages/", "dist-packages/"):
             if marker in file:
                 return file.split(marker, 1)[1]
@@ -78,9 +83,9 @@ class Keys:
 
     def key(self, chain: list[Position]) -> str:
         """The one position a line links to: the innermost in the workload's file, if any."""
-        if self.source is not None and self.source.path:
+        if self.path:
             for file, line in chain:
-                if file.endswith(self.source.path):
+                if file.endswith(self.path):
                     return str(line)
         file, line = chain[0]
         return f"{self.short(file)}:{line}"
@@ -113,6 +118,7 @@ class IrView:
     folded: int = 0
     terms: list[str] = field(default_factory=list)
     linked: int = 0
+    max_hits: int = MAX_HITS
 
     def url(self, **changes: str | int | None) -> str:
         params: dict[str, str | int] = {"q": self.q, "src": self.src}
@@ -149,6 +155,28 @@ def _line_div(
     )
 
 
+@dataclass(frozen=True)
+class _Document:
+    """What paging and search need from one artifact, worked out once per text."""
+
+    lines: list[str]
+    smap: SourceMap
+    line_keys: dict[int, str]
+    blocks: list[BlockFold]
+
+
+@lru_cache(maxsize=6)
+def _document(name: str, text: str, source_path: str) -> _Document:
+    # Kept for the few artifacts being read: scrolling loads their next pages one by one.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    smap = source_map(name, lines)
+    keys = Keys(source_path)
+    line_keys = {i: keys.key(chain) for i, chain in smap.positions.items()}
+    return _Document(lines, smap, line_keys, block_folds(name, lines))
+
+
 def build_view(
     name: str,
     text: str,
@@ -158,17 +186,14 @@ def build_view(
     q: str = "",
     src: str = "",
     source: SourceText | None = None,
+    part: bool = False,
 ) -> IrView:
     """The view of artifact `name` (text `text`, served at `base`) for these parameters."""
-    all_lines = text.split("\n")
-    if all_lines and all_lines[-1] == "":
-        all_lines.pop()
+    doc = _document(name, text, source.path if source is not None else "")
+    all_lines, smap, line_keys, blocks = doc.lines, doc.smap, doc.line_keys, doc.blocks
     total = len(all_lines)
     lexer = lexer_for(name)
-    smap = source_map(name, all_lines)
-    keys = Keys(source)
-    line_keys = {i: keys.key(chain) for i, chain in smap.positions.items()}
-    blocks = block_folds(name, all_lines)
+    keys = Keys(source.path if source is not None else "")
     block_at = {b.start: b for b in blocks}
     in_block = {i for b in blocks for i in range(b.start, b.end)}
 
@@ -197,8 +222,9 @@ def build_view(
             first_src = next((i for i, k in sorted(line_keys.items()) if k == src), 0)
             first = page_of(first_src)
         else:
-            first = page_of(max(0, min(start - 1, max(total - 1, 0))))
-        last = min(first + PAGE_LINES, total)
+            first = max(0, min(start - 1, max(total - 1, 0)))
+            first = first if part else page_of(first)  # a part starts where the last ended
+        last = min(first + (PART_LINES if part else PAGE_LINES), total)
         view.start, view.end = first, last
         rows = _page_rows(
             view,
@@ -213,11 +239,25 @@ def build_view(
         if first > 0:
             view.prev_url = view.url(start=page_of(first - 1) + 1)
         if last < total:
-            view.next_url = view.url(start=last + 1)
+            view.next_url = view.url(start=page_of(last) + 1)
             view.more_url = view.url(start=last + 1, part="lines")
-    view.lines = Markup("".join(rows))
+    view.lines = Markup(_chunked(rows))
     view.source, view.source_title = _source_panel(source, smap, line_keys, keys, view)
     return view
+
+
+CHUNK_ROWS = 50
+"""Rows per chunk: the browser lays out and styles only the chunks near the visible part."""
+
+
+def _chunked(rows: list[str]) -> str:
+    """Rows in chunks the stylesheet marks `content-visibility: auto`, so a toggle or a
+    scroll costs the visible chunks' layout, not all of a large page's."""
+    # The comment between chunks lets ir.js insert a long answer one chunk per task.
+    return "<!--chunk-->".join(
+        '<div class="ir-chunk">' + "".join(rows[i : i + CHUNK_ROWS]) + "</div>"
+        for i in range(0, len(rows), CHUNK_ROWS)
+    )
 
 
 def _page_rows(
@@ -292,11 +332,11 @@ def _source_panel(
                 rows.append(
                     f'<div class="{cls}" id="S-{k}" data-src="{k}">'
                     f'<a class="n" href="{escape(target(k))}" title="{counts[k]} {view.name} '
-                    f'line{many}">{n}</a><code>{body}</code>'
-                    f'<span class="cnt">{counts[k]}</span></div>'
+                    f'line{many}">{n}</a><span class="cnt">×{counts[k]}</span>'
+                    f"<code>{body}</code></div>"
                 )
             else:
-                plain = f'<span class="n">{n}</span><code>{body}</code>'
+                plain = f'<span class="n">{n}</span><span class="cnt"></span><code>{body}</code>'
                 rows.append(f'<div class="sl" id="S-{k}">{plain}</div>')
         title = f"{source.path}, from line {source.first_line}"
         return Markup("".join(rows)), title
@@ -307,7 +347,7 @@ def _source_panel(
         cls = f"sl s{colour(k)}" + (" sel" if k == view.src else "")
         rows.append(
             f'<div class="{cls}" id="S-{escape(k)}" data-src="{escape(k)}">'
-            f'<a class="n" href="{escape(target(k))}">{escape(k)}</a>'
-            f'<span class="cnt">{counts[k]}</span></div>'
+            f'<span class="cnt">×{counts[k]}</span>'
+            f'<a class="n name" href="{escape(target(k))}">{escape(k)}</a></div>'
         )
     return Markup("".join(rows)), "Source positions the IR names (the server has no source)"

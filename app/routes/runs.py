@@ -235,7 +235,16 @@ async def run_ir(
     run = _job_json(job_id, dispatcher).get("run")
     source = SourceText.from_run(run)
     view = build_view(
-        name, text, f"/runs/{job_id}/ir/{name}", start=start, q=q.strip(), src=src, source=source
+        name,
+        text,
+        f"/runs/{job_id}/ir/{name}",
+        start=start,
+        q=q.strip(),
+        src=src,
+        source=source,
+        # A part, or the view htmx puts into the run page: a short first page, the rest
+        # loading as it scrolls into view, keeps each main-thread task short.
+        part=part == "lines" or is_htmx(request),
     )
     names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
