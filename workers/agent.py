@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,10 @@ log = logging.getLogger("boundary.worker")
 API = "/api/v1/worker"
 MAX_BACKOFF_S = 10.0
 PROGRESS_INTERVAL_S = 0.25
+CEILINGS_REFRESH_S = 900.0
+"""An idle worker measures its ceilings again at most this often."""
+CEILINGS_CHEAP_S = 5.0
+"""…and only when the last round took at most this long (a CPU's takes about 2 s)."""
 
 
 class Fatal(RuntimeError):
@@ -97,6 +102,7 @@ class Agent:
         self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
+        self.ceilings_at = time.monotonic()
 
     # --- talking to the server ---------------------------------------------------------
 
@@ -196,6 +202,8 @@ class Agent:
                     self._poll_task = None
                 if grant is not None:
                     await self.handle(grant)
+                else:
+                    await self._refresh_ceilings()
             return 0
         except httpx.TransportError:
             if self.stopping:
@@ -213,6 +221,27 @@ class Agent:
                 loop.remove_signal_handler(sig)
             await self.pool.close()
             await self.client.aclose()
+
+    async def _refresh_ceilings(self) -> None:
+        """Idle (a long poll came back empty): measure the ceilings again when a round is
+        cheap and the last is old, keep the best of every round, and tell the server."""
+        ceilings = self.capabilities.get("ceilings")
+        if not ceilings or self.stopping:
+            return
+        now = time.monotonic()
+        cheap = float(ceilings.get("seconds") or 0.0) <= CEILINGS_CHEAP_S
+        if not cheap or now - self.ceilings_at < CEILINGS_REFRESH_S:
+            return
+        self.ceilings_at = now
+        try:
+            runner = await self.pool.get(1)
+            fresh = await runner.ceilings(ceilings)
+        except RunnerFailed as exc:
+            log.warning("re-measuring the ceilings failed: %s", exc)
+            return
+        if fresh is not None and fresh != ceilings:
+            self.capabilities = {**self.capabilities, "ceilings": fresh}
+            await self.register()  # the same worker id: the server keeps the new ceilings
 
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. Second: give the lease back."""

@@ -1,7 +1,10 @@
 """A worker's own ceilings: the copy bandwidth and matmul rates its first device reaches.
 
-Measured once, when the worker starts, and sent with its capabilities, so a run's
-roofline is drawn against what that worker was measured to do, never a datasheet peak.
+Measured when the worker starts, and sent with its capabilities, so a run's roofline is
+drawn against what that worker was measured to do, never a datasheet peak. A busy
+machine measures low, and a roof measured low puts runs above it, so the worker measures
+again while it is idle (when a round is cheap) and keeps the best of every round
+(`best_of`); the ceilings say how many rounds and when the latest was.
 Each figure is the best of a few host-synced calls after a warm-up call; the matmul
 size doubles until one call takes long enough to time well, within a time budget, so a
 CPU worker spends a few seconds here and an accelerator much less.
@@ -75,6 +78,33 @@ def matmul_rate(device: Any, dtype: str, deadline: float) -> tuple[float, int]:
             break
         n *= 2
     return best
+
+
+def best_of(previous: Ceilings, fresh: Ceilings) -> Ceilings:
+    """Two rounds on the same device as one: each figure the better of the two."""
+    if previous.device_kind != fresh.device_kind:
+        return fresh
+    rates = dict(previous.matmul_flops_per_s)
+    sizes = dict(previous.matmul_sizes)
+    for dtype, rate in fresh.matmul_flops_per_s.items():
+        if rate > rates.get(dtype, 0.0):
+            rates[dtype] = rate
+            sizes[dtype] = fresh.matmul_sizes.get(dtype, sizes.get(dtype, 0))
+    copy, copied = previous.copy_bytes_per_s, previous.copy_bytes
+    if fresh.copy_bytes_per_s is not None and fresh.copy_bytes_per_s > (copy or 0.0):
+        copy, copied = fresh.copy_bytes_per_s, fresh.copy_bytes
+    return previous.model_copy(
+        update={
+            "copy_bytes_per_s": copy,
+            "copy_bytes": copied,
+            "matmul_flops_per_s": rates,
+            "matmul_sizes": sizes,
+            "rounds": previous.rounds + fresh.rounds,
+            "updated_at": fresh.measured_at,
+            "seconds": fresh.seconds,
+            "method": fresh.method + "; each figure the best of every round",
+        }
+    )
 
 
 def measure_ceilings(

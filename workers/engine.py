@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers import harness
-from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, parse_params
+from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.compile_cache import (
@@ -44,25 +45,29 @@ from workers.protocol import (
     PATH_PLATFORM,
     Artifacts,
     BoundaryId,
+    CacheEvents,
+    Correctness,
     CostAnalysis,
+    HloSummary,
     InputInfo,
     JobSpec,
-    Measurement,
     MemoryAnalysis,
     Mode,
     PathId,
     ProgressEvent,
     ProgressPhase,
-    Rates,
     RunResult,
     StageId,
     StageSeconds,
 )
+from workers.publish import Measured, RateBasis, Work
+from workers.scale.prepare import Prepared
 from workers.scale.prepare import prepare as prepare_scale
 from workers.scale.report import attach_scale
 from workers.source import workload_source
 from workers.sweep import run_sweep
 from workers.workloads import JaxFunction, get_workload
+from workers.workloads.base import Workload
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -85,8 +90,6 @@ MAIN_BOUNDARY: dict[Mode, BoundaryId | None] = {
     Mode.DISPATCH: None,  # dispatch time is never a speed
 }
 """The boundary whose median the achieved rates are computed from."""
-
-WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
 
 Progress = Callable[[ProgressEvent], None]
 
@@ -157,58 +160,20 @@ def _memory_analysis(compiled: Any) -> MemoryAnalysis | None:
     )
 
 
-def _withhold(measurements: list[Measurement]) -> list[Measurement]:
-    """The same samples with their statistics removed: an invalid run shows no speed."""
-    return [m.model_copy(update={"stats": None, "note": WITHHELD}) for m in measurements]
+@dataclass
+class _Program:
+    """The job's program, traced, lowered and compiled, with what the stages produced."""
+
+    compiled: Any
+    scaled: Prepared | None
+    stage_seconds: StageSeconds
+    cache_events: CacheEvents | None
+    artifacts: Artifacts
+    summary: HloSummary | None
 
 
-def _rates(flops: float, moved: float, mode: Mode, measurements: list[Measurement]) -> Rates:
-    rates = Rates(flops=flops, bytes=moved)
-    boundary = MAIN_BOUNDARY[mode]
-    main = next((m for m in measurements if m.boundary is boundary), None)
-    if main is None or main.stats is None or main.stats.median <= 0:
-        return rates
-    rates.boundary = boundary
-    rates.flops_per_s = flops / main.stats.median if flops > 0 else None
-    rates.bytes_per_s = moved / main.stats.median if moved > 0 else None
-    return rates
-
-
-def _reported_seconds(stages: StageSeconds, measurements: list[Measurement]) -> float:
-    """The time inside every interval the run reports (stages and all samples)."""
-    parts = (stages.trace, stages.lower, stages.compile, stages.warm_up)
-    total = sum(s for s in parts if s is not None)
-    for m in measurements:
-        total += sum(m.samples_s) * m.calls_per_sample
-    return total
-
-
-def run_job(
-    job: JobSpec,
-    progress: Progress | None = None,
-    *,
-    cache_dir: Path | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    perturb: float | None = None,
-    files_dir: Path | None = None,
-) -> RunResult:
-    """Run `job` (a protocol.JobSpec) on this process's devices and return its run.
-
-    Raises CatalogError for an unknown workload or parameters out of bounds, and
-    PathUnavailable when the job's path needs devices this process lacks. `cache_dir`
-    is the persistent compilation cache (default ~/.cache/boundary/jax); `max_bytes`
-    caps the job's input and output bytes. `perturb` is for tests only: it scales the
-    output by (1 + perturb) before the correctness check, so a wrong answer can be shown
-    to fail it and hide the speed. `files_dir` holds stored files by SHA-256 (an
-    exported function's artifact and .npz archives; see workers.workloads.exported).
-    """
-    started = time.perf_counter()
-    clock = time.perf_counter
-
-    def emit(phase: ProgressPhase, **fields: Any) -> None:
-        if progress is not None:
-            progress(ProgressEvent(phase=phase, **fields))
-
+def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
+    """The job's parameters, checked against its path and stages; CatalogError if not."""
     params = parse_params(job.workload, job.params, max_bytes)
     if job.path not in params.paths:
         offered = ", ".join(p.value for p in params.paths)
@@ -222,38 +187,43 @@ def run_job(
             f"stages: {job.workload} does not offer {', '.join(extra_stages)} (offered: {offered})",
             "stages",
         )
-    if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
-        from workers.cuda.job import run_cuda_job
+    check_live_outputs(params, job.measure, max_bytes)
+    return params
 
-        return run_cuda_job(job, params, progress, cache_dir=cache_dir, perturb=perturb)
-    devices = select_devices(job.path)
-    device = devices[0]
-    if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
-        return run_sweep(job, params, devices, progress, cache_dir=cache_dir, perturb=perturb)
-    if params.devices() > len(devices):
-        # Never run on fewer devices than asked: a mesh of 8 on 1 device is another program.
-        raise PathUnavailable(
-            f"params.devices: {job.workload} spans {params.devices()} devices; this process "
-            f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
-        )
-    workload = get_workload(job.workload)
+
+def _bind(
+    job: JobSpec, params: WorkloadParams, files_dir: Path | None, max_bytes: int
+) -> Workload[Any]:
+    """The workload, readied for this job (an exported function loads its files here)."""
+    workload: Workload[Any] = get_workload(job.workload)
     bind = getattr(workload, "bind", None)
     if bind is not None:
         # A workload that reads stored files (an exported function) loads and checks them
         # for this path before anything is traced; it refuses with a CatalogError.
-        workload = bind(params, job.path, files_dir, max_bytes)
-    options = job.measure
-    specs = workload.input_specs(params)
-    unreported: dict[str, float] = {}
+        bound: Workload[Any] = bind(params, job.path, files_dir, max_bytes)
+        return bound
+    return workload
 
-    # --- compile side: trace, lower and compile, each timed on its own -----------------
-    apply_cache_policy(options.cache, cache_dir or default_cache_dir())
+
+def _compile(
+    job: JobSpec,
+    workload: Workload[Any],
+    params: WorkloadParams,
+    devices: list[Any],
+    *,
+    cache_dir: Path | None,
+    emit: Callable[..., None],
+) -> _Program:
+    """Trace, lower and compile under the job's cache policy, each stage timed alone."""
+    clock = time.perf_counter
+    apply_cache_policy(job.measure.cache, cache_dir or default_cache_dir())
     scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
     if scaled is None:
         jitted = _jitted(job.workload, params)
-        sharding = jax.sharding.SingleDeviceSharding(device)
+        sharding = jax.sharding.SingleDeviceSharding(devices[0])
         abstract = [
-            shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding) for s in specs
+            shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding)
+            for s in workload.input_specs(params)
         ]
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
@@ -271,121 +241,177 @@ def run_job(
     compile_s = clock() - t0
     cache_events = events_between(before, cache_counts())
     emit("compiled")
-    stage_seconds = StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s)
-
-    t0 = clock()
     hlo = compiled.as_text()
-    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
-    # page link each line to the source line it came from (the view folds them).
-    artifacts = Artifacts(
-        jaxpr=traced.jaxpr.pretty_print(source_info=True),
-        stablehlo=lowered.as_text(debug_info=True),
-        hlo=hlo,
+    return _Program(
+        compiled=compiled,
+        scaled=scaled,
+        stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
+        cache_events=cache_events,
+        # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let
+        # the page link each line to the source line it came from (the view folds them).
+        artifacts=Artifacts(
+            jaxpr=traced.jaxpr.pretty_print(source_info=True),
+            stablehlo=lowered.as_text(debug_info=True),
+            hlo=hlo,
+        ),
+        summary=summarize_hlo(hlo) if hlo else None,
     )
-    summary = summarize_hlo(hlo) if hlo else None
-    source = workload_source(workload)
-    unreported["artifacts"] = clock() - t0
 
-    flops = workload.flop_count(params)
+
+def _work(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> Work:
+    """The work one call does: analytic counts, or XLA's where the workload has none."""
     moved = workload.byte_count(params)
-    counts_source = "analytic"
     if getattr(workload, "counts_from_xla", False):
         cost = _cost_analysis(compiled)
         flops = cost.flops if cost is not None and cost.flops is not None else 0.0
-        counts_source = "FLOPs from XLA's cost analysis; bytes: arguments + results"
-    measurements: list[Measurement] = []
-    warnings: list[str] = []
+        return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
+    return Work(workload.flop_count(params), moved)
+
+
+def _execute(
+    measured: Measured,
+    program: _Program,
+    workload: Workload[Any],
+    params: WorkloadParams,
+    *,
+    device: Any,
+    progress: Progress | None,
+) -> Correctness:
+    """Place the inputs, warm up, sample under the job's mode, then judge the output."""
+    clock = time.perf_counter
+    options, scaled, compiled = measured.job.measure, program.scaled, program.compiled
+    unreported = measured.unreported if measured.unreported is not None else {}
+    emit = _emitter(progress)
+    t0 = clock()
+    host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
+    unreported["inputs"] = clock() - t0
+    t0 = clock()
+    if scaled is None:
+        args = harness.block_all(jax.device_put(host_inputs, device))
+    else:
+        args = scaled.place(host_inputs)
+    unreported["placement"] = clock() - t0
+    emit("warm-up")
+    t0 = clock()
+    harness.warm_up(compiled, args, options.warmup)
+    warmed = ["call"]
+    if options.mode is Mode.APPLICATION:  # the transfers are sampled too: warm them as well
+        target = device if scaled is None else scaled.in_shardings
+        warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
+    measured.stage_seconds.warm_up = clock() - t0
+    measured.extra["warm_up"] = {"calls": options.warmup, "covers": warmed}
+    capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
+    sampled = harness.sample(
+        options.mode,
+        compiled,
+        args=args,
+        host_inputs=host_inputs,
+        device=device if scaled is None else scaled.in_shardings,
+        options=options,
+        progress=progress,
+    )
+    measured.profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
+    measured.warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if measured.profile else []))
+    measured.measurements = sampled.measurements
+    measured.warnings.extend(sampled.warnings)
+    measured.spread_warnings.extend(sampled.spread_warnings)
+    unreported["untimed_work"] = sampled.untimed_s
+    t0 = clock()
+    output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
+    judge = getattr(workload, "judge", None)
+    if judge is not None:  # a workload that picks its own reference, or has none
+        correctness: Correctness = judge(params, host_inputs, output)
+    else:
+        reference = workload.reference(params, host_inputs)
+        correctness = check_output(output, reference, workload.tolerance(params))
+    unreported["check"] = clock() - t0
+    emit("checked", message="passed" if correctness.passed else correctness.detail)
+    return correctness
+
+
+def _emitter(progress: Progress | None) -> Callable[..., None]:
+    def emit(phase: ProgressPhase, **fields: Any) -> None:
+        if progress is not None:
+            progress(ProgressEvent(phase=phase, **fields))
+
+    return emit
+
+
+def run_job(
+    job: JobSpec,
+    progress: Progress | None = None,
+    *,
+    cache_dir: Path | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    files_dir: Path | None = None,
+) -> RunResult:
+    """Run `job` (a protocol.JobSpec) on this process's devices and return its run.
+
+    Raises CatalogError for an unknown workload or parameters out of bounds, and
+    PathUnavailable when the job's path needs devices this process lacks. `cache_dir`
+    is the persistent compilation cache (default ~/.cache/boundary/jax); `max_bytes`
+    caps the job's input and output bytes. `files_dir` holds stored files by SHA-256 (an
+    exported function's artifact and .npz archives; see workers.workloads.exported).
+    """
+    started = time.perf_counter()
+    emit = _emitter(progress)
+    params = _validate(job, max_bytes)
+    if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
+        from workers.cuda.job import run_cuda_job
+
+        return run_cuda_job(job, params, progress, cache_dir=cache_dir)
+    devices = select_devices(job.path)
+    device = devices[0]
+    if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
+        return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
+    if params.devices() > len(devices):
+        # Never run on fewer devices than asked: a mesh of 8 on 1 device is another program.
+        raise PathUnavailable(
+            f"params.devices: {job.workload} spans {params.devices()} devices; this process "
+            f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
+        )
+    workload = _bind(job, params, files_dir, max_bytes)
+    program = _compile(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
+    memory = _memory_analysis(program.compiled)
+    if params.output_bytes() is None and memory is not None:
+        # The parameters could not say how big an output is; the compiled program can.
+        check_live_outputs(params, job.measure, max_bytes, memory.output_bytes)
     from workers.cuda.job import jax_path_notes  # options that only the cuda path reads
 
-    warnings.extend(jax_path_notes(job))
-    correctness = None
-    rates = Rates(flops=flops, bytes=moved)
-    profile = None
-
-    # --- execute: inputs placed and ready, warm-up, samples, then the check -------------
-    if StageId.EXECUTE in job.stages:
-        t0 = clock()
-        host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
-        unreported["inputs"] = clock() - t0
-        t0 = clock()
-        if scaled is None:
-            args = harness.block_all(jax.device_put(host_inputs, device))
-        else:
-            args = scaled.place(host_inputs)
-        unreported["placement"] = clock() - t0
-        emit("warm-up")
-        t0 = clock()
-        harness.warm_up(compiled, args, options.warmup)
-        stage_seconds.warm_up = clock() - t0
-        capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
-        sampled = harness.sample(
-            options.mode,
-            compiled,
-            args=args,
-            host_inputs=host_inputs,
-            device=device if scaled is None else scaled.in_shardings,
-            options=options,
-            progress=progress,
-        )
-        profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
-        warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if profile else []))
-        measurements = sampled.measurements
-        warnings.extend(sampled.warnings)
-        unreported["untimed_work"] = sampled.untimed_s
-        t0 = clock()
-        output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
-        if perturb is not None:
-            output = output.astype(np.float64) * (1.0 + perturb)
-        judge = getattr(workload, "judge", None)
-        if judge is not None:  # a workload that picks its own reference, or has none
-            correctness = judge(params, host_inputs, output)
-        else:
-            reference = workload.reference(params, host_inputs)
-            correctness = check_output(output, reference, workload.tolerance(params))
-        unreported["check"] = clock() - t0
-        emit("checked", message="passed" if correctness.passed else correctness.detail)
-        if correctness.passed or not correctness.checked:
-            rates = _rates(flops, moved, options.mode, measurements)
-            rates.source = counts_source
-            warnings.extend(sampled.spread_warnings)
-            if not correctness.checked:
-                warnings.append(f"{correctness.detail}: these timings are of an unverified output.")
-        else:
-            measurements = _withhold(measurements)
-            warnings.append(
-                f"correctness failed ({correctness.detail}): the timings are no result."
-            )
-
-    # An unchecked output (nothing to compare with) is no failure: its timings stand.
-    valid = correctness is None or correctness.passed or not correctness.checked
-    environment = detect_environment(device, options.cache, cache_events, devices)
-    result = RunResult(
+    boundary = MAIN_BOUNDARY[job.measure.mode]
+    measured = Measured(
         job=job,
         params=params.model_dump(mode="json"),
-        inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
-        stage_seconds=stage_seconds,
-        artifacts=artifacts,
-        hlo_summary=summary,
-        cost_analysis=_cost_analysis(compiled),
-        memory_analysis=_memory_analysis(compiled),
-        measurements=measurements,
-        correctness=correctness,
-        rates=rates,
-        environment=environment,
-        warnings=warnings,
-        valid=valid,
+        environment=detect_environment(device, job.measure.cache, program.cache_events, devices),
+        started=started,
+        inputs=[
+            InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype)
+            for s in workload.input_specs(params)
+        ],
+        stage_seconds=program.stage_seconds,
+        artifacts=program.artifacts,
+        hlo_summary=program.summary,
+        cost_analysis=_cost_analysis(program.compiled),
+        memory_analysis=memory,
+        work=_work(workload, params, program.compiled),
+        rate_basis=RateBasis(boundary) if boundary is not None else None,
+        warnings=jax_path_notes(job),
         extra={"seed": SEED},
-        profile=profile,
-        source=source,
+        unreported={},
+        source=workload_source(workload),
     )
-    if scaled is not None:
-        t0 = clock()
-        attach_scale(result, scaled, compiled, job, devices, seed=SEED, progress=progress)
-        unreported["scale"] = clock() - t0
-    elapsed = time.perf_counter() - started
-    result.harness_seconds = max(0.0, elapsed - _reported_seconds(stage_seconds, measurements))
-    # What is left once the workload's own untimed work is named: the harness's bookkeeping.
-    unreported["bookkeeping"] = result.harness_seconds - sum(unreported.values())
-    result.extra["unreported_s"] = unreported
+    correctness = None
+    if StageId.EXECUTE in job.stages:
+        correctness = _execute(
+            measured, program, workload, params, device=device, progress=progress
+        )
+    if program.scaled is not None:
+        assert measured.unreported is not None
+        t0 = time.perf_counter()
+        attach_scale(
+            measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
+        )
+        measured.unreported["scale"] = time.perf_counter() - t0
+    result = measured.check(correctness).publish()
     emit("done")
     return result

@@ -69,7 +69,7 @@ def describe_devices(found: dict[str, list[Any]] | None = None) -> str:
 def available_paths() -> list[PathId]:
     """The JAX paths this process can run, from the devices actually present.
 
-    The `cuda` path needs the CUDA toolchain runner, which a later issue adds.
+    The `cuda` path is not a JAX path: the runner adds it when a CUDA compiler answers.
     """
     found = devices_by_platform()
     return [path for name, path in PLATFORM_PATH.items() if found.get(name)]

@@ -15,29 +15,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from workers import hlo_text
 from workers.protocol import HloCollective, HloCustomCall, HloFusion, HloSummary
-
-_COMPUTATION = re.compile(
-    r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(){}]+)\s*(?:\(.*\))?\s*(?:->.*)?\{$"
-)
-_INSTRUCTION = re.compile(
-    r"^(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\((?P<rest>.*)$"
-)
-_KIND = re.compile(r"\bkind=(\w+)")
-_CALLS = re.compile(r"\bcalls=(\{[^}]*\}|%?[^\s,{}]+)")
-_TO_APPLY = re.compile(r"\bto_apply=%?([^\s,{}]+)")
-_BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
-_TARGET = re.compile(r'custom_call_target="([^"]+)"')
-_REPLICA_GROUPS = re.compile(
-    r"replica_groups=(\{\}|\{\{.*?\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
-    r"|mesh\[[^\]]*\]\s*\{[^}]*\})"
-)
-_IOTA_GROUPS = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
-_MESH_GROUPS = re.compile(r"^mesh\[([^\]]*)\]\s*\{([^}]*)\}$")
-_MESH_AXIS = re.compile(r"^'?([^'=]+)'?=(\d+)$")
-_DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
-_OP_NAME = re.compile(r'\bop_name="([^"]*)"')
-_ARRAY_SHAPE = re.compile(r"\b([a-z]+\d*(?:e\d+m\d+\w*)?)\[([\d,]*)\]")
 
 COLLECTIVES = frozenset(
     {
@@ -117,18 +96,18 @@ def parse_replica_groups(text: str) -> list[list[int]] | None:
     text = text.strip()
     if text.startswith("{{"):
         return [_ints(group) for group in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
-    iota = _IOTA_GROUPS.match(text)
+    iota = hlo_text.IOTA_GROUPS.match(text)
     if iota is not None:
         shape, dims = _ints(iota[1]), _ints(iota[2])
         order = _ints(iota[3]) if iota[3] else list(range(len(dims)))
         ids = _transposed_iota(dims, order)
         size = shape[-1] if shape else 1
         return [ids[i : i + size] for i in range(0, len(ids), size)]
-    mesh = _MESH_GROUPS.match(text)
+    mesh = hlo_text.MESH_GROUPS.match(text)
     if mesh is not None:
         axes: list[tuple[str, int]] = []
         for part in mesh[1].split(","):
-            found = _MESH_AXIS.match(part.strip())
+            found = hlo_text.MESH_AXIS.match(part.strip())
             if found is None:
                 return None  # sub-axes and other refinements are left as text
             axes.append((found[1], int(found[2])))
@@ -206,7 +185,7 @@ def _top_level_parts(text: str) -> list[str]:
 
 def jax_op_name(rest: str) -> str | None:
     """The JAX operation an instruction came from, from its op_name metadata."""
-    found = _OP_NAME.search(rest)
+    found = hlo_text.OP_NAME.search(rest)
     if found is None:
         return None
     # "jit(step)/dot_general" → "dot_general"; argument names ("a") stay as they are.
@@ -216,9 +195,9 @@ def jax_op_name(rest: str) -> str | None:
 
 def collective_of(ins: Instruction) -> HloCollective:
     """The HloCollective an instruction (a collective or its -start form) describes."""
-    groups_match = _REPLICA_GROUPS.search(ins.rest)
+    groups_match = hlo_text.REPLICA_GROUPS.search(ins.rest)
     groups_text = groups_match[1] if groups_match else None
-    dims = _DIMENSIONS.search(ins.rest)
+    dims = hlo_text.DIMENSIONS.search(ins.rest)
     payload = payload_shape(ins.op, ins.shape)
     return HloCollective(
         kind=ins.op.removesuffix("-start"),
@@ -237,7 +216,7 @@ def shape_bytes(shape: str) -> int | None:
     """Bytes held by an HLO shape (tuples summed); None if an element type is unknown."""
     total = 0
     found = False
-    for element, dims in _ARRAY_SHAPE.findall(shape):
+    for element, dims in hlo_text.ARRAY_SHAPE.findall(shape):
         size = _ELEMENT_BYTES.get(element)
         if size is None and element.startswith("f8"):
             size = 1
@@ -279,7 +258,7 @@ def parse_computations(text: str) -> list[Computation]:
         if current is None:
             # Headers start at the margin; header blocks such as FileNames never end in "{".
             if raw[:1] not in {" ", "\t"} and line.endswith("{"):
-                match = _COMPUTATION.match(line)
+                match = hlo_text.COMPUTATION.match(line)
                 if match is not None:
                     current = Computation(match["name"], bool(match["entry"]))
             continue
@@ -287,19 +266,12 @@ def parse_computations(text: str) -> list[Computation]:
             computations.append(current)
             current = None
             continue
-        match = _INSTRUCTION.match(line)
+        match = hlo_text.INSTRUCTION.match(line)
         if match is not None:
             current.instructions.append(
                 Instruction(match["name"], match["shape"], match["op"], match["rest"])
             )
     return computations
-
-
-def _called(rest: str) -> list[str]:
-    match = _CALLS.search(rest)
-    if match is None:
-        return []
-    return [part.strip().lstrip("%") for part in match[1].strip("{}").split(",") if part.strip()]
 
 
 def summarize_hlo(text: str) -> HloSummary:
@@ -311,8 +283,8 @@ def summarize_hlo(text: str) -> HloSummary:
     for computation in computations:
         for ins in computation.instructions:
             if ins.op == "fusion":
-                fused.update(_called(ins.rest))
-            applied = _TO_APPLY.search(ins.rest)
+                fused.update(hlo_text.called(ins.rest))
+            applied = hlo_text.TO_APPLY.search(ins.rest)
             if applied is not None:
                 helpers.add(applied[1])
 
@@ -331,7 +303,7 @@ def summarize_hlo(text: str) -> HloSummary:
             elif ins.op == "fusion":
                 summary.fusions.append(_fusion(ins, by_name))
             elif ins.op == "custom-call":
-                target_match = _TARGET.search(ins.rest)
+                target_match = hlo_text.CUSTOM_CALL_TARGET.search(ins.rest)
                 target = target_match[1] if target_match else "unknown"
                 summary.custom_calls.append(
                     HloCustomCall(target=target, library=library_of(target), shape=ins.shape)
@@ -348,10 +320,10 @@ def summarize_hlo(text: str) -> HloSummary:
 
 
 def _fusion(ins: Instruction, by_name: dict[str, Computation]) -> HloFusion:
-    kind_match = _KIND.search(ins.rest)
-    backend_match = _BACKEND_KIND.search(ins.rest)
+    kind_match = hlo_text.KIND.search(ins.rest)
+    backend_match = hlo_text.BACKEND_KIND.search(ins.rest)
     backend_kind = backend_match[1] if backend_match else None
-    calls = _called(ins.rest)
+    calls = hlo_text.called(ins.rest)
     ops: list[str] = []
     for name in calls:
         body = by_name.get(name)

@@ -146,6 +146,13 @@ class Runner:
         data: dict[str, Any] = message["data"]
         return data
 
+    async def ceilings(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Another round of the device's ceilings, merged with `previous` (best of)."""
+        await self.send({"op": "ceilings", "previous": previous})
+        message = await self.receive(60.0)
+        data: dict[str, Any] | None = message["data"]
+        return data
+
     async def run(
         self,
         request: dict[str, Any],

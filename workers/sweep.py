@@ -1,6 +1,7 @@
 """The shape sweep: many sizes through ONE jitted function, without and with bucketing.
 
-Each policy gets a fresh function object and cleared caches, so nothing one policy
+Each policy gets a fresh function object, cleared in-memory caches and (under the
+`persistent` cache policy) its own persistent-cache directory, so nothing one policy
 compiled can serve the other. Its first pass sends every size in order and counts
 exactly what JAX compiled (jax.monitoring's backend-compile events, checked against the
 jitted function's own cache size); later passes, with everything compiled, give the
@@ -44,13 +45,13 @@ from workers.protocol import (
     Measurement,
     Mode,
     ProgressEvent,
-    Rates,
     RunResult,
     StageId,
     StageSeconds,
     SweepPolicy,
     SweepResult,
 )
+from workers.publish import Measured, RateBasis, Work
 from workers.stats import summarize
 from workers.workloads import shape_sweep as op
 
@@ -120,6 +121,12 @@ class _Sweep:
     progress: Progress | None
 
 
+def policy_cache_dir(cache_dir: Path, policy: str) -> Path:
+    """The persistent cache one policy uses: its own directory, so that a program one
+    policy compiled (the same padded size) can never be loaded by the other."""
+    return cache_dir / "shape-sweep" / policy.replace(":", "-")
+
+
 def _run_policy(policy: str, sweep: _Sweep) -> _PolicyRun:
     job, params, w, device, progress = (
         sweep.job,
@@ -131,7 +138,7 @@ def _run_policy(policy: str, sweep: _Sweep) -> _PolicyRun:
     sizes = params.sizes()
     options = job.measure
     padded = [bucket(n, policy) for n in sizes]
-    apply_cache_policy(options.cache, sweep.cache_dir)
+    apply_cache_policy(options.cache, policy_cache_dir(sweep.cache_dir, policy))
     jitted = jax.jit(op.function(params))
     extra = [w] if w is not None else []
     # One placed (padded) input per distinct size: calls of the same size reuse it.
@@ -229,7 +236,6 @@ def _check(
     runs: list[_PolicyRun],
     inputs: dict[int, Any],
     w: Any,
-    perturb: float | None,
 ) -> Correctness:
     """Every policy's outputs (real rows only) against the float64 reference; the worst."""
     sizes = params.sizes()
@@ -237,8 +243,6 @@ def _check(
     verdicts: list[Correctness] = []
     for found in runs:
         output = np.concatenate([np.asarray(o, dtype=np.float64).ravel() for o in found.outputs])
-        if perturb is not None:
-            output = output * (1.0 + perturb)
         verdict = check_output(output, reference, op.tolerance(params))
         if verdict.detail:
             verdict.detail = f"bucketing {found.figures.policy}: {verdict.detail}"
@@ -256,7 +260,6 @@ def run_sweep(
     progress: Progress | None = None,
     *,
     cache_dir: Path | None = None,
-    perturb: float | None = None,
 ) -> RunResult:
     """Run a `shape-sweep` job on the first of `devices` and return its run."""
     if job.measure.mode is not Mode.LATENCY:
@@ -274,35 +277,13 @@ def run_sweep(
     sweep = _Sweep(job, params, inputs, w, device, cache_dir or default_cache_dir(), progress)
     runs = [_run_policy(policy, sweep) for policy in params.policies()]
     cache_events = events_between(cache_before, cache_counts())
-    warnings: list[str] = []
-    correctness: Correctness | None = None
-    measurements = [r.measurement for r in runs if r.measurement is not None]
-    if StageId.EXECUTE in job.stages:
-        correctness = _check(params, runs, inputs, w, perturb)
-        if progress is not None:
-            progress(
-                ProgressEvent(
-                    phase="checked", message="passed" if correctness.passed else correctness.detail
-                )
-            )
-        if not correctness.passed:
-            measurements = [m.model_copy(update={"stats": None}) for m in measurements]
-            warnings.append(
-                f"correctness failed ({correctness.detail}): the timings are no result."
-            )
-    if job.measure.profile:
-        warnings.append("profile: shape-sweep does not capture profiler traces; none was taken.")
     first = runs[0].figures
-    useful_bytes = sum(op.byte_count(params, n) for n in sizes)
-    rates = Rates(flops=first.useful_flops, bytes=useful_bytes)
-    if correctness is not None and correctness.passed and first.steady_pass_s:
-        rates.boundary = BoundaryId.HOST_SYNC
-        rates.flops_per_s = first.useful_flops / first.steady_pass_s
-        rates.bytes_per_s = useful_bytes / first.steady_pass_s
     artifacts, summary, shown = _artifacts(params, runs[-1].figures, inputs, w, device)
-    result = RunResult(
+    measured = Measured(
         job=job,
         params=params.model_dump(mode="json"),
+        environment=detect_environment(device, job.measure.cache, cache_events, devices),
+        started=started,
         inputs=[
             InputInfo(name="x", shape=[max(sizes), params.features], dtype=params.dtype.value),
             *(
@@ -316,12 +297,10 @@ def run_sweep(
         ),
         artifacts=artifacts,
         hlo_summary=summary,
-        measurements=measurements,
-        correctness=correctness,
-        rates=rates,
-        environment=detect_environment(device, job.measure.cache, cache_events, devices),
-        warnings=warnings,
-        valid=correctness is None or correctness.passed,
+        measurements=[r.measurement for r in runs if r.measurement is not None],
+        # The counted work is one pass over every size, unpadded; a sample is per call.
+        work=Work(first.useful_flops, sum(op.byte_count(params, n) for n in sizes)),
+        rate_basis=RateBasis(BoundaryId.HOST_SYNC, f"bucketing {first.policy}", len(sizes)),
         sweep=SweepResult(
             op=params.op.value,
             sizes=sizes,
@@ -334,7 +313,20 @@ def run_sweep(
         ),
         extra={"seed": SEED, "sizes_distinct": len(set(sizes))},
     )
-    result.harness_seconds = time.perf_counter() - started
+    if job.measure.profile:
+        measured.warnings.append(
+            "profile: shape-sweep does not capture profiler traces; none was taken."
+        )
+    correctness: Correctness | None = None
+    if StageId.EXECUTE in job.stages:
+        correctness = _check(params, runs, inputs, w)
+        if progress is not None:
+            progress(
+                ProgressEvent(
+                    phase="checked", message="passed" if correctness.passed else correctness.detail
+                )
+            )
+    result = measured.check(correctness).publish()
     if progress is not None:
         progress(ProgressEvent(phase="done"))
     return result

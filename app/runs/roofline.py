@@ -14,6 +14,9 @@ from typing import Any
 
 from workers.protocol import Ceilings, RunResult
 
+ROOF_SLACK = 0.02
+"""How far above a roof a point may sit before the roof is called wrong (timer noise)."""
+
 W, H = 720, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 84, 24, 34, 44
 
@@ -45,14 +48,24 @@ class Roofline:
         return min(self.peak, self.bandwidth * self.intensity)
 
     @property
+    def above_roof(self) -> bool:
+        """The point lies above what the measured roofs allow: a ceiling is wrong."""
+        return self.achieved > self.attainable * (1 + ROOF_SLACK)
+
+    @property
     def bound(self) -> str:
         return "memory" if self.intensity < self.ridge else "compute"
 
 
 def measured_label(ceilings: Ceilings) -> str:
-    """'measured on worker W (kind) at T' — where the roofs came from."""
+    """'measured on worker W (kind) at T, best of N rounds' — where the roofs came from."""
     who = ceilings.worker or "(unnamed)"
-    return f"measured on worker {who} ({ceilings.device_kind}) at {ceilings.measured_at}"
+    label = f"measured on worker {who} ({ceilings.device_kind}) at {ceilings.measured_at}"
+    if ceilings.rounds > 1:
+        label += f", best of {ceilings.rounds} rounds"
+    if ceilings.updated_at and ceilings.updated_at != ceilings.measured_at:
+        label += f", last re-measured at {ceilings.updated_at}"
+    return label
 
 
 def build_roofline(run: RunResult) -> Roofline | None:
@@ -167,6 +180,16 @@ def roofline_view(run: RunResult) -> dict[str, Any] | None:
         "intensity": f"{r.intensity:.3g}",
         "ridge": f"{r.ridge:.3g}",
         "bound": r.bound,
-        "fraction": f"{r.achieved / r.attainable:.0%}" if r.attainable > 0 else "—",
+        # A point above a measured roof says the roof is wrong, not that the run beat it.
+        "fraction": None if r.above_roof else f"{r.achieved / r.attainable:.0%}",
+        "above_roof": (
+            f"This run lies {r.achieved / r.attainable:.2g}× above the roof there, which a "
+            "measured ceiling should make impossible: the ceiling was under-measured "
+            "(a busy worker, or a copy or matmul slower than this workload's kernels), so no "
+            "fraction of it is given."
+            if r.above_roof
+            else None
+        ),
+        "method": run.ceilings.method if run.ceilings is not None else "",
         "notes": list(r.notes),
     }

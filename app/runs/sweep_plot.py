@@ -35,6 +35,7 @@ def sweep_svg(sweep: SweepResult, title_id: str = "sweep") -> str:
     panel_w = (W - PANEL_GAP * (len(panels) + 1)) / len(panels)
     plot_h = H - PAD_T - PAD_B
     names = ", ".join(p.policy for p in sweep.policies)
+    missing = "not run" if all(p.first_pass_s is not None for p in sweep.policies) else "withheld"
     parts = [
         f'<svg class="sweep" viewBox="0 0 {W} {H}" role="img" aria-labelledby="{title_id}" '
         'xmlns="http://www.w3.org/2000/svg">',
@@ -58,7 +59,7 @@ def sweep_svg(sweep: SweepResult, title_id: str = "sweep") -> str:
             if v is None:
                 parts.append(
                     f'<text class="value" x="{cx:.1f}" y="{PAD_T + plot_h - 6}" '
-                    'text-anchor="middle">not run</text>'
+                    f'text-anchor="middle">{missing}</text>'
                 )
             else:
                 height = max(1.0, plot_h * v / top)
@@ -86,6 +87,8 @@ def sweep_view(sweep: SweepResult | None) -> dict[str, Any] | None:
     """What the run page shows for a shape sweep: the chart and a table of the figures."""
     if sweep is None:
         return None
+    # Times of a sweep that failed its check are withheld, not merely absent.
+    missing = "not run" if all(p.first_pass_s is not None for p in sweep.policies) else "withheld"
     rows = [
         {
             "policy": p.policy,
@@ -93,10 +96,10 @@ def sweep_view(sweep: SweepResult | None) -> dict[str, Any] | None:
             "traces": p.traces,
             "compilations": p.compilations,
             "compile": format_seconds(p.compile_s),
-            "first_pass": format_seconds(p.first_pass_s),
+            "first_pass": format_seconds(p.first_pass_s) if p.first_pass_s else "withheld",
             "waste": f"{p.padding_waste_pct:.1f} %",
-            "steady_pass": format_seconds(p.steady_pass_s) if p.steady_pass_s else "not run",
-            "steady_call": format_seconds(p.steady_call_s) if p.steady_call_s else "not run",
+            "steady_pass": format_seconds(p.steady_pass_s) if p.steady_pass_s else missing,
+            "steady_call": format_seconds(p.steady_call_s) if p.steady_call_s else missing,
         }
         for p in sweep.policies
     ]

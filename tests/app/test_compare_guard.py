@@ -14,6 +14,7 @@ import pytest
 
 from app.compare.guard import Guarded, guard, run_facts
 from workers.engine import run_job
+from workers.faults import perturbed
 from workers.protocol import JobSpec
 
 SPEC: dict[str, Any] = {
@@ -51,7 +52,8 @@ def runs() -> dict[str, dict[str, Any]]:
         spec = copy.deepcopy(SPEC)
         spec["measure"].update(measure)
         out[name] = run_job(JobSpec.model_validate(spec)).model_dump(mode="json")
-    out["wrong"] = run_job(JobSpec.model_validate(SPEC), perturb=0.5).model_dump(mode="json")
+    with perturbed(0.5):
+        out["wrong"] = run_job(JobSpec.model_validate(SPEC)).model_dump(mode="json")
     return out
 
 

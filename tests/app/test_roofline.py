@@ -121,3 +121,29 @@ async def test_the_run_page_shows_the_shape_sweep_side_by_side(
     svg = sweep_svg(sweep.sweep)
     assert svg.count('class="bar bar-0"') == 4 and svg.count('class="bar bar-1"') == 4
     assert "33.3 %" in svg  # pow2 pads 24 rows to 32
+
+
+def test_a_point_above_a_measured_roof_is_flagged_not_given_as_a_fraction(
+    run: RunResult,
+) -> None:
+    assert run.rates is not None and run.rates.flops_per_s is not None
+    # Roofs at a third of what the run reached: the point sits about 3× above them.
+    low = CEILINGS.model_copy(
+        update={
+            "copy_bytes_per_s": run.rates.flops_per_s / 3 / (run.rates.flops / run.rates.bytes),
+            "matmul_flops_per_s": {"float32": run.rates.flops_per_s / 3},
+        }
+    )
+    view = roofline_view(run.model_copy(update={"ceilings": low}))
+    assert view is not None and view["fraction"] is None
+    assert view["above_roof"] is not None and "under-measured" in view["above_roof"]
+    assert "3× above the roof" in view["above_roof"]
+    fine = roofline_view(run.model_copy(update={"ceilings": CEILINGS}))
+    assert fine is not None and fine["above_roof"] is None and fine["fraction"].endswith("%")
+
+
+def test_the_label_says_how_many_rounds_and_when_the_last_was(run: RunResult) -> None:
+    refined = CEILINGS.model_copy(update={"rounds": 3, "updated_at": "2026-11-29T13:00:00+00:00"})
+    r = build_roofline(run.model_copy(update={"ceilings": refined}))
+    assert r is not None
+    assert r.label.endswith("best of 3 rounds, last re-measured at 2026-11-29T13:00:00+00:00")

@@ -29,7 +29,10 @@ def real_results() -> dict[str, dict[str, Any]]:
         {"workload": "matmul", "params": SMALL, "measure": {"samples": 12}}
     )
     good = run_job(spec).model_dump(mode="json")
-    bad = run_job(spec, perturb=0.5).model_dump(mode="json")
+    from workers.faults import perturbed
+
+    with perturbed(0.5):
+        bad = run_job(spec).model_dump(mode="json")
     return {"good": good, "bad": bad}
 
 
@@ -161,6 +164,11 @@ async def test_a_run_that_fails_its_check_hides_its_speed(
     assert "a run whose output failed the check shows no speed" in page
     assert '<svg class="samples"' not in page
     assert "GFLOP/s" not in page
+    # The page, the JSON and the CSV agree: no samples anywhere.
+    api = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert all(m["samples_s"] == [] and m["stats"] is None for m in api["run"]["measurements"])
+    text = (await bench_client.get(f"/runs/{job_id}/samples.csv")).text
+    assert list(csv.DictReader(io.StringIO(text))) == []
 
 
 async def test_failures_are_shown_escaped(bench_client: httpx.AsyncClient) -> None:

@@ -35,3 +35,40 @@ def test_the_runner_reports_them_with_its_capabilities(monkeypatch: pytest.Monke
     assert caps.ceilings.copy_bytes_per_s and caps.ceilings.matmul_flops_per_s["float32"] > 0
     monkeypatch.setenv(CEILINGS_ENV, "0")
     assert _capabilities(0)["ceilings"] is None
+
+
+def test_rounds_keep_the_best_of_each_figure() -> None:
+    from workers.ceilings import best_of
+    from workers.protocol import Ceilings
+
+    first = Ceilings(
+        device_kind="cpu",
+        copy_bytes_per_s=5e9,
+        copy_bytes=1,
+        matmul_flops_per_s={"float32": 1e11, "bfloat16": 4e10},
+        matmul_sizes={"float32": 1024, "bfloat16": 512},
+        measured_at="t0",
+    )
+    second = first.model_copy(
+        update={
+            "copy_bytes_per_s": 4e9,
+            "matmul_flops_per_s": {"float32": 2e11, "bfloat16": 3e10},
+            "matmul_sizes": {"float32": 2048, "bfloat16": 256},
+            "measured_at": "t1",
+        }
+    )
+    merged = best_of(first, second)
+    assert merged.copy_bytes_per_s == 5e9
+    assert merged.matmul_flops_per_s == {"float32": 2e11, "bfloat16": 4e10}
+    assert merged.matmul_sizes == {"float32": 2048, "bfloat16": 512}
+    assert (merged.rounds, merged.measured_at, merged.updated_at) == (2, "t0", "t1")
+    assert "best of every round" in merged.method
+
+
+def test_the_runner_measures_another_round_on_request() -> None:
+    from workers.runner import _remeasure
+
+    once = _capabilities(0)["ceilings"]
+    again = _remeasure(once)
+    assert again is not None and again["rounds"] == 2 and again["updated_at"]
+    assert again["copy_bytes_per_s"] >= once["copy_bytes_per_s"]

@@ -86,15 +86,10 @@ def test_settings_come_from_the_environment(
 def test_invalid_run_exits_one_and_shows_no_speed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import workers.engine
+    from workers.faults import perturbed
 
-    real = workers.engine.run_job
-    monkeypatch.setattr(
-        workers.engine,
-        "run_job",
-        lambda job, progress, **kw: real(job, progress, perturb=1.0, **kw),
-    )
-    assert run_command(["matmul", *SMALL]) == 1
+    with perturbed(1.0):
+        assert run_command(["matmul", *SMALL]) == 1
     out = capsys.readouterr().out
     assert "INVALID RUN" in out and "FAILED" in out
     assert "median" not in out and "FLOP/s" not in out

@@ -15,6 +15,7 @@ from workers.cuda import env
 from workers.cuda.build import build
 from workers.cuda.plan import plan_for
 from workers.engine import SEED, run_job
+from workers.faults import perturbed
 from workers.protocol import BoundaryId, JobSpec, RunResult
 from workers.workloads import get_workload
 
@@ -41,7 +42,10 @@ def cuda_run(
             "measure": {"samples": 5, "cache": "persistent", **measure},
         }
     )
-    return run_job(job, cache_dir=tmp_path / "jax", perturb=perturb)
+    if perturb is None:
+        return run_job(job, cache_dir=tmp_path / "jax")
+    with perturbed(perturb):
+        return run_job(job, cache_dir=tmp_path / "jax")
 
 
 def by_subject(run: RunResult) -> dict[str, set[BoundaryId]]:

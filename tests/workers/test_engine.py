@@ -14,6 +14,7 @@ import pytest
 from workers.catalog import CatalogError
 from workers.compile_cache import apply_cache_policy
 from workers.engine import PathUnavailable, available_paths, run_job
+from workers.faults import perturbed
 from workers.protocol import (
     MODE_BOUNDARIES,
     BoundaryId,
@@ -89,7 +90,8 @@ def test_auto_sampling_records_why_it_stopped(job: Callable[..., JobSpec]) -> No
 
 
 def test_perturbed_output_fails_and_hides_the_speed(job: Callable[..., JobSpec]) -> None:
-    run = run_job(job("matmul"), perturb=0.05)
+    with perturbed(0.05):
+        run = run_job(job("matmul"))
     assert not run.valid
     assert run.correctness is not None and not run.correctness.passed
     assert run.correctness.error == pytest.approx(0.05, rel=1e-3)
@@ -97,12 +99,13 @@ def test_perturbed_output_fails_and_hides_the_speed(job: Callable[..., JobSpec])
     assert run.rates.bytes_per_s is None
     for m in run.measurements:
         assert m.stats is None and m.note and "withheld" in m.note
-        assert len(m.samples_s) == 5  # raw samples are kept, but no statistic is shown
+        assert m.samples_s == []  # raw samples are withheld too: no row in samples.csv
     assert any("correctness failed" in w for w in run.warnings)
 
 
 def test_nan_never_passes(job: Callable[..., JobSpec]) -> None:
-    run = run_job(job("gather"), perturb=float("nan"))
+    with perturbed(float("nan")):
+        run = run_job(job("gather"))
     assert not run.valid and run.correctness is not None
     assert run.correctness.error is None
     assert run.correctness.detail is not None and "NaN" in run.correctness.detail

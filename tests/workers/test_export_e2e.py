@@ -89,5 +89,5 @@ def test_on_a_gpu_the_cpu_run_of_the_artifact_checks_the_output(tmp_path: Any) -
     spec = {"workload": "exported", "path": "jax-gpu", "params": {"artifact": files.put(data)}}
     run = run_job(JobSpec.model_validate(spec), files_dir=tmp_path)
     assert run.correctness is not None and run.correctness.checked and run.correctness.passed
-    assert run.correctness.reference == "the same artifact run on the CPU backend"
+    assert run.correctness.reference == "the same artifact on the CPU, in float32"
     assert run.environment.platform == "gpu"

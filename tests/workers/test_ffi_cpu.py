@@ -16,6 +16,7 @@ from workers.catalog import CatalogError, parse_params
 from workers.cuda import ffi
 from workers.engine import run_job
 from workers.environment import jaxlib_version
+from workers.faults import perturbed
 from workers.protocol import JobSpec
 
 pytestmark = pytest.mark.skipif(
@@ -99,7 +100,8 @@ def test_a_wrong_handler_output_fails_the_check() -> None:
     job = JobSpec.model_validate(
         {"workload": "ffi", "params": {"n": 256}, "measure": {"samples": 2}}
     )
-    run = run_job(job, perturb=1e-3)
+    with perturbed(1e-3):
+        run = run_job(job)
     assert not run.valid and all(m.stats is None for m in run.measurements)
 
 

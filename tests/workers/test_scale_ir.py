@@ -100,3 +100,27 @@ ENTRY %main (p: f32[4]) -> f32[4] {
         ("p", "replicated", "input x"),
         ("n", "replicated", None),
     ]
+
+
+def test_a_fusion_calling_several_computations_lists_all_their_ops() -> None:
+    # `calls={%a, %b}`: both readers of HLO share one pattern, so both read the list.
+    text = """\
+HloModule m, num_partitions=1
+
+%first (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %e = f32[4]{0} exponential(%x)
+}
+
+%second (y: f32[4]) -> f32[4] {
+  %y = f32[4]{0} parameter(0)
+  ROOT %t = f32[4]{0} tanh(%y)
+}
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %f = f32[4]{0} fusion(%p), kind=kLoop, calls={%first, %second}
+}
+"""
+    rows = analyse(text).intermediates()
+    assert rows[-1].op == "fusion kLoop: exponential, tanh"

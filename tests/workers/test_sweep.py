@@ -10,6 +10,7 @@ import pytest
 from workers.catalog import CatalogError, parse_params
 from workers.catalog.shape_sweep import ShapeSweepParams, bucket
 from workers.engine import run_job
+from workers.faults import perturbed
 from workers.protocol import JobSpec, RunResult
 
 SHAPES = [3, 5, 8, 3, 5]
@@ -83,7 +84,8 @@ def test_a_wrong_output_hides_the_times() -> None:
     spec = JobSpec.model_validate(
         {"workload": "shape-sweep", "params": {"shapes": SHAPES}, "measure": {"samples": 2}}
     )
-    run = run_job(spec, perturb=0.5)
+    with perturbed(0.5):
+        run = run_job(spec)
     assert not run.valid and run.correctness is not None and not run.correctness.passed
     assert all(m.stats is None for m in run.measurements)
     assert run.rates is not None and run.rates.flops_per_s is None

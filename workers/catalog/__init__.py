@@ -23,6 +23,7 @@ from workers.catalog.mesh import MESH_ERROR
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
+from workers.protocol import MeasureOptions, Mode
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -122,6 +123,31 @@ def parse_params(
             "params",
         )
     return parsed
+
+
+def check_live_outputs(
+    params: WorkloadParams,
+    measure: MeasureOptions,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    output_bytes: int | None = None,
+) -> None:
+    """Refuse, naming measure.calls_per_sample, a throughput job whose K outputs alive at
+    once would pass the byte cap (freeing them inside the timed loop would add work to
+    the interval, so the cap must hold for all K). `output_bytes` overrides the
+    parameters' own figure (a worker knows it once an artifact or program is read)."""
+    if measure.mode is not Mode.THROUGHPUT:
+        return
+    out = output_bytes if output_bytes is not None else params.output_bytes()
+    if out is None:
+        return  # unknown here; the worker checks again once the program is compiled
+    k = measure.calls_per_sample
+    total = params.input_bytes() + k * out
+    if total > max_bytes:
+        raise CatalogError(
+            f"measure.calls_per_sample: {k} calls keep {k} outputs of {out:,} bytes alive at "
+            f"once; with the inputs that is {total:,} bytes, over the limit of {max_bytes:,}",
+            "measure.calls_per_sample",
+        )
 
 
 def catalog_listing() -> list[dict[str, Any]]:

@@ -27,6 +27,10 @@ class AttentionParams(WorkloadParams):
         default=Precision.DEFAULT, description="Contraction precision (jax.lax.Precision)."
     )
 
+    def output_bytes(self) -> int:
+        size = DTYPE_BYTES[self.dtype.value]
+        return size * self.batch * self.heads * self.seq_len * self.head_dim
+
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         qkvo = 4 * self.batch * self.heads * self.seq_len * self.head_dim

@@ -50,6 +50,11 @@ class WorkloadParams(BaseModel):
         """Bytes of inputs plus outputs the workload places on the device."""
         raise NotImplementedError
 
+    def output_bytes(self) -> int | None:
+        """Bytes of one call's output; None when the parameters alone cannot say (the
+        engine then takes the compiled program's own figure before anything runs)."""
+        return None
+
     def devices(self) -> int:
         """How many devices one run spans."""
         return 1

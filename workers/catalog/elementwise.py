@@ -35,6 +35,9 @@ class ElementwiseParams(WorkloadParams):
         description="cuda path only: fused (one kernel) or unfused (one launch per operation).",
     )
 
+    def output_bytes(self) -> int:
+        return self.n * DTYPE_BYTES[self.dtype.value]
+
     def input_bytes(self) -> int:
         # One input vector and one output vector: fusion keeps the intermediates on chip.
         return 2 * self.n * DTYPE_BYTES[self.dtype.value]

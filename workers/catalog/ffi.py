@@ -26,6 +26,9 @@ class FfiParams(WorkloadParams):
         default=0.5, ge=-1e6, le=1e6, allow_inf_nan=False, description="The 'shift' attribute."
     )
 
+    def output_bytes(self) -> int:
+        return self.n * DTYPE_BYTES["float32"]
+
     def input_bytes(self) -> int:
         # One float32 input and one float32 output.
         return 2 * self.n * DTYPE_BYTES["float32"]

@@ -22,6 +22,9 @@ class GatherParams(WorkloadParams):
     count: int = Field(default=1 << 14, ge=1, le=1 << 24, description="Rows gathered.")
     dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Table storage type.")
 
+    def output_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype.value] * self.count * self.width
+
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         index = DTYPE_BYTES["int32"] * self.count

@@ -38,6 +38,9 @@ class MatmulParams(WorkloadParams):
         description="cuda path only: naive (one thread per output) or tiled (shared memory).",
     )
 
+    def output_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype.value] * self.m * self.n
+
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         return size * (self.m * self.k + self.k * self.n + self.m * self.n)

@@ -56,6 +56,9 @@ class ReductionParams(WorkloadParams):
             return self.rows * self.cols
         return self.rows if self.axis == 1 else self.cols
 
+    def output_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype.value] * self.output_elements()
+
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         return size * (self.rows * self.cols + self.output_elements())

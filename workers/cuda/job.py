@@ -34,26 +34,27 @@ from workers.protocol import (
     Artifacts,
     BoundaryId,
     CachePolicy,
+    Correctness,
     Environment,
     InputInfo,
     JobSpec,
-    Measurement,
     Mode,
     PathId,
     ProgressEvent,
     ProgressPhase,
-    Rates,
     RunResult,
     StageId,
     StageSeconds,
 )
+from workers.publish import Measured, RateBasis, Work
 from workers.workloads import get_workload
 
 COMPILE_ONLY_NOTE = (
     "compile only: PTX, SASS and the resource report were produced without a GPU; "
     "executing this kernel needs an NVIDIA GPU (a worker with cuda_run)."
 )
-WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
+KERNEL_SUBJECT = "kernel"
+"""The subject name of the workload's own hand-written kernel (its rates are the run's)."""
 
 
 def jax_path_notes(job: JobSpec) -> list[str]:
@@ -113,32 +114,6 @@ def _environment(
     )
 
 
-def _comparison(
-    measurements: list[Measurement], flops: float, moved: float
-) -> list[dict[str, Any]]:
-    """Each subject's median per boundary with its rates, and how it compares with our
-    kernel under the same boundary (never across boundaries)."""
-    kernel = {m.boundary: m.stats.median for m in measurements if m.subject == "kernel" and m.stats}
-    rows = []
-    for m in measurements:
-        if m.stats is None or m.stats.median <= 0:
-            continue
-        median = m.stats.median
-        ours = kernel.get(m.boundary)
-        rows.append(
-            {
-                "subject": m.subject,
-                "boundary": m.boundary.value,
-                "median_s": median,
-                "rounds": m.stats.rounds,
-                "flops_per_s": flops / median if flops > 0 else None,
-                "bytes_per_s": moved / median if moved > 0 else None,
-                "speedup_over_kernel": ours / median if ours else None,
-            }
-        )
-    return rows
-
-
 def _plan_facts(plan: KernelPlan) -> dict[str, Any]:
     return {
         "kernel": plan.kernel,
@@ -157,7 +132,6 @@ def run_cuda_job(
     progress: Callable[[ProgressEvent], None] | None = None,
     *,
     cache_dir: Path | None = None,
-    perturb: float | None = None,
 ) -> RunResult:
     """Run a validated `cuda` job here; see the module docstring for the stages."""
     started = time.perf_counter()
@@ -210,95 +184,71 @@ def run_cuda_job(
     warnings = [sass.note] if sass.note else []
     workload = get_workload(job.workload)
     specs = workload.input_specs(params)
-    flops, moved = workload.flop_count(params), workload.byte_count(params)
-    extra: dict[str, Any] = {
-        "cuda": {
-            **_plan_facts(plan),
-            "build": built.facts(),
-            "sass_tool": sass.tool,
-            "compile_only": not executes,
-        }
-    }
-    measurements: list[Measurement] = []
-    correctness = None
-    rates = Rates(flops=flops, bytes=moved)
-
-    # --- execute: CuPy on the GPU --------------------------------------------------------
-    if executes and probe is not None:
-        from workers.cuda.launch import execute
-        from workers.engine import SEED
-
-        host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
-        emit("warm-up")
-        executed = execute(
-            plan,
-            cubin=str(built.cubin),
-            workload=workload,
-            params=params,
-            host_inputs=host_inputs,
-            options=options,
-            l2_bytes=probe.l2_bytes,
-            progress=progress,
-            perturb=perturb,
-        )
-        warnings += executed.warnings
-        kernel = executed.subjects[0]
-        correctness = kernel.correctness
-        stage_seconds.warm_up = kernel.warm_up_s
-        emit("checked", message="passed" if correctness and correctness.passed else "failed")
-        for subject in executed.subjects:
-            ok = subject.correctness is not None and subject.correctness.passed
-            if not ok:
-                detail = subject.correctness.detail if subject.correctness else "not checked"
-                warnings.append(f"{subject.name}: correctness failed ({detail}): no speed shown.")
-                subject.measurements = [
-                    m.model_copy(update={"stats": None, "note": WITHHELD})
-                    for m in subject.measurements
-                ]
-            measurements += subject.measurements
-        extra["baselines"] = {
-            s.name: s.correctness.model_dump() if s.correctness else None
-            for s in executed.subjects[1:]
-        }
-        extra["unreported_s"] = {"untimed_work": executed.untimed_s}
-        if correctness is not None and correctness.passed:
-            main = next(
-                (
-                    m
-                    for m in measurements
-                    if m.subject == "kernel" and m.boundary is BoundaryId.DEVICE_EVENTS
-                ),
-                None,
-            )
-            if main is not None and main.stats is not None and main.stats.median > 0:
-                rates.boundary = BoundaryId.DEVICE_EVENTS
-                rates.flops_per_s = flops / main.stats.median if flops > 0 else None
-                rates.bytes_per_s = moved / main.stats.median if moved > 0 else None
-            extra["comparison"] = _comparison(measurements, flops, moved)
-        else:
-            measurements = [
-                m.model_copy(update={"stats": None, "note": WITHHELD}) for m in measurements
-            ]
-    else:
-        warnings.append(COMPILE_ONLY_NOTE)
-
-    result = RunResult(
+    measured = Measured(
         job=job,
         params=params.model_dump(mode="json"),
+        environment=_environment(options.cache, arch, tools, probe),
+        started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
         stage_seconds=stage_seconds,
         artifacts=artifacts,
-        measurements=measurements,
-        correctness=correctness,
-        rates=rates,
-        environment=_environment(options.cache, arch, tools, probe),
+        work=Work(workload.flop_count(params), workload.byte_count(params)),
+        rate_basis=RateBasis(BoundaryId.DEVICE_EVENTS, KERNEL_SUBJECT),
+        comparison=True,
         warnings=warnings,
-        valid=correctness is None or correctness.passed,
         kernel_resources=kernel_resources,
-        extra=extra,
+        extra={
+            "cuda": {
+                **_plan_facts(plan),
+                "build": built.facts(),
+                "sass_tool": sass.tool,
+                "compile_only": not executes,
+            }
+        },
     )
-    reported = (stage_seconds.compile or 0.0) + (stage_seconds.warm_up or 0.0)
-    reported += sum(sum(m.samples_s) * m.calls_per_sample for m in measurements)
-    result.harness_seconds = max(0.0, time.perf_counter() - started - reported)
+    if not executes or probe is None:
+        measured.warnings.append(COMPILE_ONLY_NOTE)
+        result = measured.check(None).publish()
+        emit("done")
+        return result
+
+    # --- execute: CuPy on the GPU --------------------------------------------------------
+    from workers.cuda.launch import execute
+    from workers.engine import SEED
+
+    host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
+    emit("warm-up")
+    executed = execute(
+        plan,
+        cubin=str(built.cubin),
+        workload=workload,
+        params=params,
+        host_inputs=host_inputs,
+        options=options,
+        l2_bytes=probe.l2_bytes,
+        progress=progress,
+    )
+    measured.warnings += executed.warnings
+    kernel, *baselines = executed.subjects
+    measured.stage_seconds.warm_up = kernel.warm_up_s
+    emit(
+        "checked",
+        message="passed" if kernel.correctness and kernel.correctness.passed else "failed",
+    )
+    for subject in executed.subjects:
+        measured.measurements += subject.measurements
+    measured.extra["baselines"] = {
+        s.name: s.correctness.model_dump() if s.correctness else None for s in baselines
+    }
+    measured.unreported = {"untimed_work": executed.untimed_s}
+    result = measured.check(
+        kernel.correctness or _unchecked(),
+        {s.name: s.correctness or _unchecked() for s in baselines},
+    ).publish()
     emit("done")
     return result
+
+
+def _unchecked() -> Correctness:
+    """The verdict of a subject whose output was never compared: a failure."""
+    return Correctness(passed=False, error=None, tolerance=0.0, detail="not checked")

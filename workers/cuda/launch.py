@@ -264,7 +264,6 @@ def execute(
     options: MeasureOptions,
     l2_bytes: int | None,
     progress: ProgressSink | None = None,
-    perturb: float | None = None,
 ) -> Executed:
     """Run `plan` (kernels from `cubin`) and its baselines; time, check, return them."""
     import cupy as cp
@@ -295,8 +294,6 @@ def execute(
             raise KernelFailed(f"{plan.kernel}: could not load the cubin: {exc}") from None
         sampler.timed(kernel, run, progress)
         output = _to_host(buffers["out"], storage)
-        if perturb is not None:
-            output = output.astype(np.float64) * (1.0 + perturb)
         kernel.correctness = check_output(output, reference, tolerance)
         if isinstance(params, MatmulParams):
             out = cp.zeros(plan.output_shape, dtype=_device_dtype(storage))

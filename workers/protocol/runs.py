@@ -56,8 +56,9 @@ class Correctness(OpenModel):
     detail: str | None = None
     checked: bool = Field(
         default=True,
-        description="False when there was nothing to check the output against: `passed` is "
-        "then false too, yet the run stays valid and its timings stand (see `detail`).",
+        description="False when there was nothing to check the output against and the output "
+        "is finite: `passed` is then false too, yet the run stays valid and its timings stand "
+        "(see `detail`). NaN or Inf fails the run, checked or not.",
     )
 
 

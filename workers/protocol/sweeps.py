@@ -17,7 +17,9 @@ class SweepPolicy(OpenModel):
     compile_s: float = Field(description="Their total backend compile time.")
     trace_s: float = 0.0
     lower_s: float = 0.0
-    first_pass_s: float = Field(description="The first pass, compiles included (host-sync).")
+    first_pass_s: float | None = Field(
+        description="The first pass, compiles included (host-sync); None when withheld."
+    )
     steady_pass_s: float | None = Field(
         default=None, description="Median of the later passes: every shape once, all compiled."
     )

@@ -26,7 +26,13 @@ class Ceilings(OpenModel):
     matmul_sizes: dict[str, int] = Field(
         default_factory=dict, description="dtype → the matrix size n that was timed."
     )
-    measured_at: str = Field(description="ISO time of the measurement.")
+    measured_at: str = Field(description="ISO time of the first measurement.")
+    rounds: int = Field(
+        default=1, ge=1, description="Whole measurements each figure is the best of."
+    )
+    updated_at: str | None = Field(
+        default=None, description="ISO time of the latest round, when re-measured while idle."
+    )
     seconds: float | None = Field(default=None, description="Time spent measuring.")
     method: str = ""
     worker: str | None = Field(

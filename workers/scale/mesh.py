@@ -54,14 +54,6 @@ def sharding_of(mesh: Mesh, layout: ArrayLayout) -> NamedSharding:
     return NamedSharding(mesh, partition_spec(layout.spec))
 
 
-def describe_mesh(mesh: Mesh) -> str:
-    """e.g. "mesh x=2 × y=4 (Auto axes) over 8 cpu devices"."""
-    axes = " × ".join(f"{name}={size}" for name, size in mesh.shape.items())
-    kinds = sorted({str(t).split(".")[-1] for t in mesh.axis_types})
-    platform = mesh.devices.flat[0].platform
-    return f"mesh {axes} ({', '.join(kinds)} axes) over {mesh.size} {platform} devices"
-
-
 def process_count() -> int:
     """How many processes share the devices (1 unless jax.distributed is running)."""
     return int(jax.process_count())

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workers.protocol import JobSpec, ProgressEvent, RunResult, StageId
+from workers.protocol import JobSpec, ProgressEvent, StageId
+from workers.publish import Measured
 from workers.scale.placement import placement_report
 from workers.scale.prepare import Prepared
 from workers.scale.series import run_series
 
 
 def attach_scale(
-    result: RunResult,
+    result: Measured,
     prepared: Prepared,
     compiled: Any,
     job: JobSpec,
@@ -21,7 +22,10 @@ def attach_scale(
     seed: int = 0,
     progress: Callable[[ProgressEvent], None] | None = None,
 ) -> None:
-    """Fill `result.placement`, and `result.scaling` when the job asks for the scale stage."""
+    """Fill `result.placement`, and `result.scaling` when the job asks for the scale stage.
+
+    The series goes to the publish step raw: each point keeps its samples and its own
+    `correct` flag, and publishing withholds the times of any point that failed."""
     result.placement = placement_report(prepared, compiled, result.artifacts.hlo)
     if prepared.output_digest is not None:
         result.extra["output_sha256"] = prepared.output_digest

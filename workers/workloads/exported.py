@@ -28,7 +28,7 @@ from workers.catalog import CatalogError
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import JAX_PLATFORM, ExportedParams
 from workers.catalog.jaxexport import DTYPES
-from workers.correctness import check_output
+from workers.correctness import check_output, unchecked
 from workers.files import FileCache
 from workers.protocol import Correctness, PathId
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
@@ -174,9 +174,40 @@ def _check(exp: Any, path: PathId, max_bytes: int) -> None:
         )
 
 
-def _npz(data: bytes, field: str) -> dict[str, HostArray]:
+def declared_npz_bytes(data: bytes, field: str) -> int:
+    """The bytes an .npz archive's arrays would take once loaded (shape × itemsize, from
+    each member's header), read without decompressing any array's data."""
+    import io
+    import zipfile
+
+    total = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for member in archive.namelist():
+                with archive.open(member) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
+    return total
+
+
+def _npz(data: bytes, field: str, max_bytes: int) -> dict[str, HostArray]:
+    """The arrays of an .npz archive, refused before decompressing if they would pass the
+    job's byte cap (a small compressed file can declare gigabytes of zeros)."""
     import io
 
+    declared = declared_npz_bytes(data, field)
+    if declared > max_bytes:
+        raise CatalogError(
+            f"{field}: the archive's arrays would take {declared:,} bytes once loaded, over "
+            f"the limit of {max_bytes:,}",
+            field,
+        )
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             return {name: np.asarray(archive[name]) for name in archive.files}
@@ -199,9 +230,15 @@ class ExportedFunction(Workload[ExportedParams]):
     counts_from_xla = True
     """Its FLOPs are unknown analytically: the engine takes XLA's cost analysis instead."""
 
-    def __init__(self, path: PathId | None = None, files: FileCache | None = None) -> None:
+    def __init__(
+        self,
+        path: PathId | None = None,
+        files: FileCache | None = None,
+        max_bytes: int = 2 * 1024**3,
+    ) -> None:
         self.path = path
         self.files = files or FileCache()
+        self.max_bytes = max_bytes
 
     def bind(
         self,
@@ -221,7 +258,7 @@ class ExportedFunction(Workload[ExportedParams]):
         _loaded.move_to_end(p.artifact)
         while len(_loaded) > _MAX_LOADED:
             _loaded.popitem(last=False)
-        return ExportedFunction(path, files)
+        return ExportedFunction(path, files, max_bytes)
 
     def input_specs(self, params: ExportedParams) -> list[InputSpec]:
         exp = _load(params.artifact)
@@ -234,7 +271,8 @@ class ExportedFunction(Workload[ExportedParams]):
         specs = self.input_specs(params)
         if params.inputs is None:
             return seeded_inputs(specs, params.seed)
-        arrays = _npz(self.files.get(params.inputs, "params.inputs"), "params.inputs")
+        data = self.files.get(params.inputs, "params.inputs")
+        arrays = _npz(data, "params.inputs", self.max_bytes)
         out = []
         for i, spec in enumerate(specs):
             given = _pick(arrays, "arg", i)
@@ -265,7 +303,7 @@ class ExportedFunction(Workload[ExportedParams]):
         """The expected output and what it is, or None when there is nothing to compare."""
         if params.reference is not None:
             data = self.files.get(params.reference, "params.reference")
-            arrays = _npz(data, "params.reference")
+            arrays = _npz(data, "params.reference", self.max_bytes)
             expected = _pick(arrays, "out", 0)
             if expected is None:
                 raise CatalogError("params.reference: no array out0 (or arr_0)", "params.reference")
@@ -275,7 +313,8 @@ class ExportedFunction(Workload[ExportedParams]):
             cpu = jax.devices("cpu")[0]
             placed = jax.device_put(list(inputs), cpu)
             result = np.asarray(jax.jit(exp.call)(*placed))
-            return result, "the same artifact run on the CPU backend"
+            # The stand-in runs in the artifact's own dtypes, not float64: say which.
+            return result, f"the same artifact on the CPU, in {result.dtype.name}"
         return None
 
     def judge(
@@ -290,14 +329,7 @@ class ExportedFunction(Workload[ExportedParams]):
                 if self.path in (None, PathId.JAX_CPU)
                 else "it was not exported for CPU, so no CPU run could stand in"
             )
-            return Correctness(
-                passed=False,
-                checked=False,
-                error=None,
-                tolerance=tolerance,
-                reference="none",
-                detail=f"output unchecked: no reference outputs were uploaded, and {why}",
-            )
+            return unchecked(output, tolerance, f"no reference outputs were uploaded, and {why}")
         expected, label = found
         verdict = check_output(output, expected, tolerance)
         return verdict.model_copy(update={"reference": label})

@@ -53,6 +53,19 @@ def contraction_tolerance(dtype: Dtype, precision: Precision, length: int) -> fl
     return _FLOAT32_TOLERANCE[precision]
 
 
+def product_reference(inputs: Sequence[HostArray]) -> HostArray:
+    """A @ B in float64: the reference of every dense product, however it is laid out."""
+    a, b = inputs
+    result: HostArray = np.matmul(as_float64(a), as_float64(b))
+    return result
+
+
+def product_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of an (m × k) @ (k × n) product: one multiply and one add per term of every
+    output element."""
+    return 2.0 * m * n * k
+
+
 class Matmul(Workload[MatmulParams]):
     """A dense matrix product, C[m, n] = A[m, k] @ B[k, n]."""
 
@@ -75,13 +88,10 @@ class Matmul(Workload[MatmulParams]):
         return matmul
 
     def reference(self, params: MatmulParams, inputs: Sequence[HostArray]) -> HostArray:
-        a, b = inputs
-        result: HostArray = np.matmul(as_float64(a), as_float64(b))
-        return result
+        return product_reference(inputs)
 
     def flop_count(self, params: MatmulParams) -> float:
-        # One multiply and one add per term of every output element.
-        return 2.0 * params.m * params.n * params.k
+        return product_flops(params.m, params.n, params.k)
 
     def byte_count(self, params: MatmulParams) -> float:
         return float(params.input_bytes())

@@ -11,14 +11,13 @@ from typing import cast
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from workers.catalog.mesh import format_spec
 from workers.catalog.sharded_matmul import ShardedMatmulParams, Sharding
 from workers.scale.mesh import partition_spec
-from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction, as_float64
-from workers.workloads.matmul import contraction_tolerance
+from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction
+from workers.workloads.matmul import contraction_tolerance, product_flops, product_reference
 from workers.workloads.scale_base import ScaleWorkload
 
 _constrain = cast(
@@ -52,12 +51,10 @@ class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
         return sharded_matmul
 
     def reference(self, params: ShardedMatmulParams, inputs: Sequence[HostArray]) -> HostArray:
-        a, b = inputs
-        result: HostArray = np.matmul(as_float64(a), as_float64(b))
-        return result
+        return product_reference(inputs)
 
     def flop_count(self, params: ShardedMatmulParams) -> float:
-        return 2.0 * params.m * params.n * params.k
+        return product_flops(params.m, params.n, params.k)
 
     def byte_count(self, params: ShardedMatmulParams) -> float:
         size = params.element_bytes()

@@ -1,0 +1,225 @@
+"""The publish gate: with a failing check, no speed-bearing field survives anywhere.
+
+Every runner is driven for real (the engine for each workload and mode, the shape sweep,
+scale series, exported functions, a group's report); the CUDA path, which needs a GPU
+to execute, hands the publish step the same shape of measurements it does. The walk
+looks at the run's JSON by field name, so a speed added under a new name that follows
+the house naming (`*_per_s`, `median_s`, `samples_s`, `stats`, …) is caught too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.workers.conftest import SMALL
+from workers.engine import run_job
+from workers.environment import detect_environment
+from workers.export_fn import export_function
+from workers.faults import perturbed
+from workers.files import FileCache
+from workers.protocol import (
+    BoundaryId,
+    Correctness,
+    GroupProcess,
+    GroupReport,
+    JobSpec,
+    Measurement,
+    RunResult,
+    ScalingPoint,
+    ScalingSeries,
+)
+from workers.publish import Measured, RateBasis, Work, regroup
+from workers.stats import summarize
+
+SPEED_KEYS = frozenset(
+    {
+        "samples_s",
+        "stats",
+        "median_s",
+        "slowest_device_s",
+        "steady_pass_s",
+        "steady_call_s",
+        "first_pass_s",
+        "warm_up",
+        "comparison",
+        "profile",
+        "speedup_over_kernel",
+    }
+)
+"""Fields whose value is a time or rate of executing the output (stage times are not)."""
+
+
+def speeds(value: Any, where: str = "run") -> Iterator[str]:
+    """The path of every speed-bearing field of a run's JSON that holds something."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if where == "run" and key == "job":
+                continue  # the request, not a result
+            here = f"{where}.{key}"
+            bearing = key in SPEED_KEYS or key.endswith("_per_s")
+            if bearing and inner not in (None, False, [], {}):
+                yield here
+            yield from speeds(inner, here)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from speeds(inner, f"{where}[{i}]")
+
+
+def found(run: RunResult) -> list[str]:
+    return list(speeds(run.model_dump(mode="json")))
+
+
+def spec(workload: str, params: dict[str, Any] | None = None, **extra: Any) -> JobSpec:
+    body = {
+        "workload": workload,
+        "params": {**SMALL.get(workload, {}), **(params or {})},
+        "measure": {"samples": 3, **extra.pop("measure", {})},
+        **extra,
+    }
+    return JobSpec.model_validate(body)
+
+
+ENGINE_CASES: dict[str, JobSpec] = {
+    **{f"{name} latency": spec(name) for name in SMALL},
+    "matmul throughput": spec("matmul", measure={"mode": "throughput", "calls_per_sample": 2}),
+    "matmul application": spec("matmul", measure={"mode": "application"}),
+    "matmul profiled": spec("matmul", measure={"profile": True}),
+    "sharded-matmul scale series": spec("sharded-matmul", stages=["compile", "execute", "scale"]),
+    "shape-sweep": spec("shape-sweep", {"shapes": [3, 5, 8], "features": 8}),
+}
+
+
+@pytest.mark.parametrize("case", list(ENGINE_CASES))
+def test_a_failing_check_leaves_no_speed_anywhere(case: str) -> None:
+    job = ENGINE_CASES[case]
+    honest = run_job(job)
+    assert honest.valid and found(honest), "a passing run shows its speeds: the walk sees them"
+    with perturbed(0.5):
+        failed = run_job(job)
+    assert not failed.valid and failed.correctness is not None and not failed.correctness.passed
+    assert found(failed) == []
+    # What is not a speed of the output stays: stage times and the work counts.
+    assert failed.stage_seconds.compile is not None
+    assert failed.rates is not None and failed.rates.flops == honest.rates.flops  # type: ignore[union-attr]
+    assert any("correctness failed" in w for w in failed.warnings)
+
+
+def _scaled(x: Any) -> Any:
+    return x * 2.0
+
+
+def test_an_exported_function_with_a_wrong_reference_shows_no_speed(tmp_path: Path) -> None:
+    import io
+
+    import numpy as np
+
+    data, _ = export_function(_scaled, [("float32", (16, 8))], ["cpu"])
+    files = FileCache(tmp_path)
+    buffer = io.BytesIO()
+    np.savez(buffer, out0=np.zeros((16, 8), dtype=np.float32) + 1.0)
+    params = {"artifact": files.put(data), "reference": files.put(buffer.getvalue())}
+    job = JobSpec.model_validate(
+        {"workload": "exported", "params": params, "measure": {"samples": 3}}
+    )
+    run = run_job(job, files_dir=tmp_path)
+    assert not run.valid and found(run) == []
+
+
+def _environment() -> Any:
+    import jax
+
+    from workers.protocol import CachePolicy
+
+    return detect_environment(jax.devices()[0], CachePolicy.COLD, None, jax.devices())
+
+
+def _measurement(subject: str | None, boundary: BoundaryId, samples: list[float]) -> Measurement:
+    return Measurement(
+        boundary=boundary, samples_s=samples, stats=summarize(samples), subject=subject
+    )
+
+
+def _cuda_like(kernel_passes: bool, cublas_passes: bool) -> RunResult:
+    """What the cuda path hands over: a kernel and a baseline, each timed and judged."""
+    measured = Measured(
+        job=spec("matmul"),
+        params=SMALL["matmul"],
+        environment=_environment(),
+        started=time.perf_counter(),
+        measurements=[
+            _measurement("kernel", BoundaryId.DEVICE_EVENTS, [2e-5, 3e-5, 2.5e-5]),
+            _measurement("kernel", BoundaryId.HOST_SYNC, [4e-5, 5e-5, 4.5e-5]),
+            _measurement("cuBLAS", BoundaryId.DEVICE_EVENTS, [1e-5, 1.2e-5, 1.1e-5]),
+        ],
+        work=Work(1e6, 1e4),
+        rate_basis=RateBasis(BoundaryId.DEVICE_EVENTS, "kernel"),
+        comparison=True,
+    )
+    verdict: Callable[[bool], Correctness] = lambda ok: Correctness(  # noqa: E731
+        passed=ok, error=0.0 if ok else 0.5, tolerance=1e-3, detail=None if ok else "wrong"
+    )
+    return measured.check(verdict(kernel_passes), {"cuBLAS": verdict(cublas_passes)}).publish()
+
+
+def test_the_cuda_path_shape_kernel_failing_hides_every_subject() -> None:
+    good = _cuda_like(True, True)
+    assert good.rates is not None and good.rates.flops_per_s == pytest.approx(1e6 / 2.5e-5)
+    assert len(good.extra["comparison"]) == 3
+    bad = _cuda_like(False, True)
+    assert not bad.valid and found(bad) == []
+
+
+def test_a_failed_baseline_loses_its_own_times_only() -> None:
+    run = _cuda_like(True, False)
+    assert run.valid
+    cublas = [m for m in run.measurements if m.subject == "cuBLAS"]
+    assert cublas and all(m.stats is None and m.samples_s == [] for m in cublas)
+    assert all(m.stats is not None for m in run.measurements if m.subject == "kernel")
+    assert {row["subject"] for row in run.extra["comparison"]} == {"kernel"}
+
+
+def test_a_scaling_point_that_failed_its_check_loses_its_times() -> None:
+    point = ScalingPoint(
+        devices=1, mode="strong", mesh_shape=[1], samples_s=[1e-3, 2e-3], median_s=1.5e-3
+    )
+    measured = Measured(
+        job=spec("sharded-matmul"),
+        params=SMALL["sharded-matmul"],
+        environment=_environment(),
+        started=time.perf_counter(),
+        scaling=ScalingSeries(
+            label="test",
+            points=[
+                point.model_copy(update={"correct": True}),
+                point.model_copy(update={"devices": 2, "correct": False, "note": "wrong"}),
+            ],
+        ),
+    )
+    run = measured.check(None).publish()
+    assert run.scaling is not None
+    kept, withheld = run.scaling.points
+    assert kept.median_s == 1.5e-3 and kept.samples_s
+    assert withheld.median_s is None and withheld.samples_s == []
+    assert withheld.note == "withheld: wrong"
+
+
+def test_a_group_that_disagrees_publishes_no_speed() -> None:
+    run = run_job(spec("sharded-matmul"))
+    assert run.valid and found(run)
+    members = [
+        GroupProcess(process_id=0, local_devices=1, passed=True, median_s=1e-3, digest="a"),
+        GroupProcess(process_id=1, local_devices=1, passed=True, median_s=1e-3, digest="b"),
+    ]
+    report = GroupReport(
+        processes=2, coordinator="127.0.0.1:1", devices=2, members=members, agreed=False
+    )
+    regrouped = regroup(run, report)
+    assert not regrouped.valid and found(regrouped) == []
+    assert regrouped.group is not None and regrouped.group.members[1].median_s is None
+    agreed = regroup(run, report.model_copy(update={"agreed": True}))
+    assert agreed.valid and agreed.group is not None and agreed.group.members[0].median_s
