@@ -79,7 +79,15 @@ def _serve(argv: list[str]) -> int:
     # Settings are read once per process: only after the token is in the environment.
     # Building the app here (not through uvicorn's factory) loads the content once and
     # lets a content error stop the command with its own message.
-    app = create_app(get_settings(), defer=True)
+    failures: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def build_failed(exc: BaseException) -> None:
+        failures.append(exc)
+        if server is not None:
+            server.should_exit = True  # stop listening: every API request would fail
+
+    app = create_app(get_settings(), defer=True, on_build_failure=build_failed)
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     children: list[subprocess.Popen[bytes]] = []
     if args.workers:
@@ -89,7 +97,7 @@ def _serve(argv: list[str]) -> int:
             daemon=True,
         ).start()
     try:
-        uvicorn.run(
+        config = uvicorn.Config(
             app,
             host=args.host,
             port=args.port,
@@ -97,7 +105,11 @@ def _serve(argv: list[str]) -> int:
             log_level="info",
             # Workers hold long-polls open; do not wait the whole poll to shut down.
             timeout_graceful_shutdown=5,
+            # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
+            proxy_headers=False,
         )
+        server = uvicorn.Server(config)
+        server.run()
     finally:
         for child in children:
             child.terminate()
@@ -106,6 +118,9 @@ def _serve(argv: list[str]) -> int:
                 child.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 child.kill()
+    if failures:
+        print(f"boundary serve: the server failed to start: {failures[0]!r}", file=sys.stderr)
+        return 1
     return 0
 
 

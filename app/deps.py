@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
+from app.admission import Admission
 from app.dispatch import Dispatcher
-from app.main import AppState
 from app.settings import Settings
+from app.state import AppState
 
 
 def get_state(request: Request) -> AppState:
@@ -32,3 +33,14 @@ def get_dispatcher(request: Request) -> Dispatcher:
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
+
+
+def get_admission(request: Request) -> Admission:
+    admission = get_state(request).admission
+    if admission is None:
+        raise HTTPException(status_code=503, detail="the bench is not running on this server")
+    return admission
+
+
+AdmissionDep = Annotated[Admission, Depends(get_admission)]
+"""The one gate for everything that queues work (app.admission)."""

@@ -7,42 +7,30 @@ which `boundary serve` builds in the background (app.deferred) so it answers soo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from jinja2 import Environment
 from starlette.types import ASGIApp
 
 from app.assets import Asset, load_assets
 from app.deferred import Built, DeferredApp
 from app.fastpath import Entry, FastPath, Resource, Resources
-from app.reader.content import Content, load_content
+from app.reader.content import load_content
 from app.reader.site import Deferred, render_site
 from app.security import SecurityHeaders, security_headers
 from app.settings import Settings, get_settings
+from app.state import AppState
 from app.templating import make_environment, pygments_css, server_linker
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
     from fastapi import FastAPI
 
-    from app.dispatch import Dispatcher
+__all__ = ["AppState", "build_api", "build_assets", "create_app"]
 
 PAGE_CACHE = (b"cache-control", b"no-cache")
 ASSET_CACHE = (b"cache-control", b"public, max-age=31536000, immutable")
-
-
-@dataclass
-class AppState:
-    """What routes need, attached to the FastAPI app as `app.state.boundary`."""
-
-    settings: Settings
-    content: Content
-    env: Environment
-    assets: dict[str, Asset]
-    dispatcher: Dispatcher | None = None
 
 
 def build_assets() -> dict[str, Asset]:
@@ -79,6 +67,7 @@ def build_api(state: AppState) -> Built:
     """The FastAPI app with every route, and the function that opens its lifespan."""
     from fastapi import FastAPI
 
+    from app.admission import Admission
     from app.dispatch import Dispatcher
     from app.routes import pages
     from app.store import Store
@@ -86,6 +75,7 @@ def build_api(state: AppState) -> Built:
     settings = state.settings
     dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)
     state.dispatcher = dispatcher
+    state.admission = Admission(dispatcher, settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -104,7 +94,7 @@ def build_api(state: AppState) -> Built:
     )
     api.state.boundary = state
     pages.install(api)
-    from app.routes import api as api_routes  # they import app.deps, which imports this
+    from app.routes import api as api_routes
     from app.routes import artifacts, compare, matrices, ops, runs, worker_api
 
     for router in (
@@ -120,14 +110,22 @@ def build_api(state: AppState) -> Built:
     return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
 
-def create_app(settings: Settings | None = None, *, defer: bool = False) -> FastPath:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    defer: bool = False,
+    on_build_failure: Callable[[BaseException], None] | None = None,
+) -> FastPath:
     """A new Boundary app. Raises ContentError if the content files are wrong.
 
     With `defer`, the API app (FastAPI and every route) is built in the background once
-    the server starts, so reader pages are served before it exists (`boundary serve`).
+    the server starts, so reader pages are served before it exists (`boundary serve`);
+    `on_build_failure` hears if that build fails.
     """
     settings = settings or get_settings()
     content = load_content(settings.CONTENT_DIR)
     state = AppState(settings, content, make_environment(), build_assets())
-    inner: ASGIApp = DeferredApp(lambda: build_api(state)) if defer else build_api(state)[0]
+    inner: ASGIApp = (
+        DeferredApp(lambda: build_api(state), on_build_failure) if defer else build_api(state)[0]
+    )
     return FastPath(inner, build_resources(state))

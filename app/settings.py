@@ -47,6 +47,19 @@ class Settings(BaseSettings):
     MAX_ATTEMPTS: int = Field(default=3, ge=1, description="Leases a job may lose.")
     JOB_TIMEOUT_S: float = Field(default=300.0, gt=0, description="A runner's time per job.")
     MAX_QUEUE: int = Field(default=1000, ge=1, description="Queued jobs before 429.")
+    MAX_QUEUE_PER_CLIENT: int = Field(
+        default=200, ge=1, description="Queued jobs one client may have before 429."
+    )
+    MAX_WAITING: int = Field(
+        default=100,
+        ge=1,
+        description="Queued jobs no connected worker can run, counted apart; more get 429.",
+    )
+    FORWARDED_ALLOW_IPS: str = Field(
+        default="127.0.0.1",
+        description="Proxies (addresses or networks, comma-separated, or *) whose "
+        "X-Forwarded-For names the client; from any other peer the header is ignored.",
+    )
     SUBMIT_RATE: int = Field(default=120, ge=1, description="Submissions per client per minute.")
     RETAIN_RUNS: int = Field(default=5000, ge=1, description="Runs kept before pruning.")
     ARTIFACT_MAX_BYTES: int = Field(

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from fastapi import HTTPException, Request
 from pydantic import ValidationError
 
-from app.store import Store, now
+from app.routes.common import pydantic_problems
+from app.store import Store
 from workers.catalog import WORKLOADS, CatalogError, parse_params
 from workers.protocol import MAX_SAMPLES, JobSpec
-
-if TYPE_CHECKING:  # app.dispatch imports this module
-    from app.dispatch import Dispatcher
 
 MAX_FIELD_CHARS = 80
 MAX_ERRORS = 20
@@ -120,90 +116,6 @@ def parse_strict_json(body: bytes) -> Any:
         field_errors([("body", "nested too deeply")])
 
 
-_UNION_TAGS = frozenset({"int", "str", "float", "bool", "none", "list", "dict"})
-
-
-def _is_union_tag(part: str | int) -> bool:
-    """Pydantic names the member of a union in the error location ('constrained-int')."""
-    return isinstance(part, str) and (part in _UNION_TAGS or any(c in part for c in "[-'("))
-
-
-def _pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str | None, str]]:
-    """One problem per field; a union's alternatives are joined into one message."""
-    by_field: dict[str | None, list[str]] = {}
-    for err in exc.errors(include_url=False, include_input=False, include_context=True):
-        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p))
-        field = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or None)
-        message = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
-        ctx = err.get("ctx") or {}
-        bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
-        if bounds:
-            message = f"{message} (allowed: {bounds})"
-        messages = by_field.setdefault(field, [])
-        if message not in messages:
-            messages.append(message)
-    return [(field, "; or ".join(messages)) for field, messages in by_field.items()]
-
-
-@dataclass
-class RateLimiter:
-    """At most `per_minute` events per key in any sliding 60-second window."""
-
-    per_minute: int
-    _hits: dict[str, deque[float]] = field(default_factory=dict)
-
-    def retry_after(self, key: str, at: float) -> float | None:
-        """Count one event for `key`; None if allowed, else seconds until one would be."""
-        hits = self._hits.setdefault(key, deque())
-        while hits and hits[0] <= at - 60.0:
-            hits.popleft()
-        if len(hits) >= self.per_minute:
-            return hits[0] + 60.0 - at
-        hits.append(at)
-        if len(self._hits) > 10_000:  # forget quiet clients so the table stays small
-            for k in [k for k, v in self._hits.items() if not v or v[-1] <= at - 60.0]:
-                del self._hits[k]
-        return None
-
-
-def client_of(request: Request) -> str:
-    """The key submissions are counted under: the client's address."""
-    return request.client.host if request.client else "?"
-
-
-def check_rate(dispatcher: Dispatcher, client: str) -> None:
-    """Count one submission from `client`; 429 with Retry-After when over the rate."""
-    wait = dispatcher.rate.retry_after(client, now())
-    if wait is not None:
-        raise HTTPException(
-            status_code=429,
-            detail=f"more than {dispatcher.rate.per_minute} submissions a minute from this client",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
-
-
-def check_queue_room(dispatcher: Dispatcher, jobs: int = 1) -> None:
-    """429 with Retry-After unless the queue can take `jobs` more."""
-    limit = dispatcher.settings.MAX_QUEUE
-    if dispatcher.store.count_queued() + jobs > limit:
-        what = "the queue is full" if jobs == 1 else f"the queue cannot take {jobs} more jobs"
-        raise HTTPException(
-            status_code=429,
-            detail=f"{what} ({limit} jobs at most); try again later",
-            headers={"Retry-After": "30"},
-        )
-
-
-def check_submitter(request: Request, dispatcher: Dispatcher, what: str) -> str:
-    """The submission token (when the server has one) and the rate; the client's key."""
-    token = dispatcher.settings.SUBMIT_TOKEN
-    if token is not None:
-        check_bearer(request, token, what)
-    client = client_of(request)
-    check_rate(dispatcher, client)
-    return client
-
-
 @dataclass(frozen=True)
 class ValidJob:
     """A submission that passed every check, with the devices its parameters span."""
@@ -219,7 +131,7 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        field_errors(_pydantic_problems(exc))
+        field_errors(pydantic_problems(exc))
     try:
         params = parse_params(spec.workload, spec.params, max_job_bytes)
     except CatalogError as exc:

@@ -138,11 +138,8 @@ class Agent:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def register(self) -> None:
-        body = {
-            "capabilities": self.capabilities,
-            "name": self.config.name,
-            "worker_id": self.worker_id,
-        }
+        # The server assigns the id (a new one each time we register).
+        body = {"capabilities": self.capabilities, "name": self.config.name}
         response = await self._post("/register", body)
         if response.status_code == 409:
             raise Fatal(_detail(response))
@@ -258,12 +255,13 @@ class Agent:
     async def handle(self, grant: dict[str, Any]) -> None:
         """Run one leased job and report how it went."""
         job_id: str = grant["job_id"]
+        lease_id: str = grant["lease_id"]
         req = grant.get("requirements", {})
         devices = int(req.get("devices", 1)) if req.get("path") == "jax-cpu" else 1
         cancelled = asyncio.Event()
-        forwarder = ProgressForwarder(lambda batch: self._progress(job_id, batch))
+        forwarder = ProgressForwarder(lambda batch: self._progress(job_id, lease_id, batch))
         helpers = [
-            asyncio.create_task(self._heartbeats(job_id, cancelled)),
+            asyncio.create_task(self._heartbeats(job_id, lease_id, cancelled)),
             asyncio.create_task(forwarder.run()),
         ]
         report: dict[str, Any] | None = None
@@ -278,7 +276,8 @@ class Agent:
             return
         try:
             await forwarder.flush()
-            await self._report({"worker_id": self.worker_id, "job_id": job_id, **report})
+            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
+            await self._report({**body, **report})
         except httpx.TransportError as exc:
             log.error("could not report job %s (%s); its lease will expire", job_id, exc)
 
@@ -319,7 +318,8 @@ class Agent:
                 self.pool.forget(runner)
                 self.pool.warm(devices)
                 if abort in done:
-                    await self._post("/release", {"worker_id": self.worker_id, "job_id": job_id})
+                    body = {"worker_id": self.worker_id, "job_id": job_id}
+                    await self._post("/release", {**body, "lease_id": grant["lease_id"]})
                     log.info("job %s given back", job_id)
                 else:
                     log.info("job %s abandoned: the server cancelled it or its lease", job_id)
@@ -336,7 +336,6 @@ class Agent:
             return {"failure": {"reason": reason, "stderr_tail": runner.stderr_tail() or None}}
         self.jobs_done += 1
         return {
-            "attempt": grant["attempt"],
             "result": _cap_artifacts(outcome.result, self.artifact_max_bytes),
             "run_seconds": outcome.run_s,
         }
@@ -366,22 +365,24 @@ class Agent:
             log.info("fetched %s %s… (%d bytes)", name, sha[:12], len(response.content))
         return None
 
-    async def _heartbeats(self, job_id: str, cancelled: asyncio.Event) -> None:
+    async def _heartbeats(self, job_id: str, lease_id: str, cancelled: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            body = {"worker_id": self.worker_id, "job_id": job_id}
+            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
             try:
                 response = await self._post("/heartbeat", body, timeout=10.0, retry=False)
             except httpx.TransportError as exc:
                 log.warning("heartbeat failed (%s); the job goes on", exc)
                 continue
-            if response.status_code == 200 and response.json().get("cancel"):
+            # 409: the lease has ended (the job was cancelled, re-queued or given to another).
+            if response.status_code in (200, 409) and response.json().get("cancel"):
                 log.info("job %s: %s", job_id, response.json().get("reason"))
                 cancelled.set()
                 return
 
-    async def _progress(self, job_id: str, batch: list[dict[str, Any]]) -> None:
-        body = {"worker_id": self.worker_id, "job_id": job_id, "events": batch}
+    async def _progress(self, job_id: str, lease_id: str, batch: list[dict[str, Any]]) -> None:
+        body: dict[str, Any] = {"worker_id": self.worker_id, "job_id": job_id}
+        body.update(lease_id=lease_id, events=batch)
         with contextlib.suppress(httpx.TransportError):
             await self._post("/progress", body, timeout=10.0, retry=False)
 
@@ -389,14 +390,14 @@ class Agent:
         """Post a result or failure until the server has an answer for it."""
         response = await self._post("/result", body, timeout=120.0)
         if response.status_code == 404 and "worker" in _detail(response):
+            # Forgotten by the server: this lease is gone with it. Register again for the
+            # next job; the report itself cannot be accepted any more.
             await self.register()
-            body["worker_id"] = self.worker_id
-            response = await self._post("/result", body, timeout=120.0)
         if response.status_code == 422 and "result" in body:
             failure = {"reason": f"the server refused the run: {_detail(response)[:1500]}"}
+            keys = ("worker_id", "job_id", "lease_id")
             response = await self._post(
-                "/result",
-                {"worker_id": body["worker_id"], "job_id": body["job_id"], "failure": failure},
+                "/result", {**{k: body[k] for k in keys}, "failure": failure}
             )
         if response.status_code != 200:
             log.warning(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import math
 import os
 import re
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workers.catalog import DEFAULT_MAX_BYTES, WORKLOADS, CatalogError, describe_validation_error
+from workers.catalog.values import parse_value
 from workers.protocol import (
     ARTIFACT_NAMES,
     MAX_SAMPLES,
@@ -46,24 +46,6 @@ _INTEGER = re.compile(r"^[+-]?\d+$")
 
 class UsageError(ValueError):
     """A command line that does not describe a job; the message names the culprit."""
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value as the type it spells: bool, int, float or string.
-
-    This is the one place where "512" becomes 512; everything after it validates strictly.
-    """
-    lowered = text.lower()
-    if lowered in {"true", "false"}:
-        return lowered == "true"
-    if _INTEGER.match(text):
-        return int(text)
-    try:
-        number = float(text)
-    except ValueError:
-        return text
-    # "nan" and "inf" stay strings, so the parameter's own validation rejects them by name.
-    return number if math.isfinite(number) else text
 
 
 def parse_assignments(items: list[str]) -> dict[str, Any]:

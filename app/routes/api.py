@@ -15,7 +15,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from app.deps import DispatcherDep, SettingsDep
+from app.admission import bearer_of
+from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
 from app.routing import reads
 from app.schemas import (
@@ -29,13 +30,7 @@ from app.schemas import (
     inline_schema,
 )
 from app.store import JobRow, now
-from app.submission import (
-    check_bearer,
-    check_queue_room,
-    check_submitter,
-    read_json_body,
-    validate_submission,
-)
+from app.submission import read_json_body, validate_submission
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 
@@ -87,10 +82,16 @@ def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "worker_id": job.worker_id,
+        "worker_name": _worker_name(job.worker_id, dispatcher),
         "progress": progress.model_dump(exclude_none=True) if progress else None,
         "stderr_tail": job.stderr_tail,
         "links": job_links(job.id),
     }
+
+
+def _worker_name(worker_id: str | None, dispatcher: Dispatcher) -> str | None:
+    entry = dispatcher.worker_or_none(worker_id) if worker_id else None
+    return entry.name if entry is not None else None
 
 
 def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
@@ -138,14 +139,13 @@ ExistingJob = Annotated[JobRow, Depends(existing_job)]
     summary="Submit a job",
 )
 async def submit_job(
-    request: Request, settings: SettingsDep, dispatcher: DispatcherDep
+    request: Request, settings: SettingsDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Queue a job: a workload with its parameters, a path, stages and measurement options."""
-    client = check_submitter(request, dispatcher, "job submission")
+    admission.check_token(bearer_of(request), "job submission")
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     valid = validate_submission(data, dispatcher.store, settings.MAX_JOB_BYTES)
-    check_queue_room(dispatcher)
-    job = dispatcher.submit(valid.spec, valid.devices, client)
+    (job,) = admission.queue(admission.client(request), [valid])
     body = job_public(job, dispatcher)
     return JSONResponse(body, status_code=202, headers={"Location": body["links"]["self"]})
 
@@ -183,11 +183,10 @@ async def get_job(job: ExistingJob, dispatcher: DispatcherDep) -> JSONResponse:
     summary="Cancel a job",
 )
 async def cancel_job(
-    request: Request, job: ExistingJob, dispatcher: DispatcherDep, settings: SettingsDep
+    request: Request, job: ExistingJob, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Cancel a queued or running job (a running one stops at the worker's next heartbeat)."""
-    if settings.SUBMIT_TOKEN is not None:
-        check_bearer(request, settings.SUBMIT_TOKEN, "cancelling a job")
+    admission.check_token(bearer_of(request), "cancelling a job")
     if not dispatcher.cancel(job.id):
         current = _job_or_404(job.id, dispatcher)
         raise HTTPException(status_code=409, detail=f"the job has already ended ({current.status})")

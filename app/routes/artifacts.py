@@ -15,14 +15,13 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.responses import Response
 
-from app.deps import DispatcherDep, SettingsDep, StateDep
+from app.admission import bearer_of, token_matches
+from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.runs import _connected_paths, is_htmx, render
+from app.routes.common import connected_paths, is_htmx, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic
-from app.settings import Settings
 from app.submission import (
-    check_submitter,
     field_errors,
     form_errors,
     read_capped_body,
@@ -82,10 +81,6 @@ def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
     return dispatcher.store.put_file(data, KINDS[kind])
 
 
-def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> None:
-    check_submitter(request, dispatcher, "uploading")
-
-
 @router.post(
     "/api/v1/artifacts",
     status_code=201,
@@ -97,11 +92,13 @@ async def upload_artifact(
     request: Request,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
+    admission: AdmissionDep,
     kind: Annotated[str, Query(pattern="^(exported|npz)$")] = "exported",
 ) -> JSONResponse:
     """Store a file by its SHA-256 (the same bytes twice are stored once) and say what it
     holds: an exported function's platforms and shapes, or an archive's arrays."""
-    _check_submitter(request, settings, dispatcher)
+    admission.check_token(bearer_of(request), "uploading")
+    admission.throttle(admission.client(request))
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/octet-stream":
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
@@ -144,7 +141,7 @@ def _page_context(
         "values": values or {},
         "errors": errors or {},
         "paths": paths,
-        "connected": _connected_paths(dispatcher),
+        "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
@@ -189,7 +186,8 @@ async def upload_from_page(
         errors["artifact"] = str(exc)
         return again(422)
     token = settings.SUBMIT_TOKEN
-    if token is not None and fields.get("token", (None, b""))[1].decode(errors="replace") != token:
+    given = fields.get("token", (None, b""))[1].decode(errors="replace")
+    if token is not None and not token_matches(given, token):
         errors["token"] = "this server needs its submission token"
         return again(401)
     stored: dict[str, str] = {}
@@ -240,7 +238,11 @@ async def artifact_page(
 
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
 async def run_artifact(
-    sha256: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+    sha256: str,
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    admission: AdmissionDep,
 ) -> Response:
     """Queue a job for the uploaded function from its page's form."""
     from urllib.parse import parse_qsl
@@ -270,19 +272,26 @@ async def run_artifact(
         },
     }
     settings = state.settings
-    if settings.SUBMIT_TOKEN is not None and form.get("token") != settings.SUBMIT_TOKEN:
+    status = 422
+    headers: dict[str, str] = {}
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
         errors["token"] = "this server needs its submission token"
+        status = 401
+    job = None
     if not errors:
         try:
             valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
+            (job,) = admission.queue(admission.client(request), [valid])
         except HTTPException as exc:
-            errors.update(form_errors(exc))
-    if errors:
+            errors.update(form_errors(exc) if exc.status_code == 422 else {"general": exc.detail})
+            status, headers = exc.status_code, dict(exc.headers or {})
+    if job is None:
         ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
-        return render(state, "artifact.html", ctx, 422)
-    client = request.client.host if request.client else "?"
-    job = dispatcher.submit(valid.spec, valid.devices, client)
+        page = render(state, "artifact.html", ctx, status)
+        page.headers.update(headers)
+        return page
     if is_htmx(request):
-        response = Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
-        return response
+        return Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
     return RedirectResponse(f"/runs/{job.id}", status_code=303)

@@ -11,19 +11,16 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from pydantic import ValidationError
 
+from app.admission import Admission
 from app.compare.decision import DecisionNotes, build_record, to_markdown
 from app.compare.stats import MIN_RUNS
 from app.compare.view import CompareInputError, compare_context, json_twin, read_request
 from app.compare.view import Request as Comparison
-from app.deps import DispatcherDep, StateDep
+from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.runs import is_htmx, render
+from app.routes.common import is_htmx, render
 from app.settings import Settings
-from app.submission import (
-    check_queue_room,
-    check_rate,
-    validate_submission,
-)
+from app.submission import read_capped_body, validate_submission
 
 router = APIRouter(include_in_schema=False)
 
@@ -164,14 +161,12 @@ async def _form(request: Request) -> dict[str, str]:
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
         raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
-    body = await request.body()
-    if len(body) > FORM_MAX_BYTES:
-        raise HTTPException(status_code=413, detail=f"the form is over {FORM_MAX_BYTES:,} bytes")
+    body = await read_capped_body(request, FORM_MAX_BYTES, "form")
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
 def queue_repeats(
-    dispatcher: Dispatcher,
+    admission: Admission,
     settings: Settings,
     job_id: str,
     count: int,
@@ -180,7 +175,8 @@ def queue_repeats(
     changes: dict[str, Any] | None = None,
 ) -> list[str]:
     """Queue `count` more jobs with `job_id`'s spec (with `changes` to its measure options),
-    through the same checks as the API; the new job ids."""
+    through admission like every submission; the new job ids."""
+    dispatcher = admission.dispatcher
     job = dispatcher.store.get_job(job_id)
     if job is None:
         raise HTTPException(status_code=404, detail=f"no run {job_id[:64]!r}")
@@ -188,31 +184,29 @@ def queue_repeats(
     if changes:
         spec["measure"] = {**(spec.get("measure") or {}), **changes}
     valid = validate_submission(spec, dispatcher.store, settings.MAX_JOB_BYTES)
-    check_queue_room(dispatcher, count)
-    queued: list[str] = []
-    for _ in range(count):
-        check_rate(dispatcher, client)
-        queued.append(dispatcher.submit(valid.spec, valid.devices, client).id)
-    return queued
+    return [job.id for job in admission.queue(client, [valid] * count)]
 
 
-def _check_token(form: dict[str, str], settings: Settings) -> None:
-    token = settings.SUBMIT_TOKEN
-    if token is not None and form.get("token") != token:
-        raise HTTPException(status_code=401, detail="this server needs its submission token")
+def _check_token(form: dict[str, str], admission: Admission) -> None:
+    try:
+        admission.check_token(form.get("token"), "queueing runs", bearer=False)
+    except HTTPException:
+        raise HTTPException(
+            status_code=401, detail="this server needs its submission token"
+        ) from None
 
 
 @router.post("/compare/repeat", response_class=HTMLResponse)
 async def compare_repeat(
-    request: Request, state: StateDep, dispatcher: DispatcherDep
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> RedirectResponse:
     """Queue the repeats each side lacks (resubmitting its first run's spec); back to the
     comparison with the new runs added to their sides."""
     form = await _form(request)
-    _check_token(form, state.settings)
+    _check_token(form, admission)
     req = _read(asked(form.get("a"), form.get("b"), None, form.get("boundary")))
     ctx = _context(dispatcher, req)
-    client = request.client.host if request.client else "?"
+    client = admission.client(request)
     sides: dict[str, list[str]] = {"a": list(req.a), "b": list(req.b)}
     wanted = form.get("side", "both")
     for name, side in ctx["sides"].items():
@@ -223,19 +217,19 @@ async def compare_repeat(
         count = min(count, MAX_REPEATS)
         if count > 0:
             first = sides[name][0]
-            sides[name] += queue_repeats(dispatcher, state.settings, first, count, client)
+            sides[name] += queue_repeats(admission, state.settings, first, count, client)
     query = Comparison(sides["a"], sides["b"], req.boundary).query()
     return RedirectResponse(f"/compare?{query}", status_code=303)
 
 
 @router.post("/runs/{job_id}/repeat", response_class=HTMLResponse)
 async def run_repeat(
-    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+    job_id: str, request: Request, state: StateDep, admission: AdmissionDep
 ) -> RedirectResponse:
     """Run a job again with the same spec; `profile=on` turns the profiler on for it."""
     form = await _form(request)
-    _check_token(form, state.settings)
+    _check_token(form, admission)
     changes = {"profile": True} if form.get("profile") in ("on", "1", "true") else None
-    client = request.client.host if request.client else "?"
-    (new_id,) = queue_repeats(dispatcher, state.settings, job_id, 1, client, changes=changes)
+    client = admission.client(request)
+    (new_id,) = queue_repeats(admission, state.settings, job_id, 1, client, changes=changes)
     return RedirectResponse(f"/runs/{new_id}", status_code=303)

@@ -18,25 +18,20 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.deps import DispatcherDep, SettingsDep, StateDep
+from app.admission import Admission, bearer_of
+from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
 from app.matrices.spec import SHAPE, MatrixSpec, expand
 from app.matrices.store import CellRow, MatrixRow
 from app.matrices.views import cell_view, matrix_csv, matrix_public
-from app.routes.runs import _connected_paths, is_htmx, render
+from app.routes.common import connected_paths, is_htmx, pydantic_problems, render
 from app.routing import reads
 from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
-from app.submission import (
-    _pydantic_problems,
-    check_queue_room,
-    check_submitter,
-    field_errors,
-    read_json_body,
-)
+from app.submission import field_errors, read_capped_body, read_json_body
 from workers.catalog import WORKLOADS
-from workers.cli import parse_value
+from workers.catalog.values import parse_value
 from workers.protocol import CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
@@ -52,26 +47,23 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_matrix(
-    spec: MatrixSpec, dispatcher: Dispatcher, settings: Settings, client: str | None
-) -> str:
+def create_matrix(spec: MatrixSpec, admission: Admission, settings: Settings, client: str) -> str:
     """Expand `spec`, queue every cell that can run, store the matrix; its id.
 
-    422 when no cell can run at all (each reason is listed), 429 when the queue cannot
-    take every runnable cell now: a matrix is queued whole or not at all.
+    422 when no cell can run at all (each reason is listed), 429 when admission refuses
+    the runnable cells (each counts as a job): a matrix is queued whole or not at all.
     """
+    dispatcher = admission.dispatcher
     cells = expand(spec, dispatcher.store, settings.MAX_JOB_BYTES)
-    runnable = [c for c in cells if c.valid is not None]
-    if not runnable:
+    valid = [c.valid for c in cells if c.valid is not None]
+    if not valid:
         reasons = list(dict.fromkeys(c.reason or "" for c in cells))
         field_errors([(None, f"no cell can run: {reason}") for reason in reasons])
-    check_queue_room(dispatcher, len(runnable))
-    stored = []
-    for cell in cells:
-        job_id = None
-        if cell.valid is not None:
-            job_id = dispatcher.submit(cell.valid.spec, cell.valid.devices, client).id
-        stored.append(CellRow(cell.row, cell.col, job_id, cell.reason))
+    jobs = iter(admission.queue(client, valid))
+    stored = [
+        CellRow(cell.row, cell.col, next(jobs).id if cell.valid is not None else None, cell.reason)
+        for cell in cells
+    ]
     matrix_id = secrets.token_hex(8)
     dispatcher.store.insert_matrix(matrix_id, spec.model_dump(mode="json"), stored, now())
     return matrix_id
@@ -82,10 +74,6 @@ def _matrix_or_404(matrix_id: str, dispatcher: Dispatcher) -> MatrixRow:
     if found is None:
         raise HTTPException(status_code=404, detail=f"no matrix {matrix_id[:64]!r}")
     return found
-
-
-def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatcher) -> str:
-    return check_submitter(request, dispatcher, "matrix submission")
 
 
 # --- API --------------------------------------------------------------------------------
@@ -104,18 +92,19 @@ def _check_submitter(request: Request, settings: Settings, dispatcher: Dispatche
     summary="Submit a workload matrix",
 )
 async def submit_matrix(
-    request: Request, settings: SettingsDep, dispatcher: DispatcherDep
+    request: Request, settings: SettingsDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Run a workload over row values (a parameter, or whole shapes) × paths, as jobs."""
-    client = _check_submitter(request, settings, dispatcher)
+    admission.check_token(bearer_of(request), "matrix submission")
+    client = admission.client(request)
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     if not isinstance(data, dict):
         field_errors([("body", "expected a JSON object")])
     try:
         spec = MatrixSpec.model_validate(data)
     except ValidationError as exc:
-        field_errors(_pydantic_problems(exc))
-    matrix_id = create_matrix(spec, dispatcher, settings, client)
+        field_errors(pydantic_problems(exc))
+    matrix_id = create_matrix(spec, admission, settings, client)
     body = matrix_public(_matrix_or_404(matrix_id, dispatcher), dispatcher)
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
@@ -215,7 +204,7 @@ def _form_context(
         "errors": errors,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "all_paths": [p.value for p in PathId],
-        "connected": _connected_paths(dispatcher),
+        "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
@@ -248,28 +237,31 @@ async def new_matrix(
 
 @router.post("/matrices", response_class=HTMLResponse, include_in_schema=False)
 async def submit_matrix_form(
-    request: Request, state: StateDep, dispatcher: DispatcherDep
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> Response:
     """Create a matrix from the form; on a mistake, the form again with every value kept."""
-    raw = await request.body()
-    if len(raw) > state.settings.MAX_BODY_BYTES:
-        raise HTTPException(status_code=413, detail="the form is too large")
+    raw = await read_capped_body(request, state.settings.MAX_BODY_BYTES, "form")
     pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
     form = {k: v for k, v in pairs if k != "paths"}
     paths = [v for k, v in pairs if k == "paths"]
     body, errors = read_matrix_form(form, paths)
     settings = state.settings
-    if settings.SUBMIT_TOKEN is not None and form.get("token") != settings.SUBMIT_TOKEN:
+    try:
+        admission.check_token(form.get("token"), "matrix submission", bearer=False)
+    except HTTPException:
         errors["token"] = "this server needs its submission token"
     matrix_id = None
+    status = 422
+    retry_after: str | None = None
     if not errors:
         try:
             spec = MatrixSpec.model_validate(body)
-            client = request.client.host if request.client else "?"
-            matrix_id = create_matrix(spec, dispatcher, settings, client)
+            matrix_id = create_matrix(spec, admission, settings, admission.client(request))
         except ValidationError as exc:
-            errors.update({f or "general": m for f, m in _pydantic_problems(exc)})
+            errors.update({f or "general": m for f, m in pydantic_problems(exc)})
         except HTTPException as exc:
+            status = exc.status_code
+            retry_after = (exc.headers or {}).get("Retry-After")
             detail: list[dict[str, Any]] = (
                 exc.detail
                 if isinstance(exc.detail, list)
@@ -280,9 +272,12 @@ async def submit_matrix_form(
                 errors[key] = f"{errors[key]} {d['message']}" if key in errors else d["message"]
     if matrix_id is None:
         values = {**form, "paths": paths}
-        return render(
-            state, "matrix_new.html", _form_context(state, dispatcher, values, errors), 422
-        )
+        status = 401 if "token" in errors else status
+        ctx = _form_context(state, dispatcher, values, errors)
+        response = render(state, "matrix_new.html", ctx, status)
+        if status == 429 and retry_after:
+            response.headers["Retry-After"] = retry_after
+        return response
     return RedirectResponse(f"/matrices/{matrix_id}", status_code=303)
 
 

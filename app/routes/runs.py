@@ -14,25 +14,18 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
 
-from app.deps import DispatcherDep, StateDep
+from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.ir.view import SourceText, build_view
-from app.main import AppState
 from app.routes.api import job_public
+from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
 from app.runs.form import FormState, measure_fields, param_fields, read_form
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
+from app.state import AppState
 from app.store import now
-from app.submission import (
-    check_queue_room,
-    check_rate,
-    client_of,
-    form_errors,
-    read_capped_body,
-    validate_submission,
-)
-from app.templating import server_linker
+from app.submission import form_errors, read_capped_body, validate_submission
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -48,31 +41,6 @@ def page_route(path: str) -> Callable[[Endpoint], Endpoint]:
     return read_route(path, response_class=HTMLResponse)
 
 
-def is_htmx(request: Request) -> bool:
-    return (
-        request.headers.get("hx-request") == "true"
-        and "hx-history-restore-request" not in request.headers
-        and request.headers.get("hx-request-type") != "full"
-    )
-
-
-def render(
-    state: AppState, template: str, ctx: dict[str, Any], status_code: int = 200
-) -> HTMLResponse:
-    """A template with what base.html needs, as an uncached HTML response."""
-    assets = state.assets
-    html = state.env.get_template(template).render(
-        site=state.content.site,
-        content_version=state.content.version,
-        link=server_linker(""),
-        static=lambda name: assets[name].url,
-        export=False,
-        embed=False,
-        **ctx,
-    )
-    return HTMLResponse(html, status_code, headers={"Cache-Control": "no-store"})
-
-
 def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
     job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
     if job is None:
@@ -84,18 +52,9 @@ def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
 
 
-def _connected_paths(dispatcher: Dispatcher) -> list[str]:
-    paths: list[str] = []
-    for w in dispatcher.connected_workers():
-        for p in w.capabilities.paths:
-            if p.value not in paths:
-                paths.append(p.value)
-    return paths
-
-
 def _form_context(state: AppState, dispatcher: Dispatcher, form: FormState) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
-    connected = _connected_paths(dispatcher)
+    connected = connected_paths(dispatcher)
     return {
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
@@ -121,7 +80,7 @@ async def new_run(
     if workload not in WORKLOADS:
         workload = "matmul"
     offered = [p.value for p in WORKLOADS[workload].paths]
-    connected = _connected_paths(dispatcher)
+    connected = connected_paths(dispatcher)
     chosen = (
         path
         if path in offered
@@ -132,7 +91,9 @@ async def new_run(
 
 
 @router.post("/runs", response_class=HTMLResponse)
-async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDep) -> Response:
+async def submit_run(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
+) -> Response:
     """Queue a job from the form; on a mistake, show the form again with every value kept."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/x-www-form-urlencoded":
@@ -152,19 +113,11 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
 
     if form_state.errors:
         return again(422)
-    token = settings.SUBMIT_TOKEN
-    if token is not None and form.get("token") != token:
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
         form_state.errors["token"] = "this server needs its submission token"
         return again(401)
-    client = client_of(request)
-    try:
-        check_rate(dispatcher, client)
-        check_queue_room(dispatcher)
-    except HTTPException as busy:
-        form_state.general.append(f"Not queued: {busy.detail}.")
-        response = again(busy.status_code)
-        response.headers.update(busy.headers or {})
-        return response
     try:
         valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
     except HTTPException as exc:
@@ -173,7 +126,13 @@ async def submit_run(request: Request, state: StateDep, dispatcher: DispatcherDe
             form_state.general.append(problems.pop("general"))
         form_state.errors.update(problems)
         return again(exc.status_code)
-    job = dispatcher.submit(valid.spec, valid.devices, client)
+    try:
+        (job,) = admission.queue(admission.client(request), [valid])
+    except HTTPException as busy:
+        form_state.general.append(f"Not queued: {busy.detail}.")
+        response = again(busy.status_code)
+        response.headers.update(busy.headers or {})
+        return response
     url = f"/runs/{job.id}"
     if is_htmx(request):
         ctx = run_context(job_public(job, dispatcher), _public_base(state, request))

@@ -90,9 +90,9 @@ async def test_a_job_runs_through_lease_and_result(bench_client: httpx.AsyncClie
     assert text.text == "HloModule m\n"
     assert text.headers["content-type"].startswith("text/plain")
 
-    # Posting the same result again is harmless.
+    # Posting the same result again is harmless: its lease has ended, nothing changes.
     again = await worker.finish(grant)
-    assert again.status_code == 200 and again.json()["accepted"] is False
+    assert again.status_code == 409 and again.json()["accepted"] is False
     assert (await get(bench_client, job_id))["run"]["attempt"] == 1
 
 
@@ -314,7 +314,7 @@ async def test_metrics_and_readyz(bench_client: httpx.AsyncClient) -> None:
 async def test_a_job_held_far_past_its_limit_is_failed_by_the_server(
     bench_client: httpx.AsyncClient, bench_dispatcher: Dispatcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.dispatch.START_ALLOWANCE_S", 0.0)
+    monkeypatch.setattr("app.dispatch.reaper.START_ALLOWANCE_S", 0.0)
     bench_dispatcher.settings = bench_dispatcher.settings.model_copy(update={"JOB_TIMEOUT_S": 0.2})
     worker = FakeWorker(bench_client)
     await worker.register()

@@ -41,6 +41,7 @@ def _post(url: str, result: dict[str, Any]) -> str:
             "worker_id": worker,
             "job_id": grant["job_id"],
             "attempt": grant["attempt"],
+            "lease_id": grant["lease_id"],
             "result": {**result, "job": grant["spec"]},
             "run_seconds": 0.1,
         }

@@ -1,0 +1,36 @@
+"""The dispatcher: queues jobs, leases them to capable workers, takes their reports and
+reaps what expires. One per app; it lives in `AppState.dispatcher`.
+
+Split by concern: `core` (shared state and the workers it knows), `leasing` (jobs in,
+leases out), `reports` (what workers send about the jobs they hold) and `reaper`.
+"""
+
+from __future__ import annotations
+
+from app.dispatch.core import (
+    LeaseEnded,
+    LeaseGrant,
+    UnknownWorker,
+    Verdict,
+    WorkerEntry,
+    cap_text,
+)
+from app.dispatch.leasing import LeasingMixin
+from app.dispatch.reaper import START_ALLOWANCE_S, ReaperMixin
+from app.dispatch.reports import ReportsMixin
+
+
+class Dispatcher(LeasingMixin, ReportsMixin, ReaperMixin):
+    """Jobs in, leases out, reports taken, expiries reaped."""
+
+
+__all__ = [
+    "START_ALLOWANCE_S",
+    "Dispatcher",
+    "LeaseEnded",
+    "LeaseGrant",
+    "UnknownWorker",
+    "Verdict",
+    "WorkerEntry",
+    "cap_text",
+]

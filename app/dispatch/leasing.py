@@ -1,0 +1,109 @@
+"""Queueing jobs and leasing them to capable workers.
+
+Every decision reads and writes the store without an `await` in between, so with one
+event loop two lease requests can never take the same job. A lease request waits on an
+asyncio event that is set whenever a job enters the queue (submitted, re-queued or
+given back), never on a fixed polling sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+
+from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
+from app.requirements import job_requirements, unmet
+from app.store import JobRow, now
+from workers.protocol import Capabilities, JobSpec, JobStatus
+
+
+class LeasingMixin(DispatcherCore):
+    """Jobs in (submit, cancel), workers registered, leases out."""
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, devices: int, client: str | None) -> JobRow:
+        """Queue a validated job and wake the workers waiting for one."""
+        job_id = secrets.token_hex(8)
+        spec_json = spec.model_dump(mode="json")
+        job = self.store.insert_job(
+            job_id, spec_json, dict(job_requirements(spec, devices)), client, now()
+        )
+        self._notify()
+        return job
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a queued or running job; False if it had already ended."""
+        job = self.store.get_job(job_id)
+        ended = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request", now())
+        if ended:
+            self._deadlines.pop(job_id, None)
+            if job is not None and job.lease_owner is not None:
+                self._worker_done(job.lease_owner, job_id)
+            self._announce(job_id)
+        return ended
+
+    # --- workers -------------------------------------------------------------------------
+
+    def register(self, caps: Capabilities, name: str | None) -> str:
+        """Record a worker under a new id the server makes (a worker never chooses its
+        own, so it cannot take another's); the id."""
+        worker_id = f"w-{secrets.token_hex(8)}"
+        at = now()
+        self.store.upsert_worker(worker_id, name, caps.model_dump(mode="json"), at)
+        self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
+        self._notify()  # a new worker may make a waiting job runnable
+        return worker_id
+
+    async def lease(self, worker_id: str, wait_s: float) -> LeaseGrant | None:
+        """A job for this worker, waiting up to `wait_s` for one; None when none came."""
+        entry = self.worker(worker_id)
+        self._seen(entry)
+        give_up = time.monotonic() + wait_s
+        entry.polling += 1
+        try:
+            while True:
+                grant = self._try_claim(entry)
+                if grant is not None:
+                    return grant
+                remaining = give_up - time.monotonic()
+                if remaining <= 0:
+                    return None
+                changed = self._changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+        finally:
+            entry.polling -= 1
+            entry.last_seen = now()
+
+    def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
+        # Group the queue by what its jobs need, keep the needs this worker meets, and take
+        # the oldest job among them: a runnable job is found wherever it sits in the queue.
+        meets = [
+            text
+            for text, _ in self.store.queued_requirements()
+            if unmet(json.loads(text), entry.capabilities) is None
+        ]
+        for job in self.store.oldest_queued(meets):
+            at = now()
+            deadline = at + self.settings.LEASE_S
+            lease_id = secrets.token_urlsafe(18)
+            attempt = self.store.claim(job.id, entry.id, lease_id, deadline, at)
+            if attempt is None:
+                continue
+            self._hold(job.id, lease_id)
+            entry.current_job = job.id
+            self.hub.publish_status(job.id, JobStatus.RUNNING, None, attempt)
+            return LeaseGrant(
+                job.id,
+                lease_id,
+                attempt,
+                job.spec,
+                job.requirements,
+                deadline,
+                self.settings.JOB_TIMEOUT_S,
+            )
+        return None

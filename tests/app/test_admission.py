@@ -1,0 +1,206 @@
+"""One admission for everything that queues work: every route counts its jobs against the
+client's rate, the queue, the client's share and the cap on jobs no worker can run."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from bench_fakes import MATMUL, FakeWorker
+
+from app.main import create_app
+from app.settings import Settings
+from workers.catalog.exported import EXPORT_MEDIA_TYPE
+
+pytestmark = pytest.mark.anyio
+
+APP = Path(__file__).resolve().parents[2] / "app"
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+GPU_MATRIX: dict[str, Any] = {
+    "workload": "matmul",
+    "paths": ["jax-gpu"],
+    "axis": {"name": "m", "values": [16, 32, 48, 64]},
+    "base_params": {"n": 16, "k": 16},
+    "measure": {"samples": 5},
+}
+
+Connect = Callable[..., AbstractAsyncContextManager[tuple[httpx.AsyncClient, Any]]]
+
+
+@pytest.fixture
+def connect(tmp_path: Path) -> Connect:
+    """An in-process app with the given settings, and a client whose peer address is
+    `peer`; yields (client, app state)."""
+
+    @asynccontextmanager
+    async def open_app(
+        peer: str = "127.0.0.1", app: Any = None, **changes: Any
+    ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+        if app is None:
+            settings = Settings(
+                DB=tmp_path / "admission.sqlite3",
+                CACHE_DIR=tmp_path / "cache",
+                WORKER_TOKEN="test-worker-token",
+                **changes,
+            )
+            app = create_app(settings)
+        transport = httpx.ASGITransport(app=app, client=(peer, 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            yield client, app
+
+    return open_app
+
+
+def _state(app: Any) -> Any:
+    return app.app.app.state.boundary
+
+
+async def test_only_admission_submits_to_the_dispatcher() -> None:
+    callers = []
+    for path in APP.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "submit"
+            ):
+                callers.append(path.relative_to(APP).as_posix())
+    assert callers == ["admission.py"]
+
+
+async def test_the_upload_run_form_counts_against_rate_and_queue(
+    connect: Connect, tmp_path: Path
+) -> None:
+    # Before: /artifacts/{sha}/runs checked neither, and 50 of 50 were queued.
+    async with connect(MAX_QUEUE=5, SUBMIT_RATE=3) as (client, app):
+        store = _state(app).dispatcher.store
+        from tests.app.test_artifacts import export
+
+        sha = store.put_file(export(["cpu"]), EXPORT_MEDIA_TYPE)
+        statuses = []
+        for _ in range(10):
+            r = await client.post(
+                f"/artifacts/{sha}/runs", content="path=jax-cpu&samples=5", headers=FORM
+            )
+            statuses.append(r.status_code)
+        assert statuses.count(303) == 3
+        assert set(statuses[3:]) == {429}
+        assert store.count_queued() == 3
+        assert "submissions a minute" in r.text
+        assert "Retry-After" in r.headers
+
+
+async def test_the_matrix_form_counts_its_cells_against_the_rate(connect: Connect) -> None:
+    # Before: the HTML matrix form never checked the rate.
+    form = (
+        "workload=matmul&paths=jax-cpu&axis.name=m&axis.values=16,32&base_params=n%3D16+k%3D16"
+        "&samples=5&mode=latency&cache=cold"
+    )
+    async with connect(SUBMIT_RATE=3) as (client, app):
+        first = await client.post("/matrices", content=form, headers=FORM)
+        assert first.status_code == 303, first.text
+        second = await client.post("/matrices", content=form, headers=FORM)
+        assert second.status_code == 429
+        assert "submissions a minute" in second.text
+        assert int(second.headers["Retry-After"]) >= 1
+        assert _state(app).dispatcher.store.count_queued() == 2
+
+
+async def test_a_matrix_counts_as_its_cells_in_the_api(connect: Connect) -> None:
+    matrix = {**GPU_MATRIX, "paths": ["jax-cpu"]}
+    async with connect(SUBMIT_RATE=6) as (client, _):
+        assert (await client.post("/api/v1/matrices", json=matrix)).status_code == 201
+        r = await client.post("/api/v1/matrices", json=matrix)  # 8 cells in a minute > 6
+        assert r.status_code == 429 and "submissions a minute" in r.json()["detail"]
+        single = await client.post("/api/v1/jobs", json=MATMUL)  # 5th, 6th still fit
+        assert single.status_code == 202
+
+
+async def test_jobs_no_worker_can_run_cannot_lock_others_out(connect: Connect) -> None:
+    # Before: eleven matrix POSTs queued 1,000 jax-gpu jobs and every other client got
+    # "429 queue is full" while the CPU worker sat idle.
+    async with connect(MAX_QUEUE=50, MAX_WAITING=6, MAX_QUEUE_PER_CLIENT=40) as (client, app):
+        worker = FakeWorker(client)
+        await worker.register()  # a CPU worker: nothing here runs jax-gpu
+        statuses = []
+        for _ in range(4):
+            r = await client.post(
+                "/api/v1/matrices", json=GPU_MATRIX, headers={"X-Forwarded-For": "198.51.100.1"}
+            )
+            statuses.append(r.status_code)
+        assert statuses == [201, 429, 429, 429]
+        assert "no connected worker can run them" in r.json()["detail"]
+        assert r.headers["Retry-After"] == "30"
+        other = await client.post(
+            "/api/v1/jobs", json=MATMUL, headers={"X-Forwarded-For": "198.51.100.2"}
+        )
+        assert other.status_code == 202, other.text
+        grant = await worker.lease()
+        assert grant is not None and grant["job_id"] == other.json()["id"]
+        assert _state(app).dispatcher.store.count_queued() == 4
+
+
+async def test_one_client_cannot_fill_the_queue(connect: Connect) -> None:
+    async with connect(MAX_QUEUE=10, MAX_QUEUE_PER_CLIENT=3) as (client, _):
+        await FakeWorker(client).register()
+        a = {"X-Forwarded-For": "198.51.100.7"}
+        codes = [(await client.post("/api/v1/jobs", json=MATMUL, headers=a)).status_code]
+        codes += [(await client.post("/api/v1/jobs", json=MATMUL, headers=a)).status_code]
+        codes += [(await client.post("/api/v1/jobs", json=MATMUL, headers=a)).status_code]
+        refused = await client.post("/api/v1/jobs", json=MATMUL, headers=a)
+        assert codes == [202, 202, 202] and refused.status_code == 429
+        assert "one client may have queued" in refused.json()["detail"]
+        assert "Retry-After" in refused.headers
+        b = {"X-Forwarded-For": "198.51.100.8"}
+        assert (await client.post("/api/v1/jobs", json=MATMUL, headers=b)).status_code == 202
+
+
+async def test_forwarded_for_counts_only_from_allowed_proxies(connect: Connect) -> None:
+    async with connect(peer="203.0.113.9", MAX_QUEUE_PER_CLIENT=1) as (client, app):
+        await FakeWorker(client).register()
+        one = {"X-Forwarded-For": "198.51.100.1"}
+        two = {"X-Forwarded-For": "198.51.100.2"}
+        assert (await client.post("/api/v1/jobs", json=MATMUL, headers=one)).status_code == 202
+        # The peer is no allowed proxy: its header is ignored, both are the same client.
+        assert (await client.post("/api/v1/jobs", json=MATMUL, headers=two)).status_code == 429
+        jobs = _state(app).dispatcher.store.list_jobs()[0]
+        assert {j.client for j in jobs} == {"203.0.113.9"}
+    async with connect(peer="10.0.0.5", app=app) as (client, _):
+        # Neither is 10.0.0.5 trusted under the default (127.0.0.1 only).
+        r = await client.post("/api/v1/jobs", json=MATMUL, headers=two)
+        assert r.status_code == 202
+
+
+async def test_forwarded_for_from_an_allowed_network(connect: Connect) -> None:
+    async with connect(
+        peer="10.0.0.5", FORWARDED_ALLOW_IPS="10.0.0.0/8", MAX_QUEUE_PER_CLIENT=1
+    ) as (client, app):
+        await FakeWorker(client).register()
+        # The last hop that is not a trusted proxy is the client; what it claims is not.
+        chain = {"X-Forwarded-For": "1.2.3.4, 198.51.100.1, 10.0.0.9"}
+        assert (await client.post("/api/v1/jobs", json=MATMUL, headers=chain)).status_code == 202
+        (job,) = _state(app).dispatcher.store.list_jobs()[0]
+        assert job.client == "198.51.100.1"
+
+
+async def test_a_runnable_job_is_leased_wherever_it_sits_in_the_queue(connect: Connect) -> None:
+    # Before: the lease query looked at the first MAX_QUEUE queued jobs only.
+    async with connect(MAX_QUEUE=3, MAX_WAITING=100) as (client, app):
+        dispatcher = _state(app).dispatcher
+        from app.submission import validate_job
+
+        cpu = validate_job(MATMUL, 2**30)
+        for _ in range(3):  # jobs spanning more devices than the worker has, queued first
+            dispatcher.submit(cpu.spec, 64, "x")  # (e.g. re-queued, or the limit was lowered)
+        worker = FakeWorker(client)
+        await worker.register()
+        r = await client.post("/api/v1/jobs", json=MATMUL)
+        assert r.status_code == 429  # the queue is full...
+        job = dispatcher.submit(cpu.spec, cpu.devices, "y")  # ...yet one runnable job sits 4th
+        grant = await worker.lease()
+        assert grant is not None and grant["job_id"] == job.id

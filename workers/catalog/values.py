@@ -1,0 +1,33 @@
+"""Typed values from text, for the command line and the server's HTML forms alike.
+
+Both sides read `key=value` words before the catalog validates them strictly; this is
+the one place where "512" becomes 512, so `boundary run` and a form agree on types.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
+MAX_DIGITS = 4000
+"""Longer digit strings stay text (Python refuses to convert past 4,300 digits), so the
+parameter's own validation names them instead of the conversion failing."""
+
+
+def parse_value(text: str) -> Any:
+    """A value as the type it spells: bool, int, float or string."""
+    lowered = text.lower()
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    if len(text) > MAX_DIGITS:
+        return text
+    if _INTEGER.match(text):
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    # "nan" and "inf" stay strings, so the parameter's own validation rejects them by name.
+    return number if math.isfinite(number) else text
