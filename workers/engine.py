@@ -40,6 +40,7 @@ from workers.environment import (
 )
 from workers.ir import summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
+from workers.pipeline import capture_pipeline, max_bytes_from_env
 from workers.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.protocol import (
     PATH_PLATFORM,
@@ -54,6 +55,7 @@ from workers.protocol import (
     MemoryAnalysis,
     Mode,
     PathId,
+    PipelineCapture,
     ProgressEvent,
     ProgressPhase,
     RunResult,
@@ -170,6 +172,7 @@ class _Program:
     cache_events: CacheEvents | None
     artifacts: Artifacts
     summary: HloSummary | None
+    pipeline: PipelineCapture | None = None
 
 
 def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
@@ -242,6 +245,10 @@ def _compile(
     cache_events = events_between(before, cache_counts())
     emit("compiled")
     hlo = compiled.as_text()
+    pipeline = None
+    if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
+        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        emit("compiled", message="pass pipeline captured")
     return _Program(
         compiled=compiled,
         scaled=scaled,
@@ -255,6 +262,7 @@ def _compile(
             hlo=hlo,
         ),
         summary=summarize_hlo(hlo) if hlo else None,
+        pipeline=pipeline,
     )
 
 
@@ -399,6 +407,7 @@ def run_job(
         extra={"seed": SEED},
         unreported={},
         source=workload_source(workload),
+        pipeline=program.pipeline,
     )
     correctness = None
     if StageId.EXECUTE in job.stages:

@@ -48,6 +48,7 @@ from workers.protocol import (
     KernelResources,
     Measurement,
     MemoryAnalysis,
+    PipelineCapture,
     Placement,
     ProfileTrace,
     Rates,
@@ -128,6 +129,8 @@ class Measured:
     profile: ProfileTrace | None = None
     source: SourceText | None = None
     """The workload function's source, for the page's source ↔ IR links."""
+    pipeline: PipelineCapture | None = None
+    """measure.pipeline's capture: compiler facts, no speed."""
 
     def check(
         self, correctness: Correctness | None, subjects: dict[str, Correctness] | None = None
@@ -202,6 +205,7 @@ class Checked:
             profile=m.profile,
             sweep=m.sweep,
             source=m.source,
+            pipeline=m.pipeline,
         )
         if not valid:
             return _strip(run)

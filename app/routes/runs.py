@@ -212,6 +212,7 @@ async def run_ir(
         "view": view,
         "src": src,
         "source_sha": source.sha256 if source else "",
+        "has_pipeline": bool((run or {}).get("pipeline")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",

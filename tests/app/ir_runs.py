@@ -96,3 +96,12 @@ def big_hlo(target_bytes: int = 4_000_000) -> str:
         previous = f"%fusion.{j}"
     entry += [f"  ROOT %out = f32[64,128]{{1,0}} copy({previous})", "}"]
     return "".join(parts) + "\n".join(entry) + "\n"
+
+
+def attention_with_pipeline() -> dict[str, Any]:
+    """The attention run with `measure.pipeline` on: XLA's passes captured on the CPU."""
+    from workers.engine import run_job
+    from workers.protocol import JobSpec
+
+    spec = {**ATTENTION, "measure": {**ATTENTION["measure"], "pipeline": True}}
+    return run_job(JobSpec.model_validate(spec)).model_dump(mode="json")

@@ -236,6 +236,42 @@ class SourceText(OpenModel):
     sha256: str = Field(description="SHA-256 of `text` (UTF-8), hex.")
 
 
+class PipelineStep(OpenModel):
+    """One module snapshot XLA dumped during compilation: the state after `changed` ran.
+
+    XLA writes a snapshot only when a pass changed the module, naming the pass that did
+    (`after_X`) and the pass that runs next (`before_Y`); a pass named as next that did not
+    produce the following snapshot ran without changing anything.
+    """
+
+    order: int = Field(ge=0, description="XLA's own sequence number of the snapshot.")
+    pipeline: str = Field(description="The pass pipeline, e.g. simplification, spmd-partitioner.")
+    changed: str = Field(description="The pass after which this snapshot was taken.")
+    next: str | None = Field(default=None, description="The pass that runs next.")
+    snapshot: int = Field(ge=0, description="Index into PipelineCapture.snapshots.")
+
+
+class PipelineCapture(OpenModel):
+    """XLA's pass pipeline for one compile of the run's program, from its per-pass dump."""
+
+    steps: list[PipelineStep] = Field(default_factory=list)
+    snapshots: list[str] = Field(
+        default_factory=list,
+        description="Distinct module texts: [0] before optimization, then each step's, in order.",
+    )
+    final: str | None = Field(default=None, description="The dumped module after optimizations.")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Other compiler reports kept whole: priority_fusion_dump.txt and "
+        "thunk_sequence.txt on GPU targets.",
+    )
+    bytes: int = Field(default=0, description="Text bytes kept.")
+    cut: str | None = Field(default=None, description="Why the capture stopped early, if it did.")
+    capture_s: float | None = Field(
+        default=None, description="Seconds the extra compile and reading the dump took."
+    )
+
+
 class RunResult(OpenModel):
     """One attempt at a job, complete and self-describing.
 
@@ -271,6 +307,9 @@ class RunResult(OpenModel):
     sweep: SweepResult | None = Field(default=None, description="shape-sweep: each policy.")
     source: SourceText | None = Field(
         default=None, description="The workload function's source, linked to the IR lines."
+    )
+    pipeline: PipelineCapture | None = Field(
+        default=None, description="measure.pipeline: XLA's passes, in order, with snapshots."
     )
     ceilings: Ceilings | None = Field(
         default=None, description="The running worker's measured ceilings (added by the server)."
