@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.app.bench_fakes import capabilities
-from tests.app.ir_runs import ATTENTION, attention_result, big_hlo
+from tests.app.ir_runs import ATTENTION, attention_result, attention_with_pipeline, big_hlo
 from tests.browser.conftest import serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -55,6 +55,7 @@ def _post(url: str, result: dict[str, Any]) -> str:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A server with no local worker, holding a real attention run and a 4 MB HLO run."""
     result = attention_result()
+    piped = attention_with_pipeline()
     big = {**result, "artifacts": {**result["artifacts"], "hlo": big_hlo()}, "source": None}
     saved = os.environ.get("BOUNDARY_WORKER_TOKEN")
     os.environ["BOUNDARY_WORKER_TOKEN"] = TOKEN
@@ -71,6 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "url": url,
             "attention": _post(url, result),
             "big": _post(url, big),
+            "piped": _post(url, piped),
             "source": result["source"],
         }
     finally:
@@ -206,3 +208,25 @@ def test_the_source_is_what_the_worker_sent(page: Page, runs: dict[str, Any]) ->
     assert ATTENTION["workload"] == "attention"
     expect(page.locator(".ir-source h3")).to_contain_text("workers/workloads/attention.py")
     expect(page.locator(".ir-source h3")).to_contain_text(runs["source"]["sha256"][:12])
+
+
+@pytest.mark.parametrize("javascript", [True, False])
+def test_the_pipeline_view_traces_a_fusion_to_its_pass(
+    browser: Any, runs: dict[str, Any], javascript: bool
+) -> None:
+    context = browser.new_context(java_script_enabled=javascript)
+    page = context.new_page()
+    try:
+        page.goto(f"{runs['url']}/runs/{runs['piped']}")
+        page.get_by_role("link", name=re.compile("pass pipeline")).first.click()
+        expect(page.get_by_role("heading", name="Passes in order")).to_be_visible()
+        expect(page.locator("ol.passes li.changed").first).to_be_visible()
+        expect(page.locator("ol.passes li.unchanged").first).to_be_attached()
+        row = page.locator("tr[id^='o-']", has=page.locator("td", has_text=re.compile("^fusion$")))
+        name = (row.first.get_attribute("id") or "")[2:]
+        row.first.locator("td").nth(2).locator("a").click()
+        expect(page).to_have_url(re.compile(r"\?step=\d+#diff$"))
+        expect(page.locator("#diff .d-add", has_text=f"%{name} = ").first).to_be_attached()
+        expect(page.locator("ol.passes li.current")).to_have_count(1)
+    finally:
+        context.close()
