@@ -103,3 +103,29 @@ async def test_search_without_javascript_filters_on_the_server(
     assert "0 matching lines" in nothing and 'class="l' not in nothing
     too_long = await bench_client.get(f"/runs/{job_id}/ir/hlo", params={"q": "x" * 201})
     assert too_long.status_code == 422 and "q" in too_long.text
+
+
+async def test_the_summary_explains_each_fusion_with_its_source_lines(
+    bench_client: httpx.AsyncClient, attention: dict[str, Any]
+) -> None:
+    job_id = await post_run(bench_client, attention)
+    run = (await bench_client.get(f"/runs/{job_id}.json")).json()["run"]
+    explained = {e["name"]: e for e in run["hlo_explained"]}
+    fusions = [e for e in explained.values() if e["op"] == "fusion"]
+    assert len(fusions) == len(run["hlo_summary"]["fusions"]) > 0
+    softmax = str(_line_of(attention["source"], "jax.nn.softmax"))
+    assert any(softmax in e["source"] for e in fusions)
+    for e in fusions:
+        assert e["kind"] and e["shape"].startswith("f32[") and e["bytes"] > 0
+        assert e["made_by"] is None  # no pipeline captured: no pass named
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Each fusion, library call and collective" in page
+    assert f"/runs/{job_id}/ir/hlo?src={softmax}" in page
+
+
+def test_shape_bytes_counts_every_array() -> None:
+    from app.ir.explain import shape_bytes
+
+    assert shape_bytes("f32[2,64]{1,0}") == 512
+    assert shape_bytes("(bf16[8]{0}, pred[3]{0})") == 19
+    assert shape_bytes("f32[]") == 4 and shape_bytes("token[]") is None

@@ -94,6 +94,10 @@ async def test_the_pipeline_page_lists_passes_diffs_and_origins(
     assert origin, "no fusion traced back to a pass"
     diff = (await bench_client.get(unescape(origin.group("href")).split("#")[0])).text
     assert 'class="d-add"' in diff and f"%{origin.group('name')} = " in unescape(diff)
+    # The run's summary names the same pass for that fusion.
+    explained = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()["run"]["hlo_explained"]
+    made = {e["name"]: e["made_by"] for e in explained}
+    assert made[origin.group("name")] == unescape(origin.group("pass"))
     none = await bench_client.get(f"/runs/{job_id}/pipeline", params={"step": 99999})
     assert none.status_code == 404
 

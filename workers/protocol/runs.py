@@ -185,6 +185,26 @@ class HloCollective(OpenModel):
     asynchronous: bool = Field(default=False, description="Issued as a -start/-done pair.")
 
 
+class HloExplained(OpenModel):
+    """One fusion, library call or collective of the optimized HLO, explained: what it is,
+    what it moves, the source lines it came from and the pass that made it (added by the
+    server from the run's own HLO, source and pass pipeline)."""
+
+    name: str
+    op: str = Field(description="fusion, custom-call, all-reduce-start, ...")
+    kind: str = Field(description="The fusion kind, custom-call target or collective.")
+    shape: str
+    bytes: int | None = Field(default=None, description="Bytes of the result's arrays.")
+    source: list[str] = Field(
+        default_factory=list,
+        description="Source lines it came from: the workload's line numbers, or file:line.",
+    )
+    made_by: str | None = Field(
+        default=None, description="The first pass after which its name appears (pipeline runs)."
+    )
+    pipeline_step: int | None = None
+
+
 class HloSummary(OpenModel):
     """What the optimized HLO says XLA chose: fusions, library calls, communication."""
 
@@ -310,6 +330,11 @@ class RunResult(OpenModel):
     )
     pipeline: PipelineCapture | None = Field(
         default=None, description="measure.pipeline: XLA's passes, in order, with snapshots."
+    )
+    hlo_explained: list[HloExplained] | None = Field(
+        default=None,
+        description="Each fusion, library call and collective with its source lines and pass "
+        "(added by the server).",
     )
     ceilings: Ceilings | None = Field(
         default=None, description="The running worker's measured ceilings (added by the server)."
