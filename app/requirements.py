@@ -6,23 +6,39 @@ compiles needs `cuda_compile`, one that executes needs `cuda_run`, and either ne
 worker that offers the cuda path (its engine can run it); `devices=N` needs N devices,
 where `jax-cpu` may use virtual CPU devices up to the worker's `max_virtual_devices`.
 A `jax-gpu` job never runs on a CPU worker.
+
+A job with a target (`v6e:2x4`, `b200:1`, …) on a JAX path that only compiles goes to a
+worker that compiles for that target without the hardware (its `targets`), or to a
+worker with real devices of that model, enough of them. One that executes goes only to
+the latter. A `cuda` job with a target needs what any cuda job needs (any CUDA compiler
+builds for any architecture), and to execute, a GPU of the target's model.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
-from workers.protocol import PATH_PLATFORM, Capabilities, JobSpec, PathId, StageId
+from workers.protocol import (
+    PATH_PLATFORM,
+    Capabilities,
+    JobSpec,
+    PathId,
+    StageId,
+    Target,
+    parse_target,
+)
 
 
 class Requirements(TypedDict):
-    """Stored with each job as JSON."""
+    """Stored with each job as JSON (jobs stored before targets existed lack the last two)."""
 
     path: str
     platform: str
     devices: int
     cuda_compile: bool
     cuda_run: bool
+    target: NotRequired[str | None]
+    executes: NotRequired[bool]
 
 
 def job_requirements(spec: JobSpec, devices: int) -> Requirements:
@@ -35,13 +51,47 @@ def job_requirements(spec: JobSpec, devices: int) -> Requirements:
         devices=devices,
         cuda_compile=cuda,
         cuda_run=cuda and executes,
+        target=spec.target,
+        executes=executes,
     )
+
+
+def has_real(caps: Capabilities, target: Target) -> bool:
+    """Whether a worker has real devices of `target`'s model, at least its count."""
+    kind = caps.device_kind.lower()
+    markers = [m.lower() for m in target.chip.kind_markers]
+    return (
+        caps.platform is target.platform
+        and any(m in kind for m in markers)
+        and caps.device_count >= target.count
+    )
+
+
+def _unmet_target(req: Requirements | dict[str, Any], caps: Capabilities) -> str | None:
+    target = parse_target(str(req["target"]))
+    path = PathId(req["path"])
+    real = has_real(caps, target)
+    if path == PathId.CUDA:
+        if req["cuda_run"] and not real:
+            return f"has no {target.chip.name} to run target {target.id} on"
+        return None
+    if real:
+        return None if path in caps.paths else f"does not offer the {path.value} path"
+    if req.get("executes"):
+        return f"has no real {target.chip.name} devices ({target.count} needed to run {target.id})"
+    if target.id not in caps.targets:
+        return f"does not compile for target {target.id}"
+    return None
 
 
 def unmet(req: Requirements | dict[str, Any], caps: Capabilities) -> str | None:
     """Why a worker with `caps` cannot run a job needing `req`; None when it can."""
     path = PathId(req["path"])
     devices = int(req["devices"])
+    if req.get("target"):
+        problem = _unmet_target(req, caps)
+        if problem is not None or path != PathId.CUDA:
+            return problem
     if path == PathId.CUDA:
         if PathId.CUDA not in caps.paths:
             return "does not offer the cuda path"
@@ -69,6 +119,11 @@ def unmet(req: Requirements | dict[str, Any], caps: Capabilities) -> str | None:
 def describe_need(req: Requirements | dict[str, Any]) -> str:
     """A short phrase naming what a job waits for, e.g. 'jax-gpu with 2 devices'."""
     text = str(req["path"])
+    if req.get("target"):
+        target = parse_target(str(req["target"]))
+        if req.get("executes"):
+            return f"{text} on {target.count} real {target.chip.name} device(s) ({target.id})"
+        return f"{text} compiling for {target.id}"
     if req["path"] == PathId.CUDA.value and not req["cuda_run"]:
         text += " (compile only)"
     devices = int(req["devices"])

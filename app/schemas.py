@@ -97,6 +97,9 @@ class JobSummary(BaseModel):
     params: dict[str, Any]
     stages: list[StageId]
     measure: MeasureOptions
+    target: str | None = Field(
+        default=None, description="What the compiler compiles for, e.g. v6e:2x4 or b200:1."
+    )
     created_at: str
     updated_at: str
     worker_id: str | None = Field(description="The worker that last held the job.")
@@ -134,6 +137,9 @@ class WorkerPublic(BaseModel):
     max_virtual_devices: int
     cuda_compile: bool
     cuda_run: bool
+    targets: list[str] = Field(
+        default_factory=list, description="Targets it compiles for without the hardware."
+    )
     jax_version: str | None
     hostname: str | None
     registered_at: str

@@ -21,8 +21,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.cuda.env import probe_gpu
-from workers.protocol import BoundaryId, JobSpec
+from workers.jaxenv import apply_jax_environment
+
+apply_jax_environment()  # a GPU is found by its device files; JAX then uses it
+
+from workers.cuda.env import probe_gpu  # noqa: E402
+from workers.protocol import BoundaryId, JobSpec  # noqa: E402
 
 NO_GPU = 3
 

@@ -20,15 +20,19 @@ import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.engine import run_job
-from workers.harness import CompiledCall, sample_latency
-from workers.protocol import JobSpec, MeasureOptions
+from workers.jaxenv import apply_jax_environment
+
+apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from workers.engine import run_job  # noqa: E402
+from workers.harness import CompiledCall, sample_latency  # noqa: E402
+from workers.protocol import JobSpec, MeasureOptions  # noqa: E402
 
 
 def bare_loop(call: CompiledCall, a: jax.Array, b: jax.Array, count: int) -> list[float]:

@@ -9,7 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.settings import Settings
+from workers.jaxenv import apply_jax_environment
+
+# Before any test imports jax, and inherited by every process a test starts: a machine
+# without a GPU or TPU runs JAX on the CPU, with libtpu quiet and shareable.
+apply_jax_environment()
+
+from app.settings import Settings  # noqa: E402
 
 
 @pytest.fixture

@@ -94,7 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("params", nargs="*", metavar="key=value", help="workload parameters")
     parser.add_argument("--path", choices=[p.value for p in PathId], default=PathId.JAX_CPU.value)
     parser.add_argument(
-        "--stages", type=parse_stages, default=["compile", "execute"], help="e.g. compile,execute"
+        "--target",
+        metavar="TARGET",
+        help="compile for this target: v6e:1x1 … v6e:16x16, b200:N, h100:N, h200:N "
+        "(N = 1, 2, 4, 8); without its hardware it is compiled, never run",
+    )
+    parser.add_argument(
+        "--stages",
+        type=parse_stages,
+        default=None,
+        help="e.g. compile,execute (default: compile,execute; with --target: compile)",
     )
     parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.LATENCY.value)
     parser.add_argument("--samples", type=parse_samples, default=20, help="N or auto")
@@ -139,18 +148,27 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         measure["flush_l2"] = True
     if args.pipeline:
         measure["pipeline"] = True
-    raw = {
+    raw: dict[str, Any] = {
         "workload": args.workload,
         "path": args.path,
         "params": parse_assignments(args.params),
-        "stages": args.stages,
         "measure": measure,
     }
+    if args.stages is not None:  # left out, the job's own default applies (it follows target)
+        raw["stages"] = args.stages
+    if args.target is not None:
+        raw["target"] = args.target
     try:
-        return JobSpec.model_validate(raw)
+        job = JobSpec.model_validate(raw)
     except ValidationError as exc:
         message, _ = describe_validation_error(exc)
         raise UsageError(message) from None
+    from workers.catalog.targets import apply_target
+
+    try:
+        return apply_target(job)  # how the target combines with path, workload and devices
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _with_files(job: JobSpec, server: str | None) -> JobSpec:
@@ -242,8 +260,10 @@ def run_command(argv: list[str]) -> int:
         print(f"boundary run: {exc}", file=sys.stderr)
         return EXIT_BAD_JOB
 
+    from workers.jaxenv import apply_jax_environment
     from workers.scale.devices import ensure_cpu_devices
 
+    apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
     try:
         # A jax-cpu job over N devices needs N virtual devices, fixed when JAX starts.
         relaunched = ensure_cpu_devices(job, argv, max_bytes)

@@ -172,6 +172,8 @@ class _Program:
     cache_events: CacheEvents | None
     artifacts: Artifacts
     summary: HloSummary | None
+    artifacts_s: float
+    """Untimed: printing the IR and summarizing the optimized HLO."""
     pipeline: PipelineCapture | None = None
 
 
@@ -244,7 +246,17 @@ def _compile(
     compile_s = clock() - t0
     cache_events = events_between(before, cache_counts())
     emit("compiled")
+    t0 = clock()
     hlo = compiled.as_text()
+    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
+    # page link each line to the source line it came from (the view folds them).
+    artifacts = Artifacts(
+        jaxpr=traced.jaxpr.pretty_print(source_info=True),
+        stablehlo=lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
+    summary = summarize_hlo(hlo) if hlo else None
+    artifacts_s = clock() - t0
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
         pipeline = capture_pipeline(lowered, max_bytes_from_env())
@@ -254,14 +266,9 @@ def _compile(
         scaled=scaled,
         stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
         cache_events=cache_events,
-        # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let
-        # the page link each line to the source line it came from (the view folds them).
-        artifacts=Artifacts(
-            jaxpr=traced.jaxpr.pretty_print(source_info=True),
-            stablehlo=lowered.as_text(debug_info=True),
-            hlo=hlo,
-        ),
-        summary=summarize_hlo(hlo) if hlo else None,
+        artifacts=artifacts,
+        summary=summary,
+        artifacts_s=artifacts_s,
         pipeline=pipeline,
     )
 
@@ -363,12 +370,24 @@ def run_job(
     """
     started = time.perf_counter()
     emit = _emitter(progress)
+    from workers.catalog.targets import apply_target, job_target
+
+    job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
+    target = job_target(job)
     params = _validate(job, max_bytes)
     if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
         from workers.cuda.job import run_cuda_job
 
-        return run_cuda_job(job, params, progress, cache_dir=cache_dir)
-    devices = select_devices(job.path)
+        return run_cuda_job(job, params, progress, cache_dir=cache_dir, target=target)
+    if target is not None:
+        from workers.targets.run import real_devices, run_deviceless
+
+        found = real_devices(target)
+        if found is None:  # no such devices here: compile for them, never run
+            return run_deviceless(job, params, target, progress, cache_dir=cache_dir)
+        devices = found
+    else:
+        devices = select_devices(job.path)
     device = devices[0]
     if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
         return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
@@ -405,7 +424,7 @@ def run_job(
         rate_basis=RateBasis(boundary) if boundary is not None else None,
         warnings=jax_path_notes(job),
         extra={"seed": SEED},
-        unreported={},
+        unreported={"artifacts": program.artifacts_s},
         source=workload_source(workload),
         pipeline=program.pipeline,
     )
@@ -421,6 +440,10 @@ def run_job(
             measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
         )
         measured.unreported["scale"] = time.perf_counter() - t0
+    if target is not None:
+        from workers.targets.run import hardware_report
+
+        measured.target = hardware_report(target, device)
     result = measured.check(correctness).publish()
     emit("done")
     return result

@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def export_command(argv: list[str]) -> int:
     """`boundary export-fn ARGV…`: the exit status."""
+    from workers.jaxenv import apply_jax_environment
+
+    apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -58,6 +58,7 @@ from workers.protocol import (
     SourceText,
     StageSeconds,
     SweepResult,
+    TargetReport,
 )
 
 __all__ = [
@@ -131,6 +132,8 @@ class Measured:
     """The workload function's source, for the page's source ↔ IR links."""
     pipeline: PipelineCapture | None = None
     """measure.pipeline's capture: compiler facts, no speed."""
+    target: TargetReport | None = None
+    """What the compiler compiled for (a job with a target), and whether it ran there."""
 
     def check(
         self, correctness: Correctness | None, subjects: dict[str, Correctness] | None = None
@@ -206,6 +209,7 @@ class Checked:
             sweep=m.sweep,
             source=m.source,
             pipeline=m.pipeline,
+            target=m.target,
         )
         if not valid:
             return _strip(run)

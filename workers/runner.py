@@ -36,6 +36,8 @@ TEST_HOOKS_ENV = "BOUNDARY_TEST_HOOKS"
 HANG_FILE_ENV = "BOUNDARY_TEST_HANG_FILE"
 PR_SET_PDEATHSIG = 1
 DEFAULT_MAX_VIRTUAL_DEVICES = 8
+TARGETS_ENV = "BOUNDARY_WORKER_TARGETS"
+"""Set to 0 so a worker offers no targets (compiles only for the devices it has)."""
 CEILINGS_ENV = "BOUNDARY_WORKER_CEILINGS"
 """Set to 0 to skip measuring the roofline's ceilings when a worker starts."""
 
@@ -118,7 +120,17 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "catalog_version": CATALOG_VERSION,
         "hostname": socket.gethostname(),
         "ceilings": _ceilings(devices),
+        "targets": _targets(),
     }
+
+
+def _targets() -> list[str]:
+    """Targets this runner compiles for without the hardware (BOUNDARY_WORKER_TARGETS=0: none)."""
+    if os.environ.get(TARGETS_ENV, "1") == "0":
+        return []
+    from workers.targets.topology import available_targets
+
+    return available_targets()
 
 
 def _ceilings(devices: list[Any]) -> dict[str, Any] | None:
@@ -236,6 +248,9 @@ def child_main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     channel = Channel()
     started = time.perf_counter()
+    from workers.jaxenv import apply_jax_environment
+
+    apply_jax_environment()  # the pool sets these already; a runner started by hand may not
     import workers.engine  # noqa: F401 - the point of a warm runner: import JAX once
 
     _join_group()

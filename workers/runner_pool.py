@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workers.jaxenv import jax_environment
 from workers.runner import PARENT_ENV
 from workers.scale.group import COORDINATOR_ENV
 
@@ -219,6 +220,8 @@ class RunnerPool:
     def _env(self, devices: int) -> dict[str, str]:
         env = dict(self._base_env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # JAX_PLATFORMS and libtpu's settings, decided before the runner imports jax.
+        env.update(jax_environment(env))
         if devices > 1:
             flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
             flags.append(f"{DEVICE_FLAG}={devices}")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from workers.agent import Agent, AgentConfig
+from workers.jaxenv import apply_jax_environment
 from workers.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def worker_command(argv: list[str]) -> int:
     """Run the worker until SIGTERM or Ctrl-C; the exit status."""
     args = build_parser().parse_args(argv)
+    apply_jax_environment()  # inherited by every runner this worker starts
     if os.environ.get(PARENT_ENV):
         die_with_parent(PARENT_ENV, signal.SIGTERM)
     logging.basicConfig(

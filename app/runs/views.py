@@ -53,6 +53,8 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
         text = json.dumps(value) if isinstance(value, bool) else str(value)
         parts.append(f"{key}={text.lower() if isinstance(value, bool) else text}")
     parts += ["--path", job["path"]]
+    if job.get("target"):
+        parts += ["--target", job["target"]]
     if job.get("stages"):
         parts += ["--stages", ",".join(job["stages"])]
     measure = job.get("measure") or {}
@@ -66,7 +68,8 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
 
 def job_request(job: dict[str, Any]) -> str:
     """The job as the JSON a client would POST to /api/v1/jobs."""
-    body = {k: job[k] for k in ("workload", "path", "params", "stages", "measure") if k in job}
+    keys = ("workload", "path", "target", "params", "stages", "measure")
+    body = {k: job[k] for k in keys if job.get(k) is not None}
     return json.dumps(body, indent=2)
 
 

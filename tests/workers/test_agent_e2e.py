@@ -327,3 +327,24 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
 
     c.start_worker("next")
     assert c.wait_status(held, {"done", "failed"})["status"] == "done"
+
+
+def test_a_cpu_worker_compiles_a_gpu_target_and_the_run_page_says_so(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster()
+    c.start_server()
+    c.start_worker("compiler")
+    c.wait_worker("compiler")
+    worker = c.client.get("/api/v1/workers").json()["data"][0]
+    assert "b200:1" in worker["targets"] and "v6e:2x4" in worker["targets"]
+    spec = {"workload": "matmul", "path": "jax-gpu", "target": "b200:1", "params": {"m": 64}}
+    job = c.wait_status(c.submit(spec), {"done", "failed"})
+    assert job["status"] == "done", job
+    run = job["run"]
+    assert run["target"]["deviceless"] is True and run["measurements"] == []
+    assert run["environment"]["platform"] == "cpu"
+    page = c.client.get(f"/runs/{job['id']}")
+    assert page.status_code == 200 and "Compiled without the hardware" in page.text
+    assert "--target b200:1" in page.text  # the reproduce command keeps the target
+    assert "180 GB HBM3E per GPU" in page.text  # memory beside the chip's published HBM

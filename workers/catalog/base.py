@@ -45,6 +45,8 @@ class WorkloadParams(BaseModel):
     summary: ClassVar[str]
     paths: ClassVar[tuple[PathId, ...]] = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
     stages: ClassVar[tuple[StageId, ...]] = (StageId.COMPILE, StageId.EXECUTE)
+    no_target: ClassVar[str | None] = None
+    """Why this workload takes no target (see workers.catalog.targets); None: it does."""
 
     def input_bytes(self) -> int:
         """Bytes of inputs plus outputs the workload places on the device."""

@@ -45,6 +45,7 @@ class ExportedParams(WorkloadParams):
         "compiled and timed like any catalog workload; no Python of yours runs on a worker."
     )
     paths = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
+    no_target = "an uploaded function is compiled only for the worker's own devices"
 
     file_fields: ClassVar[dict[str, str]] = {
         "artifact": EXPORT_MEDIA_TYPE,

@@ -17,6 +17,7 @@ class FfiParams(WorkloadParams):
         "float32 only; not differentiable."
     )
     paths = (PathId.JAX_CPU, PathId.JAX_GPU)
+    no_target = "its handler is built against the worker's own devices and registered there"
 
     n: int = Field(default=1 << 20, ge=1, le=1 << 28, description="Elements in the vector.")
     scale: float = Field(

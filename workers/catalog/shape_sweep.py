@@ -37,6 +37,7 @@ def bucket(size: int, policy: str) -> int:
 
 class ShapeSweepParams(WorkloadParams):
     workload = "shape-sweep"
+    no_target = "it times every shape's executions, so it runs only where it compiles"
     title = "Shape sweep (retracing vs padding)"
     summary = (
         "Many input sizes through one jitted function: every new shape is a new trace and "

@@ -29,6 +29,9 @@ DEFAULT_ARCH = "sm_90"
 ARCH_ENV = "BOUNDARY_CUDA_ARCH"
 """Environment variable naming the architecture a compile-only job targets."""
 
+COMPILER_ENV = "BOUNDARY_CUDA_COMPILER"
+"""`nvrtc` forces NVRTC even where nvcc is found; `nvcc` forbids the NVRTC fallback."""
+
 _ARCH = re.compile(r"^sm_(\d{2,3})[af]?$")
 
 
@@ -160,8 +163,13 @@ def _nvcc_problem(nvcc: str) -> str | None:
 def detect_tools() -> CudaTools:
     """The CUDA tools of this machine (looked up once per process). An nvcc that cannot
     compile a trivial kernel is set aside, so NVRTC serves instead where it is present."""
-    nvcc = find_tool("nvcc")
+    choice = os.environ.get(COMPILER_ENV, "").strip().lower()
+    if choice not in ("", "nvcc", "nvrtc"):
+        raise ValueError(f"{COMPILER_ENV}: expected nvcc or nvrtc, got {choice[:20]!r}")
+    nvcc = find_tool("nvcc") if choice != "nvrtc" else None
     problem = _nvcc_problem(nvcc) if nvcc else None
+    if choice == "nvrtc":
+        problem = f"not used ({COMPILER_ENV}=nvrtc)"
     if problem is not None:
         nvcc = None
     version = (
@@ -170,7 +178,7 @@ def detect_tools() -> CudaTools:
     return CudaTools(
         nvcc=nvcc,
         nvcc_version=version,
-        nvrtc_version=_nvrtc_version(),
+        nvrtc_version=_nvrtc_version() if choice != "nvcc" else None,
         cuobjdump=find_tool("cuobjdump"),
         nvdisasm=find_tool("nvdisasm"),
         nvcc_problem=problem,
@@ -222,8 +230,8 @@ def cuda_capabilities() -> dict[str, bool]:
 
 
 def target_arch(requested: str | None = None) -> str:
-    """The architecture to compile for: requested, else $BOUNDARY_CUDA_ARCH, else the GPU's,
-    else DEFAULT_ARCH."""
+    """The architecture to compile for: requested (a job's target), else
+    $BOUNDARY_CUDA_ARCH, else the GPU's, else DEFAULT_ARCH."""
     if requested:
         return check_arch(requested)
     configured = os.environ.get(ARCH_ENV)

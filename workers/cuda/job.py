@@ -45,10 +45,17 @@ from workers.protocol import (
     RunResult,
     StageId,
     StageSeconds,
+    Target,
+    TargetReport,
 )
 from workers.publish import Measured, RateBasis, Work
 from workers.workloads import get_workload
 
+DEVICELESS_NOTE = (
+    "Compiled without the hardware: the kernel was built for {id} ({name}) on a machine "
+    "without such a GPU. PTX, SASS and the resource report are the CUDA compiler's real "
+    "output; nothing ran, so there is no time and no correctness check."
+)
 COMPILE_ONLY_NOTE = (
     "compile only: PTX, SASS and the resource report were produced without a GPU; "
     "executing this kernel needs an NVIDIA GPU (a worker with cuda_run)."
@@ -126,14 +133,35 @@ def _plan_facts(plan: KernelPlan) -> dict[str, Any]:
     }
 
 
+def _target_report(
+    target: Target, arch: str, compiler: str, executes: bool, cached: bool
+) -> TargetReport:
+    name, _, version = compiler.partition(" ")
+    return TargetReport(
+        id=target.id,
+        model=target.model.value,
+        count=target.count,
+        compiler=name,
+        compiler_version=version or None,
+        deviceless=not executes,
+        arch=arch,
+        compile_timing="compile: the PTX and cubin builds, each timed alone"
+        + (" (read from the build cache: nothing was compiled)" if cached else ""),
+    )
+
+
 def run_cuda_job(
     job: JobSpec,
     params: WorkloadParams,
     progress: Callable[[ProgressEvent], None] | None = None,
     *,
     cache_dir: Path | None = None,
+    target: Target | None = None,
 ) -> RunResult:
-    """Run a validated `cuda` job here; see the module docstring for the stages."""
+    """Run a validated `cuda` job here; see the module docstring for the stages.
+
+    A `target` picks the architecture (b200 → sm_100, h100 and h200 → sm_90); executing
+    it needs a GPU of that model."""
     started = time.perf_counter()
 
     def emit(phase: ProgressPhase, **fields: Any) -> None:
@@ -158,10 +186,17 @@ def run_cuda_job(
         probe = env.probe_gpu()
         if probe.count == 0:
             raise _unavailable(_no_gpu_message(probe, tools))
+        markers = target.chip.kind_markers if target is not None else ()
+        if target is not None and not any(m in (probe.name or "") for m in markers):
+            raise _unavailable(
+                f"stages: execute on target {target.id} needs {target.hardware_phrase()}; "
+                f"this machine's GPU is {probe.name}. Ask for --stages compile to compile "
+                "for it without the hardware"
+            )
     if not tools.can_compile:
         raise _unavailable(f"path cuda: no CUDA compiler on this machine ({tools.describe()})")
     try:
-        arch = env.target_arch()
+        arch = env.target_arch(target.chip.cuda_arch if target is not None else None)
     except ValueError as exc:
         raise _unavailable(f"path cuda: {env.ARCH_ENV}: {exc}") from None
 
@@ -206,7 +241,11 @@ def run_cuda_job(
             }
         },
     )
+    if target is not None:
+        measured.target = _target_report(target, arch, built.compiler, executes, built.cached)
     if not executes or probe is None:
+        if target is not None:
+            measured.warnings.append(DEVICELESS_NOTE.format(id=target.id, name=target.chip.name))
         measured.warnings.append(COMPILE_ONLY_NOTE)
         result = measured.check(None).publish()
         emit("done")

@@ -69,6 +69,17 @@ from workers.protocol.sweeps import (
     SweepPolicy,
     SweepResult,
 )
+from workers.protocol.targets import (
+    CHIPS,
+    TARGET_IDS,
+    Chip,
+    Target,
+    TargetError,
+    TargetMemory,
+    TargetModel,
+    TargetReport,
+    parse_target,
+)
 from workers.protocol.workers import (
     Capabilities,
     Ceilings,
@@ -78,17 +89,20 @@ from workers.protocol.workers import (
 
 __all__ = [
     "ARTIFACT_NAMES",
+    "CHIPS",
     "FINAL_STATUSES",
     "MAX_SAMPLES",
     "MODE_BOUNDARIES",
     "PATH_PLATFORM",
     "PROTOCOL_VERSION",
+    "TARGET_IDS",
     "Artifacts",
     "BoundaryId",
     "CacheEvents",
     "CachePolicy",
     "Capabilities",
     "Ceilings",
+    "Chip",
     "CollectiveExplanation",
     "Correctness",
     "CostAnalysis",
@@ -133,4 +147,10 @@ __all__ = [
     "StrictModel",
     "SweepPolicy",
     "SweepResult",
+    "Target",
+    "TargetError",
+    "TargetMemory",
+    "TargetModel",
+    "TargetReport",
+    "parse_target",
 ]

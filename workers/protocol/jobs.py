@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from workers.protocol.base import (
     MAX_SAMPLES,
@@ -15,6 +16,7 @@ from workers.protocol.base import (
     StageId,
     StrictModel,
 )
+from workers.protocol.targets import TargetError, parse_target
 
 
 class MeasureOptions(StrictModel):
@@ -57,7 +59,13 @@ class MeasureOptions(StrictModel):
 
 
 class JobSpec(StrictModel):
-    """A request: a workload with its parameters, a target path and measurement options."""
+    """A request: a workload with its parameters, a path, optionally a target (what the
+    compiler compiles for), and measurement options.
+
+    With a target and no stages, the stages are `compile` alone: a target is usually
+    compiled for without its hardware. How a target combines with the path, the workload
+    and its device count is checked by `workers.catalog.targets.apply_target`.
+    """
 
     workload: str = Field(min_length=1, max_length=64)
     path: Annotated[PathId, Lax] = PathId.JAX_CPU
@@ -66,3 +74,27 @@ class JobSpec(StrictModel):
         default_factory=lambda: [StageId.COMPILE, StageId.EXECUTE], min_length=1, max_length=3
     )
     measure: MeasureOptions = Field(default_factory=MeasureOptions)
+    target: str | None = Field(
+        default=None,
+        max_length=16,
+        description="What the compiler compiles for: v6e:1x1 … v6e:16x16, b200:N, h100:N, "
+        "h200:N (N in 1, 2, 4, 8). Without the hardware, a target is compiled, never run.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_stages(cls, data: Any) -> Any:
+        # A target is compiled for; executing it needs its hardware, so ask for that.
+        if isinstance(data, dict) and data.get("target") and "stages" not in data:
+            return {**data, "stages": [StageId.COMPILE.value]}
+        return data
+
+    @field_validator("target")
+    @classmethod
+    def _known_target(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return parse_target(value).id
+        except TargetError as exc:
+            raise PydanticCustomError("target", "{message}", {"message": str(exc)}) from None

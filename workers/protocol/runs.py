@@ -11,6 +11,7 @@ from workers.protocol.jobs import JobSpec
 from workers.protocol.profiles import ProfileTrace
 from workers.protocol.scale import GroupReport, Placement, ScalingSeries
 from workers.protocol.sweeps import SweepResult
+from workers.protocol.targets import TargetReport
 from workers.protocol.workers import Ceilings
 
 
@@ -338,4 +339,7 @@ class RunResult(OpenModel):
     )
     ceilings: Ceilings | None = Field(
         default=None, description="The running worker's measured ceilings (added by the server)."
+    )
+    target: TargetReport | None = Field(
+        default=None, description="What the compiler compiled for, and whether it ran there."
     )

@@ -58,6 +58,10 @@ class Capabilities(OpenModel):
     catalog_version: int
     hostname: str | None = None
     ceilings: Ceilings | None = Field(default=None, description="Measured once at start.")
+    targets: list[str] = Field(
+        default_factory=list,
+        description="Target ids this worker compiles for without the hardware (deviceless).",
+    )
 
 
 ProgressPhase = Literal[

@@ -313,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from workers.jaxenv import apply_jax_environment
+
+    apply_jax_environment()  # before join() imports jax
     # gloo prints to standard output; keep it for the results alone.
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)

@@ -23,11 +23,29 @@ _partition_spec = cast("Callable[..., PartitionSpec]", PartitionSpec)
 
 
 def build_mesh(devices: Sequence[Any], shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh:
-    """A mesh over the first prod(shape) of `devices`, in order, with Auto axes."""
+    """A mesh over the first prod(shape) of `devices`, with Auto axes.
+
+    TPU chips are laid out by `mesh_utils.create_device_mesh`, which follows the slice's
+    physical torus (a ring of 8 chips on a 2x4 slice is 0 1 2 3 7 6 5 4, not 0…7), so
+    neighbours on a mesh axis are neighbours on the interconnect. Other devices keep
+    their order.
+    """
     count = math.prod(shape)
     if len(devices) < count:
         raise ValueError(f"a mesh of {count} devices needs {count}; given {len(devices)}")
-    grid = np.array(list(devices[:count]), dtype=object).reshape(shape)
+    chosen = list(devices[:count])
+    grid = None
+    if chosen and chosen[0].platform == "tpu" and count == len(devices):
+        from jax.experimental import mesh_utils
+
+        try:
+            grid = mesh_utils.create_device_mesh(
+                shape, devices=chosen, allow_split_physical_axes=True
+            )
+        except (ValueError, NotImplementedError, AssertionError):
+            grid = None  # a shape it cannot fit to the torus: keep the listed order
+    if grid is None:
+        grid = np.array(chosen, dtype=object).reshape(shape)
     return Mesh(grid, axes, axis_types=(AxisType.Auto,) * len(axes))
 
 

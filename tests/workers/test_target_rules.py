@@ -1,0 +1,162 @@
+"""Targets as a vocabulary and how they combine with paths, workloads and device counts,
+checked without jax: `boundary run` refuses with exit 2 before anything is imported or
+compiled, naming the field. Also the JAX process environment and the CUDA arch order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from workers.catalog import CatalogError
+from workers.catalog.targets import apply_target
+from workers.cli import EXIT_BAD_JOB, run_command
+from workers.cuda import env
+from workers.jaxenv import PLATFORMS_ENV, jax_environment
+from workers.protocol import TARGET_IDS, JobSpec, StageId, TargetError, parse_target
+
+
+def job(**fields: Any) -> JobSpec:
+    return JobSpec.model_validate({"workload": "matmul", **fields})
+
+
+def test_the_sold_v6e_slices_and_hgx_gpu_counts_are_the_targets() -> None:
+    v6e = [t for t in TARGET_IDS if t.startswith("v6e:")]
+    assert v6e == [f"v6e:{s}" for s in ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")]
+    assert [parse_target(t).count for t in v6e] == [1, 4, 8, 16, 32, 64, 128, 256]
+    for model in ("b200", "h100", "h200"):
+        assert [parse_target(f"{model}:{n}").count for n in (1, 2, 4, 8)] == [1, 2, 4, 8]
+    assert parse_target("B200:4").id == "b200:4"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("v6e:32x32", "not a v6e slice that is sold"),  # libtpu accepts it; no one sells it
+        ("v6e-8", "names no device model"),
+        ("b200:3", "GPU count of one HGX host"),
+        ("b200:16", "GPU count of one HGX host"),
+        ("a100:1", "names no device model"),
+        ("h100", "give a size"),
+    ],
+)
+def test_a_target_that_is_not_sold_is_refused_by_name(text: str, says: str) -> None:
+    with pytest.raises(TargetError, match=says):
+        parse_target(text)
+    with pytest.raises(ValueError, match=says):
+        job(path="jax-tpu", target=text)
+
+
+def test_a_target_without_stages_compiles_only() -> None:
+    assert job(path="jax-tpu", target="v6e:1x1").stages == [StageId.COMPILE]
+    given = job(path="jax-tpu", target="v6e:1x1", stages=["compile", "execute"])
+    assert given.stages == [StageId.COMPILE, StageId.EXECUTE]
+    assert job().stages == [StageId.COMPILE, StageId.EXECUTE]
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "workload", "field", "says"),
+    [
+        ("jax-cpu", "v6e:1x1", "matmul", "target", "v6e:1x1 does not go with path jax-cpu"),
+        ("jax-gpu", "v6e:1x1", "matmul", "target", "goes with jax-tpu"),
+        ("jax-tpu", "b200:1", "matmul", "target", "goes with jax-gpu or cuda"),
+        ("jax-cpu", "h100:1", "matmul", "target", "h100:1 does not go with path jax-cpu"),
+        ("jax-tpu", "v6e:2x4", "matmul", "target", "matmul runs on one device"),
+        ("cuda", "b200:2", "matmul", "target", "the cuda path runs on one device"),
+        ("jax-gpu", "b200:1", "shape-sweep", "target", "shape-sweep takes no target"),
+    ],
+)
+def test_a_target_that_does_not_combine_is_refused_naming_the_field(
+    path: str, target: str, workload: str, field: str, says: str
+) -> None:
+    with pytest.raises(CatalogError, match=says) as caught:
+        apply_target(job(workload=workload, path=path, target=target))
+    assert caught.value.field == field
+
+
+def test_a_scale_workload_spans_the_targets_devices() -> None:
+    spanned = apply_target(job(workload="sharded-matmul", path="jax-tpu", target="v6e:2x4"))
+    assert spanned.params["devices"] == 8
+    same = job(workload="collective", path="jax-gpu", target="h200:4", params={"devices": 4})
+    assert apply_target(same).params["devices"] == 4
+    other = job(workload="sharded-matmul", path="jax-tpu", target="v6e:2x4", params={"devices": 4})
+    with pytest.raises(CatalogError, match=r"devices=4 does not match target v6e:2x4") as caught:
+        apply_target(other)
+    assert caught.value.field == "params.devices"
+
+
+def test_cuda_takes_a_gpu_target_of_one() -> None:
+    kept = apply_target(job(path="cuda", target="b200:1"))
+    assert kept.target == "b200:1" and kept.stages == [StageId.COMPILE]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["matmul", "--target", "v6e:2x4"], "target: v6e:2x4 does not go with path jax-cpu"),
+        (["matmul", "--path", "jax-tpu", "--target", "v6e:32x32"], "not a v6e slice"),
+        (
+            ["sharded-matmul", "devices=2", "--path", "jax-gpu", "--target", "b200:8"],
+            "params.devices: devices=2 does not match target b200:8",
+        ),
+    ],
+)
+def test_boundary_run_refuses_a_bad_target_with_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_command(argv) == EXIT_BAD_JOB
+    assert says in capsys.readouterr().err
+
+
+# --- the JAX process environment -------------------------------------------------------
+
+
+def test_a_machine_without_accelerators_runs_jax_on_the_cpu_with_libtpu_quiet() -> None:
+    wanted = jax_environment({}, found="")
+    assert wanted == {
+        "JAX_PLATFORMS": "cpu",
+        "TPU_LOG_DIR": "disabled",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    }
+
+
+def test_a_real_gpu_or_tpu_is_still_used() -> None:
+    assert jax_environment({}, found="gpu")["JAX_PLATFORMS"] == "cuda,cpu"
+    assert jax_environment({}, found="tpu")["JAX_PLATFORMS"] == "tpu,cpu"
+
+
+def test_boundary_jax_platforms_overrides_and_set_values_are_kept() -> None:
+    assert jax_environment({PLATFORMS_ENV: "cuda"}, found="")["JAX_PLATFORMS"] == "cuda"
+    assert jax_environment({PLATFORMS_ENV: "cpu", "JAX_PLATFORMS": "tpu"}, found="tpu") == {
+        "JAX_PLATFORMS": "cpu",
+        "TPU_LOG_DIR": "disabled",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    }
+    kept = {
+        "JAX_PLATFORMS": "cpu",
+        "TPU_LOG_DIR": "/var/log/tpu",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "0",
+    }
+    assert jax_environment(kept, found="gpu") == {}
+
+
+def test_this_test_process_started_jax_on_the_cpu() -> None:
+    import os
+
+    assert os.environ["JAX_PLATFORMS"] in ("cpu", os.environ.get(PLATFORMS_ENV))
+    assert os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+
+
+# --- the CUDA architecture: target, then BOUNDARY_CUDA_ARCH, then the GPU's, then sm_90 --
+
+
+def test_the_cuda_arch_follows_target_then_setting_then_gpu_then_sm_90(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(env.ARCH_ENV, "sm_120")
+    assert env.target_arch(parse_target("b200:1").chip.cuda_arch) == "sm_100"
+    assert env.target_arch(parse_target("h200:1").chip.cuda_arch) == "sm_90"
+    assert env.target_arch() == "sm_120"
+    monkeypatch.delenv(env.ARCH_ENV)
+    gpu = env.probe_gpu().arch
+    assert env.target_arch() == (gpu or env.DEFAULT_ARCH)

@@ -1,0 +1,72 @@
+"""The environment every process that imports jax starts with. No jax here.
+
+The default install carries libtpu and JAX's CUDA plugin so that any machine can compile
+for TPU and GPU targets. On a machine without those devices the plugins must not try to
+start: `import jax` then logs TPU and cuDNN start-up errors, and the CUDA topology used
+for deviceless compiles fails. So, before jax is imported:
+
+- `JAX_PLATFORMS` is `cpu` unless a real GPU or TPU is found (then `cuda,cpu` or
+  `tpu,cpu`). A device is found by its device files, without importing jax: NVIDIA GPUs
+  by `/dev/nvidia0`…, TPUs by `/dev/accel*` (v4 and older) or `/dev/vfio/N` (v5e, v6e).
+  `BOUNDARY_JAX_PLATFORMS` overrides the choice; an empty value leaves it to JAX.
+- `TPU_LOG_DIR` is `disabled` (libtpu would otherwise write logs under /tmp/tpu_logs in
+  every process that compiles for a TPU target), unless it is already set.
+- `ALLOW_MULTIPLE_LIBTPU_LOAD=1`: two processes compiling TPU targets at once (two
+  workers, a worker and `boundary run`) both need libtpu, which otherwise takes a lock.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping, MutableMapping
+
+PLATFORMS_ENV = "BOUNDARY_JAX_PLATFORMS"
+"""Overrides the JAX platforms chosen from the devices found (e.g. `cpu`, `cuda,cpu`)."""
+
+_GPU_FILES = ("/dev/nvidia[0-9]*",)
+_TPU_FILES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
+
+
+def _present(patterns: tuple[str, ...]) -> bool:
+    return any(glob.glob(pattern) for pattern in patterns)
+
+
+def accelerator() -> str | None:
+    """'tpu' or 'gpu' when this machine has such a device (by its device files), else None."""
+    if _present(_TPU_FILES):
+        return "tpu"
+    if _present(_GPU_FILES):
+        return "gpu"
+    return None
+
+
+def jax_environment(environ: Mapping[str, str], found: str | None = None) -> dict[str, str]:
+    """The variables a jax process needs, given its current environment `environ`.
+
+    `found` is what `accelerator()` reports (looked up when not given). Values already
+    in `environ` win, except that BOUNDARY_JAX_PLATFORMS always decides JAX_PLATFORMS.
+    """
+    found = accelerator() if found is None else found
+    wanted: dict[str, str] = {}
+    override = environ.get(PLATFORMS_ENV)
+    if override is not None:
+        wanted["JAX_PLATFORMS"] = override
+    elif "JAX_PLATFORMS" not in environ:
+        wanted["JAX_PLATFORMS"] = {"tpu": "tpu,cpu", "gpu": "cuda,cpu"}.get(found or "", "cpu")
+    if "TPU_LOG_DIR" not in environ:
+        wanted["TPU_LOG_DIR"] = "disabled"
+    if "ALLOW_MULTIPLE_LIBTPU_LOAD" not in environ:
+        wanted["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    return wanted
+
+
+def apply_jax_environment(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set what `jax_environment` asks for in `environ` (default: this process's); return it.
+
+    Call it before jax is imported: JAX reads these once, when its backends start.
+    """
+    target = os.environ if environ is None else environ
+    wanted = jax_environment(target)
+    target.update(wanted)
+    return wanted
