@@ -60,6 +60,20 @@ def capture_pipeline(lowered: Any, max_bytes: int) -> PipelineCapture:
     return capture
 
 
+def read_reports(folder: Path, max_bytes: int) -> dict[str, str]:
+    """The GPU compiler reports in a dump folder (any module), each kept whole within budget."""
+    found: dict[str, str] = {}
+    budget = max_bytes
+    for path in sorted(folder.iterdir()):
+        for report in REPORTS:
+            if path.name.endswith(report) and report not in found:
+                text = path.read_text(errors="replace")
+                if len(text.encode()) <= budget:
+                    found[report] = text
+                    budget -= len(text.encode())
+    return found
+
+
 def read_dump(folder: Path, max_bytes: int) -> PipelineCapture:
     """The steps, distinct snapshots and GPU reports of the main module dumped in `folder`."""
     steps: dict[str, list[tuple[int, re.Match[str], Path]]] = {}

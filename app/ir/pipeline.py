@@ -90,6 +90,24 @@ def _label(step: PipelineStep) -> str:
     return f"start of {step.pipeline}" if step.changed == "pipeline-start" else step.changed
 
 
+def responsible(steps: list[PipelineStep], index: int) -> str:
+    """The pass to credit for the snapshot at `steps[index]`.
+
+    A snapshot at the start of a nested pipeline shows what the enclosing pass did before
+    starting it (the SPMD partitioner runs its own cleanup pipelines, for one): credit the
+    pass of the outer pipeline that finishes next.
+    """
+    step = steps[index]
+    if step.changed != "pipeline-start" or index == 0:
+        return _label(step)
+    outer = steps[index - 1].pipeline
+    if outer != step.pipeline:
+        for later in steps[index + 1 :]:
+            if later.pipeline == outer and later.changed != "pipeline-start":
+                return f"{later.changed} (seen as its nested pipeline {step.pipeline} starts)"
+    return _label(step)
+
+
 def pass_groups(capture: PipelineCapture, base: str) -> list[Group]:
     """The steps in order, grouped by pipeline; changed steps link to their diff."""
     groups: list[Group] = []
@@ -168,7 +186,11 @@ def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
                 if needle in capture.snapshots[snapshot]:
                     step = capture.steps[step_index]
                     origin.order, origin.pipeline = step.order, step.pipeline
-                    origin.pass_name = _label(step) if snapshot else "present from the start"
+                    origin.pass_name = (
+                        responsible(capture.steps, step_index)
+                        if snapshot
+                        else "present from the start"
+                    )
                     origin.via = candidate if candidate != name else None
                     break
             if origin.order is not None:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import HTMLResponse
 
 from app.deps import DispatcherDep, StateDep
+from app.ir.fusion_decisions import fusion_decisions
 from app.ir.pipeline import PIPELINE_ARTIFACT, load_pipeline, origins, pass_groups, step_diff
 from app.ir.view import build_view
 from app.routes.common import render
@@ -53,6 +54,7 @@ async def run_pipeline(
         "step": chosen,
         "diff": diff,
         "reports": reports,
+        "decisions": fusion_decisions(capture.files.get("priority_fusion_dump.txt", "")),
         "nav": "runs",
     }
     return render(state, "pipeline.html", ctx)

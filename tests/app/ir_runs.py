@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from tests.app.bench_fakes import FakeWorker
+from tests.app.bench_fakes import FakeWorker, capabilities
 
 ATTENTION: dict[str, Any] = {
     "workload": "attention",
@@ -28,7 +28,9 @@ async def post_run(client: httpx.AsyncClient, result: dict[str, Any]) -> str:
     """Queue `result`'s job, lease it with a fake worker, post `result`; the job's id."""
     queued = await client.post("/api/v1/jobs", json=result["job"])
     assert queued.status_code == 202, queued.text
-    worker = FakeWorker(client)
+    target = result["job"].get("target")
+    # A target's job goes to a CPU worker that compiles for that target.
+    worker = FakeWorker(client, capabilities("cpu", targets=[target]) if target else None)
     await worker.register()
     grant = await worker.lease()
     assert grant is not None

@@ -23,7 +23,7 @@ from workers.compile_cache import apply_cache_policy, default_cache_dir
 from workers.environment import describe_devices, detect_environment, devices_by_platform
 from workers.ir import summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
-from workers.pipeline import capture_pipeline, max_bytes_from_env
+from workers.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.protocol import (
     Artifacts,
     CachePolicy,
@@ -31,6 +31,7 @@ from workers.protocol import (
     InputInfo,
     JobSpec,
     MemoryAnalysis,
+    PipelineCapture,
     Platform,
     ProgressEvent,
     ProgressPhase,
@@ -232,6 +233,7 @@ def run_deviceless(
         hlo=hlo,
     )
     gpu = target.platform is Platform.GPU
+    reports: dict[str, str] = {}
     notes: list[str] = []
     unreported: dict[str, float] = {}
     if gpu:
@@ -239,8 +241,12 @@ def run_deviceless(
         # time reported above, so it comes from a second compile, timed apart.
         t0 = clock()
         with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
-            lowered.compile(compiler_options={"xla_dump_to": folder})
+            # The fusion pass writes its decisions only when its own pass is dumped.
+            options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
+            lowered.compile(compiler_options=options)
             artifacts.ptx = kernels_ptx(Path(folder))
+            # The same dump holds the fusion pass's decisions and the launch order.
+            reports = read_reports(Path(folder), max_bytes_from_env())
         unreported["dump_compile"] = clock() - t0
         timing = COMPILE_TIMING.format(
             extra="the PTX comes from a second compile that writes a dump, not counted"
@@ -271,7 +277,7 @@ def run_deviceless(
         warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
     if job.measure.cache is not CachePolicy.COLD:
         warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
-    pipeline = None
+    pipeline = PipelineCapture(files=reports) if gpu and reports else None
     if job.measure.pipeline:  # its own compile with the per-pass dump, after the timed one
         t0 = clock()
         pipeline = capture_pipeline(lowered, max_bytes_from_env())
