@@ -199,3 +199,34 @@ def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
         if len(found) >= MAX_ORIGINS:
             break
     return found
+
+
+@dataclass
+class AlignedRow:
+    """Two pipelines side by side: a step both ran (two sides) or one side only."""
+
+    a: StepRow | None
+    b: StepRow | None
+
+
+def align(a: PipelineCapture, b: PipelineCapture, base_a: str, base_b: str) -> list[AlignedRow]:
+    """The two step lists aligned by pipeline and pass name; a step only one side ran stands
+    alone. Each changed step links to its own side's diff."""
+    rows_a = [r for g in pass_groups(a, base_a) for r in g.rows]
+    rows_b = [r for g in pass_groups(b, base_b) for r in g.rows]
+    pipes_a = [s.pipeline for s in a.steps]
+    pipes_b = [s.pipeline for s in b.steps]
+    keys_a = [f"{p}/{r.pass_name}" for p, r in zip(pipes_a, rows_a, strict=True)]
+    keys_b = [f"{p}/{r.pass_name}" for p, r in zip(pipes_b, rows_b, strict=True)]
+    out: list[AlignedRow] = []
+    matcher = difflib.SequenceMatcher(a=keys_a, b=keys_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            out.extend(
+                AlignedRow(rows_a[i], rows_b[j])
+                for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
+            )
+            continue
+        out.extend(AlignedRow(rows_a[i], None) for i in range(i1, i2))
+        out.extend(AlignedRow(None, rows_b[j]) for j in range(j1, j2))
+    return out

@@ -10,7 +10,14 @@ from fastapi.responses import HTMLResponse
 
 from app.deps import DispatcherDep, StateDep
 from app.ir.fusion_decisions import fusion_decisions
-from app.ir.pipeline import PIPELINE_ARTIFACT, load_pipeline, origins, pass_groups, step_diff
+from app.ir.pipeline import (
+    PIPELINE_ARTIFACT,
+    align,
+    load_pipeline,
+    origins,
+    pass_groups,
+    step_diff,
+)
 from app.ir.view import build_view
 from app.routes.common import render
 from app.routing import reads
@@ -58,3 +65,36 @@ async def run_pipeline(
         "nav": "runs",
     }
     return render(state, "pipeline.html", ctx)
+
+
+def _capture_of(dispatcher: Any, job_id: str, side: str) -> Any:
+    found = dispatcher.store.get_artifact(job_id, PIPELINE_ARTIFACT) if len(job_id) <= 64 else None
+    if found is None:
+        raise HTTPException(
+            status_code=422,
+            detail=f"{side}: run {job_id[:64]!r} has no pass pipeline (run it with --pipeline)",
+        )
+    return load_pipeline(found[0])
+
+
+@read_route("/compare/pipelines", response_class=HTMLResponse)
+async def compare_pipelines(
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    a: Annotated[str, Query(min_length=1, max_length=64)],
+    b: Annotated[str, Query(min_length=1, max_length=64)],
+) -> HTMLResponse:
+    """Two runs' pass lists side by side, aligned by pass name."""
+    capture_a = _capture_of(dispatcher, a, "a")
+    capture_b = _capture_of(dispatcher, b, "b")
+    rows = align(capture_a, capture_b, f"/runs/{a}/pipeline", f"/runs/{b}/pipeline")
+    ctx: dict[str, Any] = {
+        "a": a,
+        "b": b,
+        "rows": rows,
+        "both": sum(1 for r in rows if r.a and r.b),
+        "only_a": sum(1 for r in rows if r.a and not r.b),
+        "only_b": sum(1 for r in rows if r.b and not r.a),
+        "nav": "runs",
+    }
+    return render(state, "compare_pipelines.html", ctx)

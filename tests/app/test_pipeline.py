@@ -108,3 +108,33 @@ async def test_a_run_without_a_pipeline_says_how_to_get_one(
     job_id = await post_run(bench_client, {**piped, "pipeline": None})
     r = await bench_client.get(f"/runs/{job_id}/pipeline")
     assert r.status_code == 404 and "--pipeline" in r.text and "per-pass dump" in r.text
+
+
+async def test_two_pipelines_side_by_side_aligned_by_pass(
+    bench_client: httpx.AsyncClient, piped: dict[str, Any]
+) -> None:
+    from workers.engine import run_job
+    from workers.protocol import JobSpec
+
+    matmul = run_job(
+        JobSpec.model_validate(
+            {
+                "workload": "matmul",
+                "params": {"m": 32, "n": 32, "k": 32},
+                "stages": ["compile"],
+                "measure": {"pipeline": True},
+            }
+        )
+    ).model_dump(mode="json")
+    a = await post_run(bench_client, piped)
+    b = await post_run(bench_client, matmul)
+    page = (await bench_client.get("/compare/pipelines", params={"a": a, "b": b})).text
+    both = re.findall(r'<tr class="both">(.*?)</tr>', page, re.S)
+    alone = re.findall(r'<tr class="only-[ab]">', page)
+    assert both and alone  # attention and matmul share most passes, not all snapshots
+    assert f"/runs/{a}/pipeline?step=" in page and f"/runs/{b}/pipeline?step=" in page
+    for row in both:  # an aligned row names the same pass on both sides
+        labels = re.findall(r"<td>(?:<a [^>]*>)?([^<]+)", row)
+        assert len(labels) == 2 and labels[0].strip() == labels[1].strip()
+    missing = await bench_client.get("/compare/pipelines", params={"a": a, "b": "nope"})
+    assert missing.status_code == 422 and "no pass pipeline" in missing.text
