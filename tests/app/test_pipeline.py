@@ -138,3 +138,18 @@ async def test_two_pipelines_side_by_side_aligned_by_pass(
         assert len(labels) == 2 and labels[0].strip() == labels[1].strip()
     missing = await bench_client.get("/compare/pipelines", params={"a": a, "b": "nope"})
     assert missing.status_code == 422 and "no pass pipeline" in missing.text
+
+
+async def test_compile_again_with_the_pipeline_queues_the_same_job_with_it(
+    bench_client: httpx.AsyncClient, piped: dict[str, Any]
+) -> None:
+    job_id = await post_run(bench_client, {**piped, "pipeline": None})
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Compile again with the pipeline" in page
+    again = await bench_client.post(f"/runs/{job_id}/repeat", data={"pipeline": "on"})
+    assert again.status_code == 303
+    new_id = again.headers["location"].rsplit("/", 1)[1]
+    queued = (await bench_client.get(f"/api/v1/jobs/{new_id}")).json()
+    old = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert queued["status"] == "queued" and new_id != job_id
+    assert queued["measure"]["pipeline"] is True and queued["params"] == old["params"]
