@@ -314,7 +314,7 @@ def _execute(
         target = device if scaled is None else scaled.in_shardings
         warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
     measured.stage_seconds.warm_up = clock() - t0
-    measured.extra["warm_up"] = {"calls": options.warmup, "covers": warmed}
+    measured.extra["warmed"] = {"calls": options.warmup, "covers": warmed}
     capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
     sampled = harness.sample(
         options.mode,

@@ -157,9 +157,9 @@ def test_application_mode_warms_transfer_in_the_call_and_transfer_out() -> None:
         }
     )
     run = run_job(spec)
-    assert run.extra["warm_up"]["covers"] == ["transfer-in", "call", "transfer-out"]
+    assert run.extra["warmed"]["covers"] == ["transfer-in", "call", "transfer-out"]
     latency = run_job(spec.model_copy(update={"measure": MeasureOptions(samples=2)}))
-    assert latency.extra["warm_up"]["covers"] == ["call"]
+    assert latency.extra["warmed"]["covers"] == ["call"]
 
 
 # --- 6. the sweep's policies never share a persistent compile ---------------------------------

@@ -179,7 +179,7 @@ def test_on_another_path_the_cpu_run_of_the_same_artifact_is_the_reference(
     cpu_out = np.asarray(jax.jit(bound.function(params))(*inputs))
     good = bound.judge(params, inputs, cpu_out * (1 + 1e-6))
     assert good.checked and good.passed
-    assert good.reference == "the same artifact run on the CPU backend"
+    assert good.reference == f"the same artifact on the CPU, in {cpu_out.dtype.name}"
     bad = bound.judge(params, inputs, cpu_out * 1.05)
     assert bad.checked and not bad.passed and "exceeds the tolerance" in (bad.detail or "")
 

@@ -9,11 +9,14 @@ the house naming (`*_per_s`, `median_s`, `samples_s`, `stats`, …) is caught to
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
 import pytest
 
 from tests.workers.conftest import SMALL
@@ -24,6 +27,7 @@ from workers.faults import perturbed
 from workers.files import FileCache
 from workers.protocol import (
     BoundaryId,
+    CachePolicy,
     Correctness,
     GroupProcess,
     GroupReport,
@@ -114,10 +118,6 @@ def _scaled(x: Any) -> Any:
 
 
 def test_an_exported_function_with_a_wrong_reference_shows_no_speed(tmp_path: Path) -> None:
-    import io
-
-    import numpy as np
-
     data, _ = export_function(_scaled, [("float32", (16, 8))], ["cpu"])
     files = FileCache(tmp_path)
     buffer = io.BytesIO()
@@ -131,10 +131,6 @@ def test_an_exported_function_with_a_wrong_reference_shows_no_speed(tmp_path: Pa
 
 
 def _environment() -> Any:
-    import jax
-
-    from workers.protocol import CachePolicy
-
     return detect_environment(jax.devices()[0], CachePolicy.COLD, None, jax.devices())
 
 
