@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         ge=0,
         description="On SIGTERM, how long `serve` lets its local workers finish their jobs.",
     )
+    PIPELINE_MAX_BYTES: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Stored pass-pipeline text per run (measure.pipeline); workers cap theirs too.",
+    )
     ACCESS_LOG: bool = Field(default=False, description="Log every request (costs speed).")
     POLL_S: float = Field(
         default=25.0, gt=0, le=60, description="How long a worker's lease request may wait."

@@ -118,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="capture a JAX profiler trace of the sampled calls (adds the profiler's cost)",
     )
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="compile once more with XLA's per-pass dump and keep the pass pipeline "
+        "(the reported compile time excludes it)",
+    )
+    parser.add_argument(
         "--flush-l2",
         action="store_true",
         help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
@@ -140,6 +146,8 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         measure["profile"] = True
     if args.flush_l2:
         measure["flush_l2"] = True
+    if args.pipeline:
+        measure["pipeline"] = True
     raw: dict[str, Any] = {
         "workload": args.workload,
         "path": args.path,
@@ -217,6 +225,14 @@ def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
             target = Path(f"{result.job.workload}-{trace.sha256[:12]}.profile.tar.gz")
             target.write_bytes(base64.b64decode(trace.data_b64))
             print(f"profile   {trace.covers}; written to {target} (open in XProf or Perfetto)")
+        pipeline = result.pipeline
+        if pipeline is not None:
+            changed = len({s.snapshot for s in pipeline.steps})
+            note = f"; {pipeline.cut}" if pipeline.cut else ""
+            print(
+                f"pipeline  {len(pipeline.steps)} dumped steps, {changed} distinct modules, "
+                f"{pipeline.bytes:,} bytes{note} (the run page shows them)"
+            )
     return EXIT_OK if result.valid else EXIT_INVALID_RUN
 
 

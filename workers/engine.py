@@ -40,6 +40,7 @@ from workers.environment import (
 )
 from workers.ir import summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
+from workers.pipeline import capture_pipeline, max_bytes_from_env
 from workers.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.protocol import (
     PATH_PLATFORM,
@@ -54,6 +55,7 @@ from workers.protocol import (
     MemoryAnalysis,
     Mode,
     PathId,
+    PipelineCapture,
     ProgressEvent,
     ProgressPhase,
     RunResult,
@@ -64,6 +66,7 @@ from workers.publish import Measured, RateBasis, Work
 from workers.scale.prepare import Prepared
 from workers.scale.prepare import prepare as prepare_scale
 from workers.scale.report import attach_scale
+from workers.source import workload_source
 from workers.sweep import run_sweep
 from workers.workloads import JaxFunction, get_workload
 from workers.workloads.base import Workload
@@ -171,6 +174,7 @@ class _Program:
     summary: HloSummary | None
     artifacts_s: float
     """Untimed: printing the IR and summarizing the optimized HLO."""
+    pipeline: PipelineCapture | None = None
 
 
 def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
@@ -244,8 +248,19 @@ def _compile(
     emit("compiled")
     t0 = clock()
     hlo = compiled.as_text()
-    artifacts = Artifacts(jaxpr=str(traced.jaxpr), stablehlo=lowered.as_text(), hlo=hlo)
+    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
+    # page link each line to the source line it came from (the view folds them).
+    artifacts = Artifacts(
+        jaxpr=traced.jaxpr.pretty_print(source_info=True),
+        stablehlo=lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
     summary = summarize_hlo(hlo) if hlo else None
+    artifacts_s = clock() - t0
+    pipeline = None
+    if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
+        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        emit("compiled", message="pass pipeline captured")
     return _Program(
         compiled=compiled,
         scaled=scaled,
@@ -253,7 +268,8 @@ def _compile(
         cache_events=cache_events,
         artifacts=artifacts,
         summary=summary,
-        artifacts_s=clock() - t0,
+        artifacts_s=artifacts_s,
+        pipeline=pipeline,
     )
 
 
@@ -409,6 +425,8 @@ def run_job(
         warnings=jax_path_notes(job),
         extra={"seed": SEED},
         unreported={"artifacts": program.artifacts_s},
+        source=workload_source(workload),
+        pipeline=program.pipeline,
     )
     correctness = None
     if StageId.EXECUTE in job.stages:

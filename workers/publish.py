@@ -48,12 +48,14 @@ from workers.protocol import (
     KernelResources,
     Measurement,
     MemoryAnalysis,
+    PipelineCapture,
     Placement,
     ProfileTrace,
     Rates,
     RunResult,
     ScalingPoint,
     ScalingSeries,
+    SourceText,
     StageSeconds,
     SweepResult,
     TargetReport,
@@ -126,6 +128,10 @@ class Measured:
     scaling: ScalingSeries | None = None
     sweep: SweepResult | None = None
     profile: ProfileTrace | None = None
+    source: SourceText | None = None
+    """The workload function's source, for the page's source ↔ IR links."""
+    pipeline: PipelineCapture | None = None
+    """measure.pipeline's capture: compiler facts, no speed."""
     target: TargetReport | None = None
     """What the compiler compiled for (a job with a target), and whether it ran there."""
 
@@ -201,6 +207,8 @@ class Checked:
             scaling=_checked_series(m.scaling),
             profile=m.profile,
             sweep=m.sweep,
+            source=m.source,
+            pipeline=m.pipeline,
             target=m.target,
         )
         if not valid:

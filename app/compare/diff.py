@@ -21,6 +21,8 @@ CONTEXT = 3
 MAX_LINE_CHARS = 400
 
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
+_MLIR_LOC = re.compile(r"\s+loc\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
+_JAXPR_NOTE = re.compile(r"\s+#\s+\S+:\d+(?::\d+)?(?:\s+\([^)]*\))?\s*$", re.MULTILINE)
 _SOURCE_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
@@ -49,18 +51,22 @@ class IrDiff:
 
 
 def normalize(text: str) -> str:
-    """HLO text without what only points at Python source: the metadata attributes and
-    the FileNames / FunctionNames / FileLocations / StackFrames tables they refer to."""
+    """IR text without what only points at Python source: HLO's metadata attributes and
+    the FileNames / FunctionNames / FileLocations / StackFrames tables they refer to,
+    StableHLO's loc(...) notes and #loc definitions, a jaxpr's `# file:line` notes."""
     kept: list[str] = []
     skipping = False
     for line in text.splitlines():
+        if line.startswith("#loc"):
+            continue
         if line.strip() in _SOURCE_TABLES:
             skipping = True
         elif skipping and not line.strip():
             skipping = False
         elif not skipping:
             kept.append(line)
-    return _METADATA.sub("", "\n".join(kept))
+    stripped = _METADATA.sub("", "\n".join(kept))
+    return _JAXPR_NOTE.sub("", _MLIR_LOC.sub("", stripped))
 
 
 def _lines(text: str, side: str, notes: list[str]) -> list[str]:

@@ -245,7 +245,7 @@ def _diff(
     name = wanted if wanted in both else both[0]
     text_a = (store.get_artifact(a_id, name) or ("", False))[0]
     text_b = (store.get_artifact(b_id, name) or ("", False))[0]
-    found = ir_diff(name, text_a, text_b, strip_metadata=name in ("hlo", "stablehlo"))
+    found = ir_diff(name, text_a, text_b, strip_metadata=name in ("hlo", "stablehlo", "jaxpr"))
     return {**asdict(found), "a": a_id, "b": b_id, "offered": both}
 
 

@@ -4,6 +4,8 @@ and leases given back. Posting the same result twice is harmless."""
 from __future__ import annotations
 
 from app.dispatch.core import DispatcherCore, Verdict, cap_text
+from app.ir.explain import explain
+from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
 from app.runs.profile import keep_profile
 from app.store import NewRun, now
 from workers.protocol import (
@@ -69,6 +71,13 @@ class ReportsMixin(DispatcherCore):
             if cut:
                 truncated.append(name)
         capped = result.model_copy(update={"artifacts": result.artifacts.model_copy(update=inline)})
+        if result.artifacts.hlo:  # the summary that explains itself, from the run's own texts
+            explained = explain(result.artifacts.hlo, result.source, result.pipeline)
+            capped = capped.model_copy(update={"hlo_explained": explained})
+        if result.pipeline is not None:  # stored apart: the run's JSON keeps only the steps
+            stored, capped = split_pipeline(capped, settings.PIPELINE_MAX_BYTES)
+            if stored is not None:
+                artifacts[PIPELINE_ARTIFACT] = (stored, False)
         capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
         entry = self._workers.get(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None

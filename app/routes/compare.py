@@ -286,10 +286,15 @@ async def compare_repeat(
 async def run_repeat(
     job_id: str, request: Request, state: StateDep, admission: AdmissionDep
 ) -> RedirectResponse:
-    """Run a job again with the same spec; `profile=on` turns the profiler on for it."""
+    """Run a job again with the same spec; `profile=on` turns the profiler on for it,
+    `pipeline=on` the pass pipeline capture."""
     form = await _form(request)
     _check_token(form, admission)
-    changes = {"profile": True} if form.get("profile") in ("on", "1", "true") else None
+    changes = {
+        option: True
+        for option in ("profile", "pipeline")
+        if form.get(option) in ("on", "1", "true")
+    } or None
     client = admission.client(request)
     (new_id,) = queue_repeats(admission, state.settings, job_id, 1, client, changes=changes)
     return RedirectResponse(f"/runs/{new_id}", status_code=303)

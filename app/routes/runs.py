@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
+from app.ir.view import SourceText, build_view
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
@@ -27,7 +28,6 @@ from app.runs.form import (
     param_fields,
     read_form,
 )
-from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv, shape_and_dtype
 from app.state import AppState
@@ -210,23 +210,54 @@ async def run_csv(job_id: str, dispatcher: DispatcherDep) -> PlainTextResponse:
 
 @page_route("/runs/{job_id}/ir/{name}")
 async def run_ir(
-    job_id: str, name: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+    job_id: str,
+    name: str,
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    *,
+    start: Annotated[int | None, Query(ge=1, le=10**9)] = None,
+    q: Annotated[str, Query(max_length=200)] = "",
+    src: Annotated[str, Query(max_length=400)] = "",
+    part: Annotated[str, Query(pattern="^(lines)?$")] = "",
 ) -> HTMLResponse:
-    """One artifact, full length, line-numbered and highlighted (a tab's content)."""
+    """One artifact, full length, paged, searchable and linked to its source (a tab's
+    content). `start` pages, `q` filters to matching lines, `src` selects a source line;
+    `part=lines` answers only the next page of lines (loaded on scroll)."""
     if name not in ARTIFACT_NAMES:
         raise HTTPException(status_code=404, detail=f"no artifact {name[:20]!r}")
     found = dispatcher.store.get_artifact(job_id, name) if len(job_id) <= 64 else None
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name}")
     text, _ = found
+    run = _job_json(job_id, dispatcher).get("run")
+    source = SourceText.from_run(run)
+    view = build_view(
+        name,
+        text,
+        f"/runs/{job_id}/ir/{name}",
+        start=start,
+        q=q.strip(),
+        src=src,
+        source=source,
+        # A part, or the view htmx puts into the run page: a short first page, the rest
+        # loading as it scrolls into view, keeps each main-thread task short.
+        part=part == "lines" or is_htmx(request),
+    )
+    names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
         "name": name,
-        "ir": render_ir(text),
-        "lines": text.count("\n") + 1,
+        "names": names or [name],
+        "view": view,
+        "src": src,
+        "source_sha": source.sha256 if source else "",
+        "has_pipeline": bool((run or {}).get("pipeline")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",
     }
+    if part == "lines":
+        return render(state, "_ir_lines.html", ctx)
     return render(state, "_ir.html" if is_htmx(request) else "ir_page.html", ctx)
 
 

@@ -50,3 +50,17 @@ def test_long_unchanged_stretches_fold_and_huge_texts_are_cut() -> None:
     assert len(found.rows) < 10
     huge = "\n".join(f"line {i}" for i in range(MAX_LINES + 50))
     assert any("only the first" in n for n in ir_diff("ptx", huge, huge).notes)
+
+
+def test_source_notes_of_stablehlo_and_jaxpr_are_dropped_before_diffing() -> None:
+    a = (
+        '%0 = stablehlo.tanh %arg0 : tensor<8xf32> loc(#loc3)\n#loc3 = loc("/a/x.py":7:11 to :22)\n'
+        "    d:f32[8] = tanh c                     # /a/x.py:7:11 (g)\n"
+    )
+    b = (
+        '%0 = stablehlo.tanh %arg0 : tensor<8xf32> loc(#loc9)\n#loc9 = loc("/b/y.py":9:1 to :5)\n'
+        "    d:f32[8] = tanh c      # /b/y.py:9:1 (h)\n"
+    )
+    assert normalize(a) == normalize(b)
+    assert "stablehlo.tanh %arg0 : tensor<8xf32>" in normalize(a)
+    assert ir_diff("stablehlo", a, b).identical

@@ -134,7 +134,7 @@ async def test_a_done_run_shows_everything_it_measured(
 
     ir = await bench_client.get(f"/runs/{job_id}/ir/stablehlo", headers={"HX-Request": "true"})
     assert ir.status_code == 200
-    assert '<ol class="ir-lines">' in ir.text
+    assert '<div class="ir-lines">' in ir.text and 'id="L1"' in ir.text
     assert "stablehlo.dot_general" in ir.text
     full = await bench_client.get(f"/runs/{job_id}/ir/hlo")
     assert full.text.startswith("<!doctype html>")

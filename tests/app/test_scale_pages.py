@@ -133,7 +133,7 @@ async def test_the_run_page_shows_placement_and_the_scaling_series(
 
     # The IR view marks the collective in the optimized HLO.
     ir = await bench_client.get(f"/runs/{job_id}/ir/hlo", headers={"HX-Request": "true"})
-    assert '<mark class="collective">all-reduce</mark>' in ir.text
+    assert '<span class="bi">all-reduce</span>' in ir.text  # collectives in their own colour
 
 
 async def test_runs_without_a_mesh_have_no_placement_section(

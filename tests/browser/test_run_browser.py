@@ -31,14 +31,14 @@ def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) ->
     expect(page.locator("svg.samples circle.sample")).to_have_count(15)
     expect(page.get_by_text("host-sync").first).to_be_visible()
     # The optimized HLO loads into the IR view; the StableHLO tab swaps it.
-    expect(page.locator(".ir-view[data-artifact='hlo'] .ir-lines li").first).to_be_visible(
+    expect(page.locator(".ir-view[data-artifact='hlo'] .ir-lines .l").first).to_be_visible(
         timeout=10000
     )
     page.locator(".tabs a[data-artifact='stablehlo']").click()
     expect(page.locator(".ir-view[data-artifact='stablehlo']")).to_contain_text("dot_general")
-    page.fill(".ir-search", "dot_general")
-    expect(page.locator(".ir-count")).to_contain_text("matching lines")
-    expect(page.locator(".ir-lines li.hit").first).to_be_visible()
+    page.fill(".ir-q", "dot_general")
+    expect(page.locator(".ir-status")).to_contain_text("matching line")
+    expect(page.locator(".ir-lines .l.hit").first).to_be_visible()
     # The reproduce command carries the exact parameters.
     expect(page.locator(".reproduce")).to_contain_text("boundary run matmul m=96 n=64 k=80")
 

@@ -47,6 +47,11 @@ class MeasureOptions(StrictModel):
         default=False,
         description="Capture a JAX profiler trace of the sampled calls (not compile, not warm-up).",
     )
+    pipeline: bool = Field(
+        default=False,
+        description="Compile once more with XLA's per-pass dump and send the pass pipeline "
+        "(the reported compile time is the first, plain compile).",
+    )
 
     def sample_count(self) -> int | None:
         """The fixed sample count, or None when sampling is adaptive."""

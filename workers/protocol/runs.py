@@ -186,6 +186,26 @@ class HloCollective(OpenModel):
     asynchronous: bool = Field(default=False, description="Issued as a -start/-done pair.")
 
 
+class HloExplained(OpenModel):
+    """One fusion, library call or collective of the optimized HLO, explained: what it is,
+    what it moves, the source lines it came from and the pass that made it (added by the
+    server from the run's own HLO, source and pass pipeline)."""
+
+    name: str
+    op: str = Field(description="fusion, custom-call, all-reduce-start, ...")
+    kind: str = Field(description="The fusion kind, custom-call target or collective.")
+    shape: str
+    bytes: int | None = Field(default=None, description="Bytes of the result's arrays.")
+    source: list[str] = Field(
+        default_factory=list,
+        description="Source lines it came from: the workload's line numbers, or file:line.",
+    )
+    made_by: str | None = Field(
+        default=None, description="The first pass after which its name appears (pipeline runs)."
+    )
+    pipeline_step: int | None = None
+
+
 class HloSummary(OpenModel):
     """What the optimized HLO says XLA chose: fusions, library calls, communication."""
 
@@ -222,6 +242,57 @@ class InputInfo(OpenModel):
     dtype: str
 
 
+class SourceText(OpenModel):
+    """The Python source of the workload function a worker ran, as that worker has it.
+
+    A remote worker may run another version of a catalog workload than the server's
+    checkout; the page shows this text, so what a reader sees is what ran. IR positions
+    (`file:line`) whose file ends with `path` point into it.
+    """
+
+    path: str = Field(description="The file, relative to the worker's package root.")
+    function: str = Field(description="The qualified name of the function shown.")
+    first_line: int = Field(ge=1, description="The file line of the text's first line.")
+    text: str = Field(max_length=200_000)
+    sha256: str = Field(description="SHA-256 of `text` (UTF-8), hex.")
+
+
+class PipelineStep(OpenModel):
+    """One module snapshot XLA dumped during compilation: the state after `changed` ran.
+
+    XLA writes a snapshot only when a pass changed the module, naming the pass that did
+    (`after_X`) and the pass that runs next (`before_Y`); a pass named as next that did not
+    produce the following snapshot ran without changing anything.
+    """
+
+    order: int = Field(ge=0, description="XLA's own sequence number of the snapshot.")
+    pipeline: str = Field(description="The pass pipeline, e.g. simplification, spmd-partitioner.")
+    changed: str = Field(description="The pass after which this snapshot was taken.")
+    next: str | None = Field(default=None, description="The pass that runs next.")
+    snapshot: int = Field(ge=0, description="Index into PipelineCapture.snapshots.")
+
+
+class PipelineCapture(OpenModel):
+    """XLA's pass pipeline for one compile of the run's program, from its per-pass dump."""
+
+    steps: list[PipelineStep] = Field(default_factory=list)
+    snapshots: list[str] = Field(
+        default_factory=list,
+        description="Distinct module texts: [0] before optimization, then each step's, in order.",
+    )
+    final: str | None = Field(default=None, description="The dumped module after optimizations.")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Other compiler reports kept whole: priority_fusion_dump.txt and "
+        "thunk_sequence.txt on GPU targets.",
+    )
+    bytes: int = Field(default=0, description="Text bytes kept.")
+    cut: str | None = Field(default=None, description="Why the capture stopped early, if it did.")
+    capture_s: float | None = Field(
+        default=None, description="Seconds the extra compile and reading the dump took."
+    )
+
+
 class RunResult(OpenModel):
     """One attempt at a job, complete and self-describing.
 
@@ -255,6 +326,17 @@ class RunResult(OpenModel):
     group: GroupReport | None = Field(default=None, description="A multi-process run's members.")
     profile: ProfileTrace | None = Field(default=None, description="measure.profile's trace.")
     sweep: SweepResult | None = Field(default=None, description="shape-sweep: each policy.")
+    source: SourceText | None = Field(
+        default=None, description="The workload function's source, linked to the IR lines."
+    )
+    pipeline: PipelineCapture | None = Field(
+        default=None, description="measure.pipeline: XLA's passes, in order, with snapshots."
+    )
+    hlo_explained: list[HloExplained] | None = Field(
+        default=None,
+        description="Each fusion, library call and collective with its source lines and pass "
+        "(added by the server).",
+    )
     ceilings: Ceilings | None = Field(
         default=None, description="The running worker's measured ceilings (added by the server)."
     )

@@ -23,6 +23,7 @@ from workers.compile_cache import apply_cache_policy, default_cache_dir
 from workers.environment import describe_devices, detect_environment, devices_by_platform
 from workers.ir import summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
+from workers.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.protocol import (
     Artifacts,
     CachePolicy,
@@ -30,6 +31,7 @@ from workers.protocol import (
     InputInfo,
     JobSpec,
     MemoryAnalysis,
+    PipelineCapture,
     Platform,
     ProgressEvent,
     ProgressPhase,
@@ -43,6 +45,7 @@ from workers.protocol import (
 from workers.publish import Measured, Work
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
+from workers.source import workload_source
 from workers.targets.dump import kernels_ptx
 from workers.targets.topology import compiler_of, target_devices
 from workers.workloads import get_workload
@@ -225,8 +228,13 @@ def run_deviceless(
     compile_s = clock() - t0
     emit("compiled", message=f"for {target.id}, without the hardware")
     hlo = compiled.as_text()
-    artifacts = Artifacts(jaxpr=str(traced.jaxpr), stablehlo=lowered.as_text(), hlo=hlo)
+    artifacts = Artifacts(
+        jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
+        stablehlo=lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
     gpu = target.platform is Platform.GPU
+    reports: dict[str, str] = {}
     notes: list[str] = []
     unreported: dict[str, float] = {}
     if gpu:
@@ -234,8 +242,12 @@ def run_deviceless(
         # time reported above, so it comes from a second compile, timed apart.
         t0 = clock()
         with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
-            lowered.compile(compiler_options={"xla_dump_to": folder})
+            # The fusion pass writes its decisions only when its own pass is dumped.
+            options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
+            lowered.compile(compiler_options=options)
             artifacts.ptx = kernels_ptx(Path(folder))
+            # The same dump holds the fusion pass's decisions and the launch order.
+            reports = read_reports(Path(folder), max_bytes_from_env())
         unreported["dump_compile"] = clock() - t0
         timing = COMPILE_TIMING.format(
             extra="the PTX comes from a second compile that writes a dump, not counted"
@@ -266,6 +278,11 @@ def run_deviceless(
         warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
     if job.measure.cache is not CachePolicy.COLD:
         warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
+    pipeline = PipelineCapture(files=reports) if gpu and reports else None
+    if job.measure.pipeline:  # its own compile with the per-pass dump, after the timed one
+        t0 = clock()
+        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        unreported["pipeline_compile"] = clock() - t0
     host = devices_by_platform().get("cpu") or jax.devices()
     environment = detect_environment(host[0], CachePolicy.COLD, None, list(host))
     environment.extra["compiled_for"] = f"{target.id} ({name} {version or ''})".strip()
@@ -285,6 +302,8 @@ def run_deviceless(
         extra={"compile_only": True},
         unreported=unreported,
         target=report,
+        source=workload_source(workload),
+        pipeline=pipeline,
     )
     if scaled is not None:
         t0 = clock()

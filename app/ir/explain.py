@@ -1,0 +1,112 @@
+"""The HLO summary that explains itself: each fusion, library call and collective of the
+optimized HLO with its kind, shape and bytes, the source lines it came from (through the
+module's stack frames) and, when the pass pipeline was captured, the pass that made it."""
+
+from __future__ import annotations
+
+import re
+
+from app.ir.pipeline import origins
+from app.ir.sources import source_map
+from app.ir.view import Keys
+from workers.protocol import HloExplained, PipelineCapture, SourceText
+
+MAX_EXPLAINED = 200
+"""Instructions explained per run."""
+
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s(?P<op>[a-z][a-z0-9\-]*)\("
+)
+_EXPLAINED = re.compile(
+    r"^(fusion|custom-call|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
+    r"collective-broadcast|ragged-all-to-all)(-start)?$"
+)
+_KIND = re.compile(r"\bkind=(\w+)")
+_BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[sufc]\d+)\[([\d,]*)\]")
+_BITS = {"pred": 8, "bf16": 16}
+
+
+def shape_bytes(shape: str) -> int | None:
+    """Bytes of every array in an HLO shape (a tuple's members summed); None if none parse."""
+    total, found = 0, False
+    for dtype, dims in _ARRAY.findall(shape):
+        bits = _BITS.get(dtype)
+        if bits is None:
+            digits = re.sub(r"\D", "", dtype.split("e")[0]) or "8"
+            bits = int(digits)
+        count = 1
+        for d in filter(None, dims.split(",")):
+            count *= int(d)
+        total += count * max(bits, 8) // 8
+        found = True
+    return total if found else None
+
+
+def _computation_of(lines: list[str]) -> dict[int, str]:
+    """Line index → the name of the computation it belongs to."""
+    owner: dict[int, str] = {}
+    current = ""
+    for i, line in enumerate(lines):
+        if line and not line[0].isspace() and line.rstrip().endswith("{"):
+            current = line.split("(", 1)[0].replace("ENTRY", "").strip().lstrip("%")
+        owner[i] = current
+    return owner
+
+
+def explain(
+    hlo: str, source: SourceText | None, pipeline: PipelineCapture | None
+) -> list[HloExplained]:
+    """The explained instructions of `hlo`, in the order they appear."""
+    lines = hlo.splitlines()
+    smap = source_map("hlo", lines)
+    keys = Keys(source.path if source is not None else "")
+    owner = _computation_of(lines)
+    # Source lines of a fusion are those of the instructions inside its computation.
+    by_computation: dict[str, list[str]] = {}
+    for i, chain in smap.positions.items():
+        key = keys.key(chain)
+        found = by_computation.setdefault(owner.get(i, ""), [])
+        if key not in found:
+            found.append(key)
+    made = {}
+    if pipeline is not None and pipeline.snapshots:
+        made = {o.name: o for o in origins(pipeline, hlo)}
+    out: list[HloExplained] = []
+    for i, line in enumerate(lines):
+        m = _INSTRUCTION.match(line)
+        if not m or not _EXPLAINED.match(m.group("op")):
+            continue
+        name, op, shape = m.group("name"), m.group("op"), m.group("shape")
+        kind = op.removesuffix("-start")
+        if op == "fusion":
+            backend = _BACKEND_KIND.search(line)
+            plain = _KIND.search(line)
+            kind = backend.group(1) if backend else (plain.group(1) if plain else "fusion")
+        elif op == "custom-call":
+            target = _TARGET.search(line)
+            kind = target.group(1) if target else "custom-call"
+        sources: list[str] = []
+        if i in smap.positions:
+            sources.append(keys.key(smap.positions[i]))
+        called = re.search(r"\bcalls=%?([\w.\-]+)", line)
+        for key in by_computation.get(called.group(1), []) if called else []:
+            if key not in sources:
+                sources.append(key)
+        origin = made.get(name)
+        out.append(
+            HloExplained(
+                name=name,
+                op=op,
+                kind=kind,
+                shape=shape.strip(),
+                bytes=shape_bytes(shape),
+                source=sources,
+                made_by=origin.pass_name if origin else None,
+                pipeline_step=origin.order if origin else None,
+            )
+        )
+        if len(out) >= MAX_EXPLAINED:
+            break
+    return out

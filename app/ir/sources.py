@@ -1,0 +1,175 @@
+"""Which Python source line each line of IR came from.
+
+Three IRs carry source positions, each its own way:
+
+- a jaxpr printed with `source_info=True` ends an equation's first line with
+  `# file:line:col (function)`;
+- StableHLO printed with `debug_info=True` ends an op with `loc(#locN)`, and `#locN = ...`
+  lines at the end of the module name a file position, a named wrapper around another
+  location, or a call site (`callsite(callee at caller)`);
+- optimized HLO ends an instruction with `metadata={... stack_frame_id=N}`, resolved through
+  the module's StackFrames, FileLocations and FileNames tables.
+
+Each gives, per line, the chain of (file, line) positions from the innermost frame outwards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+Position = tuple[str, int]
+"""A source file (as the IR spells it) and a 1-based line."""
+
+_JAXPR_NOTE = re.compile(r"#\s+(?P<file>[^\s#][^#]*?):(?P<line>\d+)(?::\d+)?(?:\s+\([^)]*\))?\s*$")
+_MLIR_USE = re.compile(r"\bloc\((#loc\d*)\)\s*$")
+_MLIR_DEF = re.compile(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$")
+_MLIR_FILE = re.compile(r'^"(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):\d+')
+_MLIR_NAMED = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
+_MLIR_CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
+_MLIR_FUSED = re.compile(r"^fused\[(.*)\]$")
+_HLO_SOURCE = re.compile(r'\bsource_file="([^"]*)"\s+source_line=(\d+)')
+_HLO_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_HLO_FIELD = re.compile(r"(\w+)=(\d+)")
+_HLO_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+@dataclass
+class SourceMap:
+    """Per IR line (0-based), its source positions, innermost first; lines without are absent."""
+
+    positions: dict[int, list[Position]]
+
+    def files(self) -> list[str]:
+        """Every file named, in first-seen order."""
+        seen: dict[str, None] = {}
+        for chain in self.positions.values():
+            for file, _ in chain:
+                seen.setdefault(file, None)
+        return list(seen)
+
+
+def _jaxpr(lines: list[str]) -> SourceMap:
+    found: dict[int, list[Position]] = {}
+    open_eq: list[Position] | None = None
+    for i, line in enumerate(lines):
+        m = _JAXPR_NOTE.search(line)
+        if m:
+            chain = [(m.group("file").strip(), int(m.group("line")))]
+            found[i] = chain
+            # An equation whose parameters continue on later lines ends its first line with
+            # `[`; the lines up to the closing `]` belong to the same equation.
+            open_eq = chain if line[: m.start()].rstrip().endswith("[") else None
+        elif open_eq is not None:
+            found[i] = open_eq
+            if line.lstrip().startswith("]"):
+                open_eq = None
+    return SourceMap(found)
+
+
+def _mlir(lines: list[str]) -> SourceMap:
+    defs: dict[str, str] = {}
+    for line in lines:
+        m = _MLIR_DEF.match(line)
+        if m:
+            defs[m.group(1)] = m.group(2).strip()
+    memo: dict[str, list[Position]] = {}
+
+    def resolve(ref: str, depth: int = 0) -> list[Position]:
+        if ref in memo:
+            return memo[ref]
+        body = defs.get(ref, "")
+        chain: list[Position] = []
+        if depth < 64:
+            if m := _MLIR_FILE.match(body):
+                chain = [(m.group("file"), int(m.group("line")))]
+            elif m := _MLIR_NAMED.match(body):
+                chain = resolve(m.group(1), depth + 1)
+            elif m := _MLIR_CALLSITE.match(body):
+                chain = resolve(m.group(1), depth + 1) + resolve(m.group(2), depth + 1)
+            elif m := _MLIR_FUSED.match(body):
+                for part in m.group(1).split(","):
+                    chain += resolve(part.strip(), depth + 1)
+        memo[ref] = chain
+        return chain
+
+    found: dict[int, list[Position]] = {}
+    for i, line in enumerate(lines):
+        if line.startswith("#loc"):
+            continue
+        m = _MLIR_USE.search(line)
+        if m:
+            chain = resolve(m.group(1))
+            if chain:
+                found[i] = chain
+    return SourceMap(found)
+
+
+def hlo_tables(lines: list[str]) -> dict[str, dict[int, str]]:
+    """The module's source tables by name: row id → the row's text."""
+    tables: dict[str, dict[int, str]] = {}
+    current: dict[int, str] | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in _HLO_TABLES:
+            current = tables.setdefault(stripped, {})
+        elif current is not None:
+            m = _HLO_TABLE_ROW.match(stripped)
+            if m:
+                current[int(m.group(1))] = m.group(2)
+            else:
+                current = None
+        if line.startswith(("%", "ENTRY")):
+            break  # the tables come before the first computation
+    return tables
+
+
+def _hlo(lines: list[str]) -> SourceMap:
+    tables = hlo_tables(lines)
+    names = {k: v.strip().strip('"') for k, v in tables.get("FileNames", {}).items()}
+    locations: dict[int, Position] = {}
+    for k, row in tables.get("FileLocations", {}).items():
+        fields = dict(_HLO_FIELD.findall(row))
+        if "file_name_id" in fields and "line" in fields:
+            locations[k] = (names.get(int(fields["file_name_id"]), "?"), int(fields["line"]))
+    frames: dict[int, tuple[int, int]] = {}
+    for k, row in tables.get("StackFrames", {}).items():
+        fields = dict(_HLO_FIELD.findall(row))
+        frames[k] = (int(fields.get("file_location_id", 0)), int(fields.get("parent_frame_id", 0)))
+    memo: dict[int, list[Position]] = {}
+
+    def chain_of(frame: int) -> list[Position]:
+        chain: list[Position] = []
+        seen: set[int] = set()
+        while frame in frames and frame not in seen:  # a frame may name itself as parent
+            seen.add(frame)
+            location, parent = frames[frame]
+            if location in locations and locations[location] not in chain:
+                chain.append(locations[location])
+            frame = parent
+        return chain
+
+    found: dict[int, list[Position]] = {}
+    for i, line in enumerate(lines):
+        at = line.find("stack_frame_id=")  # str.find: far cheaper than a regex per line
+        if at >= 0:
+            digits = line[at + 15 : at + 27]
+            frame = int(digits[: len(digits) - len(digits.lstrip("0123456789"))] or 0)
+            if frame not in memo:
+                memo[frame] = chain_of(frame)
+            if memo[frame]:
+                found[i] = memo[frame]
+        elif "source_line=" in line and (m := _HLO_SOURCE.search(line)):
+            found[i] = [(m.group(1), int(m.group(2)))]
+    return SourceMap(found)
+
+
+def source_map(artifact: str, lines: list[str]) -> SourceMap:
+    """The source positions of `lines` of the artifact named `artifact` (empty if it has none)."""
+    if artifact == "jaxpr":
+        return _jaxpr(lines)
+    if artifact == "stablehlo":
+        return _mlir(lines)
+    if artifact == "hlo":
+        return _hlo(lines)
+    return SourceMap({})

@@ -1,0 +1,81 @@
+"""The pipeline and fusion decisions for targets compiled without their hardware: a v6e
+2x4 slice's all-reduce traces back to the SPMD partitioner, and a B200 run shows the GPU
+fusion pass's decisions. Real compiles (libtpu, JAX's CUDA plugin), so marked slow."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.app.ir_runs import post_run
+from workers.engine import run_job
+from workers.protocol import JobSpec
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed (jax[tpu])"
+)
+needs_cuda_plugin = pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda13") is None
+    and importlib.util.find_spec("jax_cuda13_plugin") is None,
+    reason="JAX's CUDA plugin is not installed (jax[cuda13-local])",
+)
+
+
+def _run(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    return run_job(JobSpec.model_validate(spec), cache_dir=tmp / "cache").model_dump(mode="json")
+
+
+@needs_libtpu
+async def test_a_v6e_all_reduce_traces_back_to_the_spmd_partitioner(
+    bench_client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    spec = {
+        "workload": "sharded-matmul",
+        "path": "jax-tpu",
+        "target": "v6e:2x4",
+        "params": {"sharding": "tensor"},
+        "measure": {"pipeline": True},
+    }
+    run = _run(spec, tmp_path)
+    steps = run["pipeline"]["steps"]
+    assert any("spmd" in s["changed"] for s in steps)
+    job_id = await post_run(bench_client, run)
+    page = unescape((await bench_client.get(f"/runs/{job_id}/pipeline")).text)
+    row = re.search(r'<tr id="o-(all-reduce[\w.\-]*)">.*?</tr>', page, re.S)
+    assert row and "tpu-spmd-partitioning" in row.group(0)
+    explained = {e["name"]: e for e in run_json(await bench_client.get(f"/runs/{job_id}.json"))}
+    assert "spmd-partitioning" in (explained[row.group(1)]["made_by"] or "")
+
+
+def run_json(response: httpx.Response) -> list[dict[str, Any]]:
+    explained: list[dict[str, Any]] = response.json()["run"]["hlo_explained"]
+    return explained
+
+
+@needs_cuda_plugin
+async def test_a_b200_run_shows_its_fusion_decisions(
+    bench_client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    spec = {
+        "workload": "attention",
+        "path": "jax-gpu",
+        "target": "b200:1",
+        "params": {"batch": 1, "heads": 2, "seq_len": 128, "head_dim": 64},
+    }
+    run = _run(spec, tmp_path)  # no --pipeline: the PTX's dump already holds the reports
+    assert "priority_fusion_dump.txt" in run["pipeline"]["files"]
+    assert run["pipeline"]["steps"] == []
+    job_id = await post_run(bench_client, run)
+    assert "fusion decisions" in (await bench_client.get(f"/runs/{job_id}")).text
+    page = (await bench_client.get(f"/runs/{job_id}/pipeline")).text
+    assert '<tr class="fused">' in page and '<tr class="refused">' in page
+    assert "not a time" in page and "(model)" in page
+    assert "thunk_sequence.txt" in page
