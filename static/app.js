@@ -123,24 +123,9 @@
     if (el && el.querySelector && el.querySelector(".progress-panel[data-final]")) event.preventDefault();
   });
 })();
-// IR view: filter-highlight lines matching the search box; mark the active artifact tab.
+// IR view: mark the active artifact tab after a swap (searching is static/ir.js's).
 (function () {
   "use strict";
-  document.addEventListener("input", function (event) {
-    var box = event.target;
-    if (!box.classList || !box.classList.contains("ir-search")) return;
-    var view = box.closest(".ir-view");
-    var needle = box.value.toLowerCase();
-    var lines = view.querySelectorAll(".ir-lines li");
-    var hits = 0, first = null;
-    for (var i = 0; i < lines.length; i++) {
-      var hit = needle.length > 1 && lines[i].textContent.toLowerCase().indexOf(needle) !== -1;
-      lines[i].classList.toggle("hit", hit);
-      if (hit) { hits++; if (!first) first = lines[i]; }
-    }
-    view.querySelector(".ir-count").textContent = needle.length > 1 ? hits + " matching lines" : "";
-    if (first) first.scrollIntoView({ block: "nearest" });
-  });
   document.addEventListener("htmx:after:swap", function () {
     var view = document.querySelector(".ir-view");
     if (!view) return;
