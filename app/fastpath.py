@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -106,7 +107,49 @@ def _etag_matches(if_none_match: bytes, etag: str) -> bool:
     return False
 
 
-Resources = dict[str, Resource | Callable[[], Resource]]
+@dataclass
+class PerOrigin:
+    """A resource whose rendering names the origin it is served from (the embed snippet's
+    absolute URLs, when no public base URL is configured): made once per origin, and only
+    the last few origins are kept, so a stream of made-up Host headers costs little."""
+
+    make: Callable[[str], Resource]
+    keep: int = 8
+    _made: dict[str, Resource] = field(default_factory=dict)
+
+    def for_origin(self, origin: str) -> Resource:
+        found = self._made.get(origin)
+        if found is None:
+            found = self.make(origin)
+            if len(self._made) >= self.keep:
+                self._made.pop(next(iter(self._made)))
+            self._made[origin] = found
+        return found
+
+
+_HOST = re.compile(rb"^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?$")
+
+
+def request_origin(scope: Scope) -> str:
+    """The origin a request was made to, e.g. "http://127.0.0.1:8000".
+
+    The Host header is used only when it is a plain host[:port]: it ends up in page text.
+    """
+    scheme = "https" if scope.get("scheme") == "https" else "http"
+    for name, value in scope["headers"]:
+        if name == b"host":
+            if _HOST.match(value):
+                return f"{scheme}://{value.decode('ascii').lower()}"
+            break
+    server = scope.get("server")
+    if server:
+        host, port = server
+        default = 443 if scheme == "https" else 80
+        return f"{scheme}://{host}" + ("" if port in (None, default) else f":{port}")
+    return f"{scheme}://localhost"
+
+
+Resources = dict[str, Resource | PerOrigin | Callable[[], Resource]]
 
 
 class FastPath:
@@ -135,7 +178,9 @@ class FastPath:
         if resource is None:
             await self.app(scope, receive, send)
             return
-        if not isinstance(resource, Resource):
+        if isinstance(resource, PerOrigin):
+            resource = resource.for_origin(request_origin(scope))
+        elif not isinstance(resource, Resource):
             resource = self.resources[scope["path"]] = resource()
         accept = inm = b""
         partial = False

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp
 
 from app.assets import Asset, load_assets
 from app.deferred import Built, DeferredApp
-from app.fastpath import Entry, FastPath, Resource, Resources
+from app.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
 from app.reader.content import load_content
-from app.reader.site import Deferred, render_site
+from app.reader.site import Deferred, names_origin, render_site
 from app.security import SecurityHeaders, security_headers
 from app.settings import Settings, get_settings
 from app.state import AppState
@@ -52,10 +52,24 @@ def build_resources(state: AppState) -> Resources:
         fragment = Entry(r.fragment, r.content_type, headers) if r.fragment else None
         return Resource(Entry(r.body, r.content_type, headers), fragment)
 
-    for deferred in render_site(
-        state.content, state.env, state.assets, linker=server_linker, public_base=public_base
-    ):
-        resources[deferred.url] = partial(resource, deferred)
+    def site(base: str) -> list[Deferred]:
+        return render_site(
+            state.content, state.env, state.assets, linker=server_linker, public_base=base
+        )
+
+    @lru_cache(maxsize=8)
+    def site_at(origin: str) -> dict[str, Deferred]:
+        return {d.url: d for d in site(origin)}
+
+    def at_origin(url: str, origin: str) -> Resource:
+        return resource(site_at(origin)[url])
+
+    for deferred in site(public_base):
+        if not public_base and names_origin(deferred.url):
+            # Its embed snippet and oEmbed link must be absolute: the request's origin.
+            resources[deferred.url] = PerOrigin(partial(at_origin, deferred.url))
+        else:
+            resources[deferred.url] = partial(resource, deferred)
     for asset in state.assets.values():
         url = f"/static/{asset.name}"
         headers = [ASSET_CACHE, *security_headers(url, settings.FRAME_ANCESTORS)]

@@ -124,8 +124,9 @@ def describe_need(req: Requirements | dict[str, Any]) -> str:
         if req.get("executes"):
             return f"{text} on {target.count} real {target.chip.name} device(s) ({target.id})"
         return f"{text} compiling for {target.id}"
-    if req["path"] == PathId.CUDA.value and not req["cuda_run"]:
-        text += " (compile only)"
+    if req["path"] == PathId.CUDA.value:
+        # Say which CUDA ability is missing, as /workers lists "cuda (compile only)".
+        text += " (compile and execute)" if req["cuda_run"] else " (compile only)"
     devices = int(req["devices"])
     if devices > 1:
         text += f" with {devices} devices"

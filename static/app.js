@@ -19,18 +19,23 @@
     this.timer = null;
     this.button.hidden = false;
     var self = this;
-    this.button.addEventListener("click", function () { self.playing() ? self.stop() : self.play(); });
+    this.button.addEventListener("click", function () { self.playing() ? self.stop() : self.play(false); });
   }
   Sequence.prototype.playing = function () { return this.timer !== null; };
   Sequence.prototype.show = function (stage, text) {
     this.svg.setAttribute("data-stage", stage);
     this.caption.textContent = text;
   };
-  Sequence.prototype.play = function () {
+  // From the first stage when the user asks; on page load, from the selected stage on, so
+  // the diagram never highlights a stage other than the one the page is about first.
+  Sequence.prototype.play = function (fromSelected) {
     if (this.playing() || !this.steps.length) return;
     var self = this;
     this.index = 0;
-    this.show(this.steps[0].stage, this.steps[0].text);
+    if (fromSelected) {
+      for (var i = 0; i < this.steps.length; i++) if (this.steps[i].stage === this.selected) this.index = i;
+    }
+    this.show(this.steps[this.index].stage, this.steps[this.index].text);
     this.timer = window.setInterval(function () {
       self.index += 1;
       if (self.index >= self.steps.length) { self.stop(); return; }  // brief: one pass, then rest
@@ -68,19 +73,35 @@
     figure.setAttribute("data-ready", "");
     current = new Sequence(figure);
     current.sync();
-    if (autoplay && !reduced) current.play();
+    if (autoplay && !reduced) current.play(true);
   }
 
-  function fillEmbedSnippet() {
-    var box = document.getElementById("embed-snippet");
-    if (box && box.value.indexOf('src="/') !== -1) {
-      box.value = box.value.replace('src="/', 'src="' + window.location.origin + "/");
-    }
+  // The run form under the reader follows the reader's path: when the user picks another
+  // path above, the form asks for itself again for that path, keeping what was typed.
+  var followed = null;
+  function followReader() {
+    var reader = document.getElementById("reader");
+    var form = document.getElementById("run-form");
+    if (!reader) return;
+    var path = reader.getAttribute("data-path");
+    if (followed === null || followed === path) { followed = path; return; }
+    followed = path;
+    if (!form || !window.htmx) return;
+    var params = new URLSearchParams(new FormData(form));
+    params.set("path", path);
+    params.delete("shown_path");  // the reader asks; the server may start on a runnable path
+    params.delete("token");
+    window.htmx.ajax("GET", "/runs/new?" + params.toString(), { target: "#run-form", swap: "outerHTML" });
   }
 
-  document.addEventListener("DOMContentLoaded", function () { setUp(true); fillEmbedSnippet(); });
+  document.addEventListener("DOMContentLoaded", function () { setUp(true); followReader(); });
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
-  document.addEventListener("htmx:after:swap", function () { setUp(false); fillEmbedSnippet(); });
+  document.addEventListener("htmx:after:swap", function () { setUp(false); followReader(); });
+  // A finished run's stream has ended on purpose: do not reconnect to it.
+  document.addEventListener("htmx:sse:before:connection", function (event) {
+    var el = event.target;
+    if (el && el.querySelector && el.querySelector(".progress-panel[data-final]")) event.preventDefault();
+  });
 })();
 // IR view: filter-highlight lines matching the search box; mark the active artifact tab.
 (function () {

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.protocol import BoundaryId, Mode
+from workers.protocol import BoundaryId, Mode, PathId
 
 IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
 """Parameters that choose an implementation rather than the problem: experimental."""
@@ -120,11 +120,19 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
     )
     rates = run.get("rates") or {}
     default = rates.get("boundary") or MODE_BOUNDARY.get(mode)
-    implementation = [f"{k}={_text(params[k])}" for k in IMPLEMENTATION_KEYS if k in params]
+    path = str(job.get("path"))
+    # `kernel` picks a hand-written CUDA kernel; on a JAX path it means nothing: XLA chose.
+    implementation = [
+        f"{k}={_text(params[k])}"
+        for k in IMPLEMENTATION_KEYS
+        if k in params and (k != "kernel" or path == PathId.CUDA.value)
+    ]
+    if not implementation and path != PathId.CUDA.value:
+        implementation.append("XLA")
     if chosen:
         implementation.append(f"measurement {chosen}")
     experimental = {
-        "path": str(job.get("path")),
+        "path": path,
         "device": _device(env),
         "implementation": ", ".join(implementation) or "—",
         "version": _versions(env),
@@ -142,11 +150,21 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
 
 
 def _device(env: dict[str, Any]) -> str:
+    """The devices a run used, as a reader names them: "1 × CPU", "8 × NVIDIA H200"."""
     if not env:
         return "—"
-    return (
-        f"{env.get('platform', '?')} {env.get('device_kind', '?')} ×{env.get('device_count', '?')}"
-    )
+    platform = str(env.get("platform") or "?")
+    kind = str(env.get("device_kind") or "").strip()
+    count = env.get("device_count")
+    if not count:
+        # Compiled without executing (e.g. CUDA C++ with no GPU): the kind says for what.
+        kind = kind.removeprefix("no GPU used: ")
+        return f"no device ({kind})" if kind else "no device"
+    if not kind or kind.lower() == platform.lower():
+        kind = platform.upper()
+    elif platform.lower() not in kind.lower() and platform not in ("?", "none"):
+        kind = f"{kind} ({platform.upper()})"
+    return f"{count} × {kind}"
 
 
 def _versions(env: dict[str, Any]) -> str:

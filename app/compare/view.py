@@ -255,7 +255,7 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
     jobs_b = _jobs(dispatcher, "b", req.b)
     ctx: dict[str, Any] = {"request": asdict(req), "links": _links(req), "html": {}}
     if not jobs_b:
-        ctx["picker"] = picker(dispatcher, jobs_a[0]["id"])
+        ctx["picker"] = picker(dispatcher, jobs_a[0]["id"], req.a)
         facts = [run_facts(j, req.subject_a) for j in jobs_a]
         boundary = req.boundary or facts[0].default_boundary
         ctx["sides"] = {"a": _side("A", jobs_a, facts, boundary, facts[0].subject), "b": None}
@@ -279,6 +279,7 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
         if g.suggest_boundary
         else None,
     }
+    ctx["verdict"] = page_verdict(g)
     ctx["result"] = _result(g, a, b)
     ctx["stages"] = _stage_rows(a, b)
     ctx["diff"] = _diff(dispatcher, jobs_a[0]["id"], jobs_b[0]["id"], req.ir)
@@ -294,6 +295,29 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
     return ctx
 
 
+def page_verdict(g: Guarded) -> dict[str, str]:
+    """The comparison's one verdict and headline; the page says nothing that contradicts it."""
+    names = [v for v, _, _ in g.experimental]
+    if not g.comparable:
+        return {"kind": "refused", "headline": "Not comparable: no ratio is printed"}
+    if not names:
+        return {
+            "kind": "a/a",
+            "headline": "A/A comparison: the same configuration on both sides, a check of "
+            "the noise",
+        }
+    if g.warnings:
+        return {
+            "kind": "several",
+            "headline": f"More than one variable changed ({', '.join(names)}): a difference "
+            "cannot be pinned on one",
+        }
+    return {
+        "kind": "one",
+        "headline": f"Like with like: one variable changed ({' and with it '.join(names)})",
+    }
+
+
 def _links(req: Request) -> dict[str, str]:
     query = req.query()
     return {
@@ -304,19 +328,27 @@ def _links(req: Request) -> dict[str, str]:
     }
 
 
-def picker(dispatcher: Dispatcher, job_id: str, limit: int = 30) -> list[dict[str, Any]]:
-    """Recent finished runs of the same workload as `job_id`, for choosing side B; a run
-    with exactly its job spec on the same kind of device is marked as a repeat."""
+def picker(
+    dispatcher: Dispatcher, job_id: str, on_a_side: list[str], limit: int = 30
+) -> list[dict[str, Any]]:
+    """Recent finished, timed runs of the same workload as `job_id` and not already on a
+    side, for choosing side B; a run with exactly its job spec on the same kind of device
+    is marked as a repeat. Compile-only runs have no time, so they are no timing side."""
     job = dispatcher.store.get_job(job_id)
     if job is None:
         return []
     mine = run_facts(job_public(job, dispatcher)).experimental
-    rows, _ = dispatcher.store.list_jobs(workload=job.workload, status="done", limit=limit + 1)
+    rows, _ = dispatcher.store.list_jobs(
+        workload=job.workload, status="done", limit=limit + len(on_a_side)
+    )
     found = []
     for r in rows:
-        if r.id == job.id:
+        if r.id == job.id or r.id in on_a_side:
             continue
-        theirs = run_facts(job_public(r, dispatcher)).experimental
+        public = job_public(r, dispatcher)
+        if not (public.get("run") or {}).get("measurements"):
+            continue
+        theirs = run_facts(public).experimental
         found.append(
             {
                 "id": r.id,

@@ -71,13 +71,29 @@ class PathInfo(_Model):
     boundaries: list[DiagramBoundary]
 
 
+class StageWords(_Model):
+    """A stage's heading and question in one path's own terms."""
+
+    heading: str
+    question: str
+
+
 class StageInfo(_Model):
-    """A stage of the pipeline and the question it asks."""
+    """A stage of the pipeline and the question it asks (JAX's words unless a path has its
+    own: CUDA C++ compiles ahead of time and never traces)."""
 
     id: StageId
     label: str
     heading: str
     question: str
+    by_path: dict[PathId, StageWords] = Field(default_factory=dict)
+
+    def on(self, path: PathId) -> StageInfo:
+        """This stage as `path` words it."""
+        words = self.by_path.get(path)
+        if words is None:
+            return self
+        return self.model_copy(update={"heading": words.heading, "question": words.question})
 
 
 class Code(_Model):
@@ -150,6 +166,8 @@ class Site(_Model):
     headline: str
     lede: str
     no_side_effects: str
+    embed_credit: str
+    """The embed's footer: the embed has no selectors, so it must not mention any."""
     default_path: PathId
     default_stage: StageId
 

@@ -56,6 +56,12 @@ class Deferred:
     make: Callable[[], Rendered]
 
 
+def names_origin(url: str) -> bool:
+    """Whether the rendering at `url` writes the site's origin into its text (a reader page
+    with its embed snippet and oEmbed discovery link; not twins, embeds or the guide)."""
+    return url == "/" or (url.startswith("/read/") and not url.endswith(".json"))
+
+
 def render_site(
     content: Content,
     env: Environment,

@@ -8,7 +8,13 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from pydantic import ValidationError
 
 from app.admission import Admission
@@ -70,21 +76,45 @@ def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
         ) from None
 
 
-@router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)
-async def compare_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
-) -> HTMLResponse:
-    """Two sides side by side: the guard's verdict, the ratio, stages, samples and IR diff."""
-    template = "_compare.html" if is_htmx(request) else "compare.html"
-    page: dict[str, Any] = {
+def _page(state: Any, **extra: Any) -> dict[str, Any]:
+    """What every rendering of the comparison page needs besides the comparison."""
+    return {
         "min_runs": MIN_RUNS,
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "runs",
         "error": None,
+        "start": None,
+        "record_values": {},
+        "record_errors": {},
+        **extra,
     }
+
+
+def _recent_timed_runs(dispatcher: Dispatcher, limit: int = 10) -> list[dict[str, Any]]:
+    """Finished runs to start a comparison from (newest first)."""
+    rows, _ = dispatcher.store.list_jobs(status="done", limit=limit)
+    return [{"id": r.id, "workload": r.workload, "path": r.path} for r in rows]
+
+
+@router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)
+async def compare_page(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
+) -> HTMLResponse:
+    """Two sides side by side: the guard's verdict, the ratio, stages, samples and IR diff.
+
+    Without a query it says how to start; a wrong query or a run that does not exist is
+    explained on the page itself."""
+    template = "_compare.html" if is_htmx(request) else "compare.html"
     if isinstance(req, CompareInputError):
-        return render(state, template, {**page, "c": None, "error": str(req)}, 422)
-    return render(state, template, {**page, "c": _context(dispatcher, req)})
+        if not any(request.query_params.get(k) for k in ("a", "b", "runs")):
+            start = _recent_timed_runs(dispatcher)
+            return render(state, template, _page(state, c=None, start=start))
+        return render(state, template, _page(state, c=None, error=str(req)), 422)
+    try:
+        ctx = compare_context(dispatcher, req)
+    except CompareInputError as exc:
+        return render(state, template, _page(state, c=None, error=str(exc)), 404)
+    return render(state, template, _page(state, c=ctx))
 
 
 @router.api_route("/compare.json", methods=["GET", "HEAD"])
@@ -119,15 +149,37 @@ def _notes(request: Request) -> DecisionNotes:
 
 def _record_context(
     request: Request, state: Any, dispatcher: Dispatcher, found: Comparison | CompareInputError
-) -> tuple[Any, str]:
+) -> tuple[Any, str] | HTMLResponse:
+    """The decision record, or (for a browser whose notes are wrong) the comparison page
+    again with the typed values kept and each mistake named beside its field."""
     req = _read(found)
     if not req.b:
         raise HTTPException(
             status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
         )
-    notes = _notes(request)
+    ctx = _context(dispatcher, req)
+    if not ctx["guard"]["comparable"]:
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {
+                    "field": "b",
+                    "message": "b: the sides are not comparable, so there is no decision to record",
+                }
+            ],
+        )
+    try:
+        notes = _notes(request)
+    except HTTPException as exc:
+        if "text/html" not in request.headers.get("accept", ""):
+            raise
+        problems: list[dict[str, str]] = exc.detail  # type: ignore[assignment]  # from _notes
+        errors = {d["field"]: d["message"] for d in problems}
+        values = {k: v[:4000] for k, v in request.query_params.items()}
+        page = _page(state, c=ctx, record_values=values, record_errors=errors)
+        return render(state, "compare.html", page, 422)
     base = (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
-    record = build_record(_context(dispatcher, req), notes, base)
+    record = build_record(ctx, notes, base)
     return record, req.a[0]
 
 
@@ -136,7 +188,10 @@ async def decision_json(
     request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
 ) -> Any:
     """The decision record as JSON (reads back into app.compare.decision.DecisionRecord)."""
-    record, first = _record_context(request, state, dispatcher, req)
+    found = _record_context(request, state, dispatcher, req)
+    if isinstance(found, HTMLResponse):
+        return found
+    record, first = found
     return PlainTextResponse(
         record.model_dump_json(indent=2),
         media_type="application/json",
@@ -147,9 +202,12 @@ async def decision_json(
 @router.api_route("/compare/decision.md", methods=["GET", "HEAD"])
 async def decision_markdown(
     request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
-) -> PlainTextResponse:
+) -> Response:
     """The decision record as Markdown."""
-    record, first = _record_context(request, state, dispatcher, req)
+    found = _record_context(request, state, dispatcher, req)
+    if isinstance(found, HTMLResponse):
+        return found
+    record, first = found
     return PlainTextResponse(
         to_markdown(record),
         media_type="text/markdown",

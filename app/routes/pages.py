@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
+from app.routes import errors
 from app.templating import server_linker
 from workers.protocol import PathId, StageId
 
@@ -77,13 +77,9 @@ def _origins(request: Request) -> tuple[str, set[str]]:
 def install(app: FastAPI) -> None:
     """Add the page routes and the 404 handler to `app`."""
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 404 and not request.url.path.startswith("/api/"):
-            return not_found_page(request, _describe_unknown(request.url.path))
-        return JSONResponse(
-            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
-        )
+    errors.install(
+        app, lambda request: not_found_page(request, _describe_unknown(request.url.path))
+    )
 
     @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -121,9 +117,11 @@ def install(app: FastAPI) -> None:
         height = min(EMBED_HEIGHT, maxheight or EMBED_HEIGHT)
         src = origin + embed_url(path, stage)
         title = card.title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+        host_script = origin + state.assets["embed-host.js"].url  # sizes the frame to the card
         html = (
             f'<iframe src="{src}" width="{width}" height="{height}" title="{title}" '
             'loading="lazy" frameborder="0"></iframe>'
+            f'<script src="{host_script}" async></script>'
         )
         return JSONResponse(
             {

@@ -19,7 +19,14 @@ from app.dispatch import Dispatcher
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
-from app.runs.form import FormState, measure_fields, param_fields, read_form
+from app.runs.form import (
+    PATH_ONLY_PARAMS,
+    FormState,
+    choose_path,
+    measure_fields,
+    param_fields,
+    read_form,
+)
 from app.runs.ir_view import render_ir
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv
@@ -52,17 +59,24 @@ def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
 
 
-def _form_context(state: AppState, dispatcher: Dispatcher, form: FormState) -> dict[str, Any]:
+def _form_context(
+    state: AppState, dispatcher: Dispatcher, form: FormState, note: str | None = None
+) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
     connected = connected_paths(dispatcher)
     return {
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "workload": workload,
-        "params": param_fields(form.workload),
+        "params": [
+            f
+            for f in param_fields(form.workload)
+            if PATH_ONLY_PARAMS.get(f.name, form.path) == form.path
+        ],
         "measure": measure_fields(),
         "paths": [p.value for p in workload.paths],
         "connected": connected,
+        "path_note": note,
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "runs",
     }
@@ -73,20 +87,30 @@ async def new_run(
     request: Request,
     state: StateDep,
     dispatcher: DispatcherDep,
+    *,
     workload: Annotated[str, Query(max_length=64)] = "matmul",
     path: Annotated[str | None, Query(max_length=16)] = None,
+    shown: Annotated[str | None, Query(max_length=64)] = None,
+    shown_path: Annotated[str | None, Query(max_length=16)] = None,
 ) -> HTMLResponse:
-    """The run form, generated from the catalog."""
+    """The run form, generated from the catalog, starting on what a connected worker can do.
+
+    The form asks for itself again (htmx, or a plain GET without JavaScript) when the
+    workload or path changes: `shown` and `shown_path` say what it showed, so the values
+    typed so far are kept where they still apply.
+    """
     if workload not in WORKLOADS:
         workload = "matmul"
-    offered = [p.value for p in WORKLOADS[workload].paths]
-    connected = connected_paths(dispatcher)
-    chosen = (
-        path
-        if path in offered
-        else next((p for p in offered if p in connected), PathId.JAX_CPU.value)
-    )
-    ctx = _form_context(state, dispatcher, FormState(workload=workload, path=chosen))
+    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    picked = shown_path is not None  # the user chose this path in the form itself
+    choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)
+    form = FormState(workload=workload, path=choice.path, stages=choice.stages)
+    for key, value in request.query_params.multi_items():
+        if key.startswith("measure.") or (key.startswith("param.") and shown == workload):
+            form.values[key] = value[:200]
+    if shown == workload and shown_path == choice.path:
+        form.stages = request.query_params.getlist("stages")  # nothing changed them
+    ctx = _form_context(state, dispatcher, form, choice.note)
     return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
 
 
@@ -135,10 +159,8 @@ async def submit_run(
         return response
     url = f"/runs/{job.id}"
     if is_htmx(request):
-        ctx = run_context(job_public(job, dispatcher), _public_base(state, request))
-        response = render(state, "_run.html", {**ctx, "nav": "runs"})
-        response.headers["HX-Push-Url"] = url
-        return response
+        # A whole page: its own URL, title and heading, and Back returns to the form.
+        return Response(status_code=200, headers={"HX-Redirect": url})
     return RedirectResponse(url, status_code=303)
 
 
@@ -197,21 +219,45 @@ async def run_page(
 ) -> HTMLResponse:
     """One job: its live progress while it runs, everything it measured once done."""
     ctx = run_context(_job_json(job_id, dispatcher), _public_base(state, request))
-    ctx["nav"] = "runs"
+    ctx.update(nav="runs", token_needed=state.settings.SUBMIT_TOKEN is not None)
     return render(state, "_run.html" if is_htmx(request) else "run.html", ctx)
+
+
+@router.post("/runs/{job_id}/cancel", response_class=HTMLResponse)
+async def cancel_run(
+    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> Response:
+    """Cancel a queued or running job from its page; back to the page, which says so."""
+    _job_json(job_id, dispatcher)  # 404 for a run that does not exist
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    form: dict[str, str] = {}
+    if media == "application/x-www-form-urlencoded":
+        body = await read_capped_body(request, FORM_MAX_BYTES, "form")
+        form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    token = state.settings.SUBMIT_TOKEN
+    if token is not None and form.get("token") != token:
+        raise HTTPException(
+            status_code=401, detail="cancelling needs this server's submission token"
+        )
+    dispatcher.cancel(job_id)  # False when it had already ended: the page shows how
+    return RedirectResponse(f"/runs/{job_id}", status_code=303)
 
 
 @router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
 async def run_live(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
 ) -> AsyncIterator[ServerSentEvent]:
-    """Server-sent HTML: the progress panel on each change; at the end, the result."""
+    """Server-sent HTML: the progress panel on each change (with the run's header, out of
+    band, so the two always agree); after the final state, the stream ends cleanly."""
     _job_json(job_id, dispatcher)  # 404 before the stream starts
     env = state.env
+    token_needed = state.settings.SUBMIT_TOKEN is not None
 
     def panel() -> str:
         ctx = run_context(_job_json(job_id, dispatcher), _public_base(state, request))
-        return env.get_template("_run_progress.html").render(**ctx)
+        return env.get_template("_run_progress.html").render(
+            **ctx, oob=True, token_needed=token_needed
+        )
 
     with dispatcher.hub.subscribe(job_id) as queue:
         yield ServerSentEvent(raw_data=panel())
@@ -227,8 +273,9 @@ async def run_live(
             yield ServerSentEvent(raw_data=panel())
             if notice.final:
                 break
+        # The final panel loads the result; the response then ends, and the page's script
+        # declines to reconnect to a finished run (no aborted request in the console).
         yield ServerSentEvent(raw_data=panel())
-        yield ServerSentEvent(event="done", data="done")
 
 
 @page_route("/runs")

@@ -9,8 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.requirements import Requirements, unmet
 from workers.catalog import WORKLOADS
-from workers.protocol import MAX_SAMPLES, CachePolicy, Mode, PathId, StageId
+from workers.protocol import (
+    MAX_SAMPLES,
+    PATH_PLATFORM,
+    CachePolicy,
+    Capabilities,
+    Mode,
+    PathId,
+    StageId,
+)
+
+PATH_ONLY_PARAMS: dict[str, str] = {"kernel": PathId.CUDA.value}
+"""Parameters that mean something on one path only (the hand-written CUDA kernel): the form
+shows and sends them only for that path, so JAX runs carry no warning about them."""
+DEFAULT_STAGES: tuple[str, ...] = (StageId.COMPILE.value, StageId.EXECUTE.value)
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class FormState:
     workload: str
     path: str
     values: dict[str, str] = field(default_factory=dict)
-    stages: list[str] = field(default_factory=lambda: ["compile", "execute"])
+    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES))
     errors: dict[str, str] = field(default_factory=dict)
     general: list[str] = field(default_factory=list)
 
@@ -127,6 +141,8 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         return {}, state
     params: dict[str, Any] = {}
     for f in param_fields(workload):
+        if PATH_ONLY_PARAMS.get(f.name, state.path) != state.path:
+            continue  # e.g. kernel= on a JAX path, where XLA chooses
         raw = form.get(f"param.{f.name}")
         if f.kind == "checkbox":
             params[f.name] = raw is not None
@@ -168,3 +184,86 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
     if not body["stages"]:
         state.errors["stages"] = "choose at least one stage"
     return body, state
+
+
+def _can(path: str, executes: bool, workers: list[Capabilities]) -> bool:
+    """Whether a connected worker can take a one-device job on `path` (the dispatch rule)."""
+    cuda = path == PathId.CUDA.value
+    req = Requirements(
+        path=path,
+        platform=PATH_PLATFORM[PathId(path)].value,
+        devices=1,
+        cuda_compile=cuda,
+        cuda_run=cuda and executes,
+    )
+    return any(unmet(req, caps) is None for caps in workers)
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """The path and stages the form starts on, and why."""
+
+    path: str
+    stages: list[str]
+    note: str | None
+
+
+def choose_path(
+    workload: str,
+    requested: str | None,
+    workers: list[Capabilities],
+    queue_timeout_s: float,
+    *,
+    insist: bool = False,
+) -> PathChoice:
+    """Start on `requested` when a connected worker can run it, else on a path one can run
+    (unless the user `insist`s, having picked it in the form).
+
+    Only the stages a connected worker can do are ticked: a CUDA compiler without a GPU
+    gets compile alone, so one click never queues a job that can only wait.
+    """
+    offered = [p.value for p in WORKLOADS[workload].paths]
+    stages = [s.value for s in WORKLOADS[workload].stages]
+    wanted = [s for s in DEFAULT_STAGES if s in stages] or stages[:1]
+
+    def runnable(path: str) -> list[str]:
+        if _can(path, True, workers):
+            return wanted
+        if _can(path, False, workers) and StageId.COMPILE.value in stages:
+            return [StageId.COMPILE.value]
+        return []
+
+    wait = (
+        "A job for it waits, visibly, until such a worker connects "
+        f"(at most {queue_timeout_s:g} s)."
+    )
+    if requested in offered:
+        ticked = runnable(requested)
+        if ticked == wanted:
+            return PathChoice(requested, ticked, None)
+        if ticked:
+            return PathChoice(
+                requested,
+                ticked,
+                f"The connected workers can compile for {requested} but not execute it "
+                "(no GPU that runs CUDA), so only compile is ticked. "
+                "Tick execute to queue a job that waits for one.",
+            )
+    if insist and requested in offered:
+        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}")
+    fallback = next((p for p in offered if runnable(p) == wanted), None) or next(
+        (p for p in offered if runnable(p)), None
+    )
+    if fallback is None:
+        start = requested if requested in offered else offered[0]
+        return PathChoice(
+            start, wanted, f"No connected worker can run {workload} on any path. {wait}"
+        )
+    if requested in offered:
+        note = (
+            f"No connected worker runs {requested}, so the form starts on {fallback}, "
+            f"which one does. Choose {requested} to queue it anyway. {wait}"
+        )
+    else:
+        note = None
+    return PathChoice(fallback, runnable(fallback), note)

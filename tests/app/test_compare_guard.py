@@ -182,15 +182,13 @@ def test_one_experimental_variable_is_named_and_let_through(
         b.append(job)
     g = check(a, b)
     assert g.comparable and not g.warnings
-    assert [(v, x.split()[1], y) for v, x, y in g.experimental] == [
-        ("device", "cpu", "cpu a second CPU model ×1")
-    ]
+    assert g.experimental == [("device", "1 × CPU", "1 × a second CPU model")]
     assert g.controlled["params.m"] == "48" and g.controlled["mode"] == "latency"
 
 
 def test_implementation_and_version_are_experimental(runs: dict[str, dict[str, Any]]) -> None:
-    a = variant(runs["latency"], "a1", **{"params.kernel": "naive"})
-    b = variant(runs["latency"], "b1", **{"params.kernel": "tiled"})
+    a = variant(runs["latency"], "a1", path="cuda", **{"params.kernel": "naive"})
+    b = variant(runs["latency"], "b1", path="cuda", **{"params.kernel": "tiled"})
     b["run"]["environment"]["jax_version"] = "0.99.0"
     g = check([a], [b])
     assert g.comparable, g.mismatches
@@ -203,3 +201,24 @@ def test_the_same_job_on_both_sides_is_an_a_a_comparison(
 ) -> None:
     g = check([variant(runs["latency"], "a1")], [variant(runs["latency"], "b1")])
     assert g.comparable and g.experimental == [] and g.mismatches == []
+
+
+def test_on_a_jax_path_the_implementation_is_xla_whatever_kernel_says(
+    runs: dict[str, dict[str, Any]],
+) -> None:
+    # kernel= picks a CUDA C++ kernel; a JAX run that carries it still ran what XLA chose.
+    a = variant(runs["latency"], "a1", **{"params.kernel": "naive"})
+    b = variant(runs["latency"], "b1", **{"params.kernel": "tiled"})
+    g = check([a], [b])
+    assert g.comparable and g.experimental == []
+    assert run_facts(a).experimental["implementation"] == "XLA"
+
+
+def test_devices_are_named_readably(runs: dict[str, dict[str, Any]]) -> None:
+    cpu = run_facts(variant(runs["latency"], "c1")).experimental["device"]
+    assert cpu == "1 × CPU"
+    compiled = variant(runs["latency"], "c2")
+    compiled["run"]["environment"].update(
+        platform="none", device_kind="compiled for sm_90", device_count=0
+    )
+    assert run_facts(compiled).experimental["device"] == "no device (compiled for sm_90)"

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from app.compare.decision import DecisionRecord
-from tests.app.bench_fakes import FakeWorker
+from tests.app.bench_fakes import FakeWorker, capabilities
 from workers.engine import run_job
 from workers.protocol import JobSpec
 from workers.stats import summarize
@@ -137,6 +137,69 @@ async def test_a_pair_with_no_measurable_difference_says_so(
     assert "is faster" not in html and "is slower" not in html
     assert "A/A comparison" in html
     assert "Identical" in html  # both sides compiled to the same HLO
+    assert "Like with like" not in html and html.count('class="panel verdict') == 1
+    assert data["verdict"]["kind"] == "a/a"
+
+
+async def test_a_change_of_path_and_version_is_not_called_like_with_like(
+    bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
+) -> None:
+    other = copy.deepcopy(results[0])
+    other["environment"]["jax_version"] = "0.0.1"
+    gpu_spec = {**SPEC, "path": "jax-gpu"}
+    gpu_worker = FakeWorker(bench_client, capabilities("gpu"))
+    await gpu_worker.register()
+    a = [await finish(bench_client, worker, SPEC, results[0]) for _ in range(3)]
+    b = [await finish(bench_client, gpu_worker, gpu_spec, other) for _ in range(3)]
+    data = (await bench_client.get(f"/compare.json?{query(a, b)}")).json()
+    assert data["verdict"]["kind"] == "several"
+    html = (await bench_client.get(f"/compare?{query(a, b)}")).text
+    assert "More than one variable changed" in html and "Like with like" not in html
+
+
+async def test_the_picker_offers_only_runs_it_can_put_on_side_b(
+    bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
+) -> None:
+    a = [await finish(bench_client, worker, SPEC, r) for r in results[:3]]
+    other = await finish(bench_client, worker, SPEC, results[0])
+    compiled = {**SPEC, "stages": ["compile"]}
+    untimed = copy.deepcopy(results[0])
+    untimed["measurements"] = []
+    compile_only = await finish(bench_client, worker, compiled, untimed)
+    html = (await bench_client.get(f"/compare?a={','.join(a)}")).text
+    offered = re.findall(r'<td><a href="/runs/([0-9a-f]+)">', html)
+    assert offered == [other]  # not the runs on side A, not the compile-only run
+    assert compile_only not in offered
+    assert "Side A has at least 3 runs" in html and "Each side has" not in html
+    assert "<td>1 × CPU</td>" in html
+
+
+async def test_compare_without_a_query_says_how_to_start(
+    bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
+) -> None:
+    empty = await bench_client.get("/compare")
+    assert empty.status_code == 200 and "No run has finished on this server yet" in empty.text
+    (a,), _ = await sides(bench_client, worker, results[:1], [])
+    page = await bench_client.get("/compare")
+    assert page.status_code == 200 and f'href="/compare?a={a}"' in page.text
+    missing = await bench_client.get("/compare?a=0123456789abcdef")
+    assert missing.status_code == 404 and "no run &#39;0123456789abcdef&#39;" in missing.text
+    assert "Valid paths" not in missing.text and '<nav aria-label="Site">' in missing.text
+
+
+async def test_a_bad_price_keeps_the_form_and_names_the_field(
+    bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
+) -> None:
+    a, b = await sides(bench_client, worker, results[:1] * 3, [faster_elsewhere(results[0])] * 3)
+    fields = {"a": ",".join(a), "b": ",".join(b), "title": "keep me", "price_a": "abc"}
+    page = await bench_client.get(
+        "/compare/decision.md", params=fields, headers={"Accept": "text/html"}
+    )
+    assert page.status_code == 422
+    assert page.headers["content-type"].startswith("text/html")
+    assert 'id="e-d-pa"' in page.text and "is no number" in page.text
+    assert 'value="keep me"' in page.text and 'value="abc"' in page.text
+    assert 'type="number"' in page.text
 
 
 async def test_an_unfair_pair_explains_and_prints_no_ratio(
@@ -151,9 +214,18 @@ async def test_an_unfair_pair_explains_and_prints_no_ratio(
     assert data["guard"]["mismatches"] == [
         {"variable": "params.m", "a": "48", "b": "64", "why": data["guard"]["mismatches"][0]["why"]}
     ]
+    assert data["verdict"]["kind"] == "refused"
     html = (await bench_client.get(f"/compare?{query(a, b)}")).text
     assert "Not comparable: no ratio is printed" in html
     assert "B/A time ratio" not in html
+    # One verdict: a refused pair is not also called an A/A comparison, offers no repeats
+    # to queue and no decision to record.
+    assert html.count('class="panel verdict') == 1
+    assert "A/A" not in html and "Nothing differs" not in html
+    assert "Queue the missing repeats" not in html and "Queue more repeats" not in html
+    assert 'id="decision-form"' not in html and "/compare/decision." not in html
+    refused = await bench_client.get(f"/compare/decision.json?{query(a, b)}")
+    assert refused.status_code == 422 and "not comparable" in refused.text
     diff = data["diff"]
     assert diff["name"] == "hlo" and not diff["identical"]
     assert diff["added"] > 0 and any("f32[64,40]" in row["right"] for row in diff["rows"])

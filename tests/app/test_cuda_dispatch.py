@@ -58,8 +58,11 @@ async def test_an_execute_job_waits_for_cuda_run_and_never_runs_elsewhere(
     assert await compiler_only.lease() is None
     queued = await job_of(bench_client, waiting)
     assert queued["status"] == "queued"
-    assert queued["reason"].startswith("no worker for cuda is connected")
+    assert queued["reason"].startswith("no worker for cuda (compile and execute) is connected")
     assert "cuda_run is false" in queued["reason"]
+    # /workers says the same: this worker offers cuda for compiling only.
+    listed = (await bench_client.get("/workers")).text
+    assert "<code>cuda</code> (compile only)" in listed
     # The same worker still takes the work it can do; the cuda job keeps waiting.
     other = await submit(bench_client, CPU_JOB)
     grant = await compiler_only.lease()
@@ -110,6 +113,9 @@ async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     html = page.text
     assert "Compiled only: execution needs an NVIDIA GPU." in html
     assert "Achieved rates" not in html  # nothing was timed, so no rate is shown
+    # The page speaks of building a kernel, not of tracing; its one verdict says why.
+    assert "Trace, lower and compile" not in html and "nothing is traced" in html
+    assert 'id="verdict"' in html and "Compiled, not executed" in html
     assert "<code>matmul_tiled_f32</code>" in html and "registers / thread" in html
     assert f"/runs/{job_id}/ir/ptx" in html and f"/runs/{job_id}/ir/sass" in html
     sass = await bench_client.get(f"/runs/{job_id}/ir/sass")

@@ -119,6 +119,8 @@ async def test_oembed_answers_for_own_urls(client: httpx.AsyncClient) -> None:
     assert data["type"] == "rich"
     assert data["provider_name"] == "Boundary"
     assert 'src="http://testserver/embed/jax-tpu/scale"' in data["html"]
+    # The host script that sizes the frame comes with it, by an absolute URL.
+    assert '<script src="http://testserver/static/embed-host.js?v=' in data["html"]
     assert data["width"] == 720 and data["height"] == 900
     assert data["title"]
     embed = await client.get("/oembed", params={"url": "http://testserver/embed/cuda/compile"})

@@ -118,6 +118,10 @@ async def test_cells_that_cannot_run_or_must_wait_say_why(bench_client: httpx.As
     page = await bench_client.get(created.json()["links"]["page"])
     assert "no worker for jax-gpu is connected" in page.text
     assert "attention does not run on cuda" in page.text
+    # The list of matrices renders once one exists (it once read the dict's .values method).
+    listing = await bench_client.get("/matrices")
+    assert listing.status_code == 200
+    assert f'href="/matrices/{created.json()["id"]}"' in listing.text and "(3 × 3)" in listing.text
 
 
 @pytest.mark.parametrize(

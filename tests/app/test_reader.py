@@ -9,6 +9,7 @@ import pytest
 
 from app.reader.content import READER_PATHS, READER_STAGES, load_content
 from app.settings import Settings
+from workers.protocol import PathId, StageId
 
 pytestmark = pytest.mark.anyio
 
@@ -166,7 +167,27 @@ async def test_embed_renders_the_card_without_site_chrome(client: httpx.AsyncCli
 async def test_reader_page_offers_oembed_discovery(client: httpx.AsyncClient) -> None:
     html = (await client.get("/read/cuda/compile")).text
     assert 'type="application/json+oembed"' in html
-    assert 'href="/oembed?url=/read/cuda/compile"' in html
+    # Absolute, from the request's origin, when no public base URL is configured.
+    assert 'href="http://testserver/oembed?url=http://testserver/read/cuda/compile"' in html
+    assert 'src="http://testserver/embed/cuda/compile"' in html
+    assert 'src="http://testserver/static/embed-host.js?v=' in html
+
+
+async def test_the_snippet_names_the_origin_it_was_asked_on(client: httpx.AsyncClient) -> None:
+    other = await client.get("/read/cuda/compile", headers={"Host": "docs.internal:8443"})
+    assert 'src="http://docs.internal:8443/embed/cuda/compile"' in other.text
+    # A Host header that is not a plain host[:port] never reaches the page.
+    odd = await client.get("/read/cuda/compile", headers={"Host": 'evilhost"><b>'})
+    assert odd.status_code == 200 and "evilhost" not in odd.text
+
+
+async def test_the_embed_footer_mentions_no_selector_and_queues_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    html = (await client.get("/embed/jax-tpu/scale")).text
+    credit = html[html.index('class="embed-credit"') :]
+    assert "choosing a path or a stage only changes" not in credit
+    assert "<form" not in html and "hx-post" not in html and "/runs" not in html
 
 
 async def test_public_base_url_is_used_for_discovery(settings: Settings) -> None:
@@ -179,3 +200,17 @@ async def test_public_base_url_is_used_for_discovery(settings: Settings) -> None
         html = (await c.get("/read/cuda/compile")).text
     assert "/oembed?url=https://docs.example.org/read/cuda/compile" in html
     assert 'src="https://docs.example.org/embed/cuda/compile"' in html
+
+
+@pytest.mark.parametrize("stage", ["compile", "execute", "scale"])
+async def test_cuda_pages_use_cuda_words_for_their_stage(
+    client: httpx.AsyncClient, stage: str
+) -> None:
+    cuda = (await client.get(f"/read/cuda/{stage}")).text
+    assert "Are we retracing" not in cuda and "Trace, lower and compile" not in cuda
+    assert "traces, lowers, compiles" not in cuda  # the run panel's words too
+    twin = (await client.get(f"/read/cuda/{stage}.json")).json()
+    words = load_content().stages[StageId(stage)].by_path[PathId.CUDA]
+    assert twin["stage"]["heading"] == words.heading
+    jax = (await client.get("/read/jax-gpu/compile")).text
+    assert "Are we retracing" in jax

@@ -192,11 +192,18 @@ async def test_live_progress_ends_with_the_result(
     assert r.headers["content-type"].startswith("text/event-stream")
     assert "Status: done" in r.text
     assert f'hx-get="/runs/{job_id}"' in r.text
-    assert "event: done" in r.text
+    # The stream ends by closing, not by an event the page must cancel the request on.
+    assert "event: done" not in r.text
+    # The header travels with the panel, out of band, and says the same status.
+    assert 'id="run-badge" class="badge status-done" hx-swap-oob="true"' in r.text
 
 
 async def test_unknown_runs_404(bench_client: httpx.AsyncClient) -> None:
-    assert (await bench_client.get("/runs/nope")).status_code == 404
+    page = await bench_client.get("/runs/nope")
+    assert page.status_code == 404
+    # A site page in the runs section's words, with navigation; not the reader's 404.
+    assert "No such run" in page.text and 'href="/runs"' in page.text
+    assert "Valid paths" not in page.text and '<nav aria-label="Site">' in page.text
     assert (await bench_client.get("/runs/nope.json")).status_code == 404
     assert (await bench_client.get("/runs/nope/ir/secret")).status_code == 404
 
@@ -215,3 +222,14 @@ async def test_the_form_says_when_the_server_is_busy(bench_settings: Settings) -
         assert "Not queued: more than 1 submissions a minute" in busy.text
         assert 'value="77"' in busy.text  # nothing typed is lost
         assert (await client.get("/api/v1/jobs")).json()["count"] == 1
+
+
+async def test_a_finished_run_asks_for_no_token_the_server_does_not_need(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    job_id, _ = await finish_with(bench_client, real_results["good"])
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Run again with the profiler" in page
+    assert 'name="token"' not in page
+    # Its one verdict sits first in the result, before any chart or table.
+    assert page.index('id="verdict"') < page.index('id="stages-h"')

@@ -1,0 +1,156 @@
+"""Error pages: every 404 and 500 a browser sees is a site page in its section's words.
+
+Machine routes (the API, `.json`/`.csv`/`.md` twins, downloads, oEmbed, metrics) keep
+answering JSON, so clients never have to parse HTML to learn what went wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.routes.common import render
+
+log = logging.getLogger("boundary.errors")
+
+MACHINE_SUFFIXES = (".json", ".csv", ".md", ".gz", ".tar.gz", ".txt")
+MACHINE_PREFIXES = ("/api/", "/oembed", "/metrics", "/healthz", "/readyz", "/openapi")
+
+
+@dataclass(frozen=True)
+class Section:
+    """Where an error happened, named the way that part of the site names things."""
+
+    prefix: str
+    label: str
+    nav: str
+    missing: str
+    hint: str
+    links: tuple[tuple[str, str], ...]
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "/runs",
+        "Runs",
+        "runs",
+        "No such run",
+        "A run's address is /runs/ followed by its id; every run this server keeps is listed "
+        "under Runs, newest first.",
+        (("Every run", "/runs"), ("Run a workload", "/runs/new")),
+    ),
+    Section(
+        "/compare",
+        "Comparison",
+        "runs",
+        "Nothing to compare there",
+        "A comparison names runs this server keeps: open a finished run and follow Compare with…",
+        (("Every run", "/runs"), ("How to start a comparison", "/compare")),
+    ),
+    Section(
+        "/matrices",
+        "Matrices",
+        "matrices",
+        "No such matrix",
+        "Every matrix this server keeps is listed under Matrices.",
+        (("Every matrix", "/matrices"), ("New matrix", "/matrices/new")),
+    ),
+    Section(
+        "/artifacts",
+        "Your function",
+        "artifacts",
+        "No such uploaded file",
+        "Uploaded files are named by their SHA-256; upload yours again to get its page.",
+        (("Upload a function", "/artifacts/new"),),
+    ),
+    Section(
+        "/workers",
+        "Workers",
+        "workers",
+        "No such page",
+        "",
+        (("Connected workers", "/workers"),),
+    ),
+)
+
+SITE = Section(
+    "/",
+    "Boundary",
+    "",
+    "Not found",
+    "",
+    (("The reader", "/"), ("The guide", "/guide"), ("Runs", "/runs")),
+)
+
+
+def wants_html(path: str) -> bool:
+    """Whether a browser page lives at `path` (else a client expects JSON)."""
+    return not (path.startswith(MACHINE_PREFIXES) or path.endswith(MACHINE_SUFFIXES))
+
+
+def section_of(path: str) -> Section | None:
+    """The bench section `path` belongs to; None for the reader and the rest of the site."""
+    for s in SECTIONS:
+        if path == s.prefix or path.startswith(s.prefix + "/") or path.startswith(s.prefix + "?"):
+            return s
+    return None
+
+
+def _detail_text(detail: Any) -> str:
+    """An HTTPException's detail as one sentence (it may be a list of field errors)."""
+    if isinstance(detail, list):
+        parts = [str(d.get("message", d)) if isinstance(d, dict) else str(d) for d in detail]
+        return "; ".join(parts)
+    text = str(detail)
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def error_page(
+    request: Request, status_code: int, heading: str, what: str, section: Section
+) -> HTMLResponse:
+    """A site page (navigation, the section's own links) with `status_code`."""
+    ctx = {
+        "nav": section.nav,
+        "status_code": status_code,
+        "heading": heading,
+        "what": what,
+        "section": section,
+    }
+    return render(request.app.state.boundary, "error.html", ctx, status_code)
+
+
+def install(app: FastAPI, reader_not_found: Any) -> None:
+    """The handlers: `reader_not_found(request)` answers 404s outside the bench sections."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        section = section_of(path)
+        if exc.status_code == 404 and section is None and not path.startswith("/api/"):
+            result: Response = reader_not_found(request)  # lists valid paths (HTML or JSON)
+            return result
+        if exc.status_code == 404 and section is not None and wants_html(path):
+            return error_page(request, 404, section.missing, _detail_text(exc.detail), section)
+        return JSONResponse(
+            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception) -> Response:
+        # Starlette logs the traceback after this handler answers; say what failed here.
+        log.error("500 on %s %s: %r", request.method, request.url.path, exc)
+        path = request.url.path
+        if not wants_html(path):
+            return JSONResponse({"detail": "internal error: the server logged it"}, 500)
+        section = section_of(path) or SITE
+        what = (
+            "This page failed to build because of a fault in Boundary, not because of "
+            "anything you asked for. The server logged the error; the data behind the page "
+            "is unchanged."
+        )
+        return error_page(request, 500, "Something broke on this server", what, section)
