@@ -175,6 +175,9 @@ class TargetMemory(OpenModel):
     argument_bytes: int | None = None
     output_bytes: int | None = None
     temp_bytes: int | None = None
+    generated_code_bytes: int | None = Field(
+        default=None, description="memory_analysis(): the program's own code on the device."
+    )
     hbm_bytes: int = Field(description="The chip's published HBM capacity (decimal bytes).")
     hbm_label: str = Field(description="The vendor's own label, e.g. '32 GB HBM per chip'.")
     source: str = Field(description="Where the HBM figure comes from (a hardware-facts source).")

@@ -107,6 +107,7 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
         argument_bytes=argument,
         output_bytes=output,
         temp_bytes=temp,
+        generated_code_bytes=_stat(stats, "generated_code_size_in_bytes"),
         hbm_bytes=chip.hbm_bytes,
         hbm_label=chip.hbm_label,
         source=chip.source,

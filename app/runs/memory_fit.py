@@ -1,0 +1,117 @@
+"""Does it fit? A target run's memory per device against its chip's published HBM.
+
+The figures are the compiler's own (XLA's `memory_analysis()` of the per-device program):
+arguments, outputs, temporaries and generated code. What a device needs is XLA's peak
+(arguments, outputs and temporaries live at once, less what aliases) plus the code. It
+is set against the vendor's HBM figure in the vendor's unit, GB = 10^9 bytes (the same
+capacity in GiB = 2^30 bytes is shown beside it).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+GB = 10**9
+GIB = 2**30
+BAR_W, BAR_H = 640, 28
+
+PARTS: tuple[tuple[str, str], ...] = (
+    ("argument_bytes", "arguments"),
+    ("output_bytes", "outputs"),
+    ("temp_bytes", "temporaries"),
+    ("generated_code_bytes", "generated code"),
+)
+
+
+def gb(value: float) -> str:
+    """Bytes as decimal gigabytes, with enough digits for small programs."""
+    amount = value / GB
+    return f"{amount:.3g} GB" if amount >= 0.001 else f"{value / 10**6:.3g} MB"
+
+
+def needed_bytes(memory: dict[str, Any]) -> int | None:
+    """What one device needs: XLA's peak plus the generated code (None when unknown)."""
+    peak = memory.get("peak_bytes")
+    if peak is None:
+        parts = [memory.get(k) for k, _ in PARTS[:3]]
+        if any(p is None for p in parts):
+            return None
+        peak = sum(int(p) for p in parts if p is not None)
+    return int(peak) + int(memory.get("generated_code_bytes") or 0)
+
+
+def memory_fit(memory: dict[str, Any] | None, model: str, count: int) -> dict[str, Any] | None:
+    """The fit's figures, verdict and bar chart, or None without memory figures."""
+    if not memory:
+        return None
+    hbm = int(memory["hbm_bytes"])
+    needed = needed_bytes(memory)
+    rows = []
+    for key, label in PARTS:
+        value = memory.get(key)
+        rows.append(
+            {
+                "label": label,
+                "bytes": value,
+                "gb": gb(value) if value is not None else "not reported",
+                "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
+            }
+        )
+    fits = None if needed is None else needed <= hbm
+    if needed is None:
+        verdict = "unknown: the compiler reported no peak"
+    elif fits:
+        verdict = f"fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+    else:
+        verdict = f"does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
+    return {
+        "rows": rows,
+        "needed_bytes": needed,
+        "needed": gb(needed) if needed is not None else None,
+        "peak_bytes": memory.get("peak_bytes"),
+        "hbm_bytes": hbm,
+        "hbm": gb(hbm),
+        "hbm_gib": f"{hbm / GIB:.4g} GiB",
+        "hbm_label": memory.get("hbm_label"),
+        "source": memory.get("source"),
+        "fits": fits,
+        "verdict": verdict,
+        "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
+        "svg": _bars(memory, hbm, needed, model, count),
+    }
+
+
+def _bars(memory: dict[str, Any], hbm: int, needed: int | None, model: str, count: int) -> str:
+    """One stacked bar per device: the program's parts, and the HBM capacity as a line."""
+    scale_to = max(hbm, needed or 0) or 1
+    x = 0.0
+    rects = []
+    for i, (key, label) in enumerate(PARTS):
+        value = memory.get(key)
+        if not value:
+            continue
+        width = BAR_W * int(value) / scale_to
+        rects.append(
+            f'<rect class="mem-part mem-{i}" x="{x:.2f}" y="18" width="{max(width, 0.5):.2f}" '
+            f'height="{BAR_H}"><title>{escape(label)}: {escape(gb(int(value)))}</title></rect>'
+        )
+        x += width
+    line = BAR_W * hbm / scale_to
+    over = needed is not None and needed > hbm
+    title = (
+        f"Memory per device for {count} × {model}: "
+        f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
+    )
+    return (
+        f'<svg class="memory-bars{" over" if over else ""}" viewBox="-4 0 {BAR_W + 8} 70" '
+        f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'
+        f'<rect class="mem-hbm" x="0" y="18" width="{line:.2f}" height="{BAR_H}"/>'
+        + "".join(rects)
+        + f'<line class="mem-limit" x1="{line:.2f}" x2="{line:.2f}" y1="10" y2="{18 + BAR_H + 8}"/>'
+        f'<text class="axis" x="{min(line, BAR_W - 2):.2f}" y="9" text-anchor="end">'
+        f"HBM {escape(gb(hbm))}</text>"
+        f'<text class="axis" x="0" y="66">0</text>'
+        f'<text class="axis" x="{BAR_W}" y="66" text-anchor="end">{escape(gb(scale_to))}</text>'
+        "</svg>"
+    )
