@@ -27,7 +27,7 @@ PARTS: tuple[tuple[str, str], ...] = (
 def gb(value: float) -> str:
     """Bytes as decimal gigabytes, with enough digits for small programs."""
     amount = value / GB
-    return f"{amount:.3g} GB" if amount >= 0.001 else f"{value / 10**6:.3g} MB"
+    return f"{amount:.3g} GB" if amount >= 1 else f"{value / 10**6:.3g} MB"
 
 
 def needed_bytes(memory: dict[str, Any]) -> int | None:
@@ -60,11 +60,11 @@ def memory_fit(memory: dict[str, Any] | None, model: str, count: int) -> dict[st
         )
     fits = None if needed is None else needed <= hbm
     if needed is None:
-        verdict = "unknown: the compiler reported no peak"
+        verdict = "Unknown: the compiler reported no peak"
     elif fits:
-        verdict = f"fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+        verdict = f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
     else:
-        verdict = f"does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
+        verdict = f"Does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
     return {
         "rows": rows,
         "needed_bytes": needed,
@@ -79,6 +79,7 @@ def memory_fit(memory: dict[str, Any] | None, model: str, count: int) -> dict[st
         "verdict": verdict,
         "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
         "svg": _bars(memory, hbm, needed, model, count),
+        "scale": gb(max(hbm, needed or 0)),
     }
 
 
@@ -93,7 +94,7 @@ def _bars(memory: dict[str, Any], hbm: int, needed: int | None, model: str, coun
             continue
         width = BAR_W * int(value) / scale_to
         rects.append(
-            f'<rect class="mem-part mem-{i}" x="{x:.2f}" y="18" width="{max(width, 0.5):.2f}" '
+            f'<rect class="mem-part mem-{i}" x="{x:.2f}" y="8" width="{max(width, 0.5):.2f}" '
             f'height="{BAR_H}"><title>{escape(label)}: {escape(gb(int(value)))}</title></rect>'
         )
         x += width
@@ -104,14 +105,10 @@ def _bars(memory: dict[str, Any], hbm: int, needed: int | None, model: str, coun
         f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
     )
     return (
-        f'<svg class="memory-bars{" over" if over else ""}" viewBox="-4 0 {BAR_W + 8} 70" '
+        f'<svg class="memory-bars{" over" if over else ""}" viewBox="-2 0 {BAR_W + 4} 44" '
         f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'
-        f'<rect class="mem-hbm" x="0" y="18" width="{line:.2f}" height="{BAR_H}"/>'
+        f'<rect class="mem-hbm" x="0" y="8" width="{line:.2f}" height="{BAR_H}"/>'
         + "".join(rects)
-        + f'<line class="mem-limit" x1="{line:.2f}" x2="{line:.2f}" y1="10" y2="{18 + BAR_H + 8}"/>'
-        f'<text class="axis" x="{min(line, BAR_W - 2):.2f}" y="9" text-anchor="end">'
-        f"HBM {escape(gb(hbm))}</text>"
-        f'<text class="axis" x="0" y="66">0</text>'
-        f'<text class="axis" x="{BAR_W}" y="66" text-anchor="end">{escape(gb(scale_to))}</text>'
+        + f'<line class="mem-limit" x1="{line:.2f}" x2="{line:.2f}" y1="2" y2="{8 + BAR_H + 6}"/>'
         "</svg>"
     )
