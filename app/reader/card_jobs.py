@@ -12,23 +12,33 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastapi import HTTPException
+from pydantic import ValidationError
+
+from workers.catalog import CatalogError, parse_params
+from workers.catalog.targets import apply_target, byte_cap
+from workers.protocol import JobSpec
 
 if TYPE_CHECKING:
     from app.reader.content import Card, CardJob, Content
 
 
 def job_problem(body: dict[str, Any]) -> str | None:
-    """Why the API would refuse `body` ('field: message'), or None when it would accept it."""
-    from app.submission import validate_job
+    """Why the catalog refuses `body` ('field: message'), or None when it takes it.
 
+    The same checks the API makes (protocol, target rules, parameters, path), from the
+    jax-free catalog, so that loading content needs nothing of the server.
+    """
     try:
-        validate_job(body, 2**62)
-    except HTTPException as exc:
-        detail = exc.detail
-        if isinstance(detail, list) and detail:
-            return f"{detail[0].get('field') or 'body'}: {detail[0]['message']}"
-        return f"body: {detail}"
+        spec = apply_target(JobSpec.model_validate(body))
+        params = parse_params(spec.workload, spec.params, byte_cap(spec, 2**62))
+    except CatalogError as exc:
+        text = str(exc)
+        return text if exc.field and text.startswith(exc.field) else f"{exc.field}: {text}"
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        return f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}"
+    if spec.path not in params.paths:
+        return f"path: {spec.workload} does not run on {spec.path.value}"
     return None
 
 

@@ -169,6 +169,8 @@ def read_matrix_form(
     body: dict[str, Any] = {"workload": form.get("workload", ""), "paths": paths}
     if targets:
         body["targets"] = targets
+    elif not paths:
+        errors["paths"] = "tick at least 1 item: a path, or a target below"
     try:
         body["base_params"] = _assignments(form.get("base_params", ""), "base_params")
     except ValueError as exc:

@@ -153,7 +153,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             compare_link=f"/compare?a={job['id']}",
             placement_view=placement_view(run),
             memory_fit=memory_fit(
-                (run_json or {}).get("target", {}).get("memory"),
+                ((run_json or {}).get("target") or {}).get("memory"),
                 run.target.model if run.target else "",
                 run.target.count if run.target else 0,
             ),
