@@ -13,6 +13,9 @@ for deviceless compiles fails. So, before jax is imported:
   every process that compiles for a TPU target), unless it is already set.
 - `ALLOW_MULTIPLE_LIBTPU_LOAD=1`: two processes compiling TPU targets at once (two
   workers, a worker and `boundary run`) both need libtpu, which otherwise takes a lock.
+- Where no TPU is found, `TPU_SKIP_MDS_QUERY=1` and `TPU_WORKER_HOSTNAMES=localhost`:
+  libtpu then neither asks a cloud metadata server what it runs on nor logs an error
+  about worker hostnames it cannot find. The compiled program is the same either way.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from collections.abc import Mapping, MutableMapping
 
 PLATFORMS_ENV = "BOUNDARY_JAX_PLATFORMS"
 """Overrides the JAX platforms chosen from the devices found (e.g. `cpu`, `cuda,cpu`)."""
+
+_NO_TPU = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_HOSTNAMES": "localhost"}
+"""libtpu's settings for a machine without TPUs, where it only compiles."""
 
 _GPU_FILES = ("/dev/nvidia[0-9]*",)
 _TPU_FILES = ("/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
@@ -58,6 +64,10 @@ def jax_environment(environ: Mapping[str, str], found: str | None = None) -> dic
         wanted["TPU_LOG_DIR"] = "disabled"
     if "ALLOW_MULTIPLE_LIBTPU_LOAD" not in environ:
         wanted["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    if found != "tpu":
+        for name, value in _NO_TPU.items():
+            if name not in environ:
+                wanted[name] = value
     return wanted
 
 

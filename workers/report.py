@@ -46,6 +46,8 @@ def _measurement_lines(m: Measurement) -> list[str]:
         f", {m.calls_per_sample} calls per sample, time per call" if m.calls_per_sample > 1 else ""
     )
     if m.stats is None:
+        if not m.samples_s:  # withheld by the publish step: nothing to count either
+            return [f"  {label}{m.note or 'no samples'}"]
         return [f"  {label}{len(m.samples_s)} samples{per}: {m.note or 'no statistics'}"]
     s = m.stats
     lines = [

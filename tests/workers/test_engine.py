@@ -82,8 +82,10 @@ def test_progress_phases_arrive_in_order(job: Callable[..., JobSpec]) -> None:
 def test_auto_sampling_records_why_it_stopped(job: Callable[..., JobSpec]) -> None:
     run = run_job(job("elementwise", samples="auto", auto_rel_iqr=1.0))
     (m,) = run.measurements
-    assert len(m.samples_s) == 10
+    # The rule is first tried at 10 samples; on a busy machine the spread may need more.
+    assert len(m.samples_s) >= 10
     assert m.stopped_because is not None and "IQR/median" in m.stopped_because
+    assert m.stopped_because.endswith(f"after {len(m.samples_s)} samples")
     capped = run_job(job("elementwise", samples="auto", auto_rel_iqr=1e-9, auto_max_samples=25))
     assert len(capped.measurements[0].samples_s) == 25
     assert capped.measurements[0].stopped_because == "reached the cap of 25 samples"

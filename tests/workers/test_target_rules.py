@@ -117,6 +117,8 @@ def test_a_machine_without_accelerators_runs_jax_on_the_cpu_with_libtpu_quiet() 
         "JAX_PLATFORMS": "cpu",
         "TPU_LOG_DIR": "disabled",
         "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+        "TPU_SKIP_MDS_QUERY": "1",
+        "TPU_WORKER_HOSTNAMES": "localhost",
     }
 
 
@@ -131,11 +133,13 @@ def test_boundary_jax_platforms_overrides_and_set_values_are_kept() -> None:
         "JAX_PLATFORMS": "cpu",
         "TPU_LOG_DIR": "disabled",
         "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
-    }
+    }  # a real TPU host: libtpu finds its own hostnames and metadata
     kept = {
         "JAX_PLATFORMS": "cpu",
         "TPU_LOG_DIR": "/var/log/tpu",
         "ALLOW_MULTIPLE_LIBTPU_LOAD": "0",
+        "TPU_SKIP_MDS_QUERY": "0",
+        "TPU_WORKER_HOSTNAMES": "10.0.0.2",
     }
     assert jax_environment(kept, found="gpu") == {}
 

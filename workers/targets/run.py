@@ -146,7 +146,8 @@ def refuse_execution(job: JobSpec, target: Target) -> str | None:
     if not running:
         return None
     return (
-        f"stages: {', '.join(running)} needs the hardware; {target.id} would be compiled "
+        f"stages: {' and '.join(running)} {'needs' if len(running) == 1 else 'need'} the "
+        f"hardware; {target.id} would be compiled "
         f"here without it (this process has {describe_devices()}). Running it needs "
         f"{target.hardware_phrase()}: submit it to a server with such a worker, or ask for "
         "--stages compile"
