@@ -7,49 +7,13 @@ JAX into the server process and `boundary run` never loads the web stack.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import secrets
 import socket
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-
-
-def _start_workers_when_listening(
-    host: str, port: int, count: int, env: dict[str, str], children: list[subprocess.Popen[bytes]]
-) -> None:
-    """Start `count` local workers once the server accepts connections.
-
-    Waiting keeps the workers' JAX start-up off the CPU while the server boots, so the
-    server answers sooner; the workers would wait for it anyway.
-    """
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                break
-        except OSError:
-            time.sleep(0.05)
-    server_url = f"http://{host}:{port}"
-    for i in range(count):
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "worker",
-                    "--server",
-                    server_url,
-                    "--name",
-                    f"local-{i + 1}",
-                ],
-                # The worker arms a parent-death signal itself (no preexec_fn with threads).
-                env={**env, "BOUNDARY_WORKER_PARENT": str(os.getpid())},
-            )
-        )
+from types import FrameType
 
 
 def _serve(argv: list[str]) -> int:
@@ -73,51 +37,65 @@ def _serve(argv: list[str]) -> int:
     token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
     os.environ["BOUNDARY_WORKER_TOKEN"] = token
 
+    from app.local_workers import LocalWorkers
     from app.main import create_app
     from app.settings import get_settings
+    from app.state import AppState
 
-    # Settings are read once per process: only after the token is in the environment.
-    # Building the app here (not through uvicorn's factory) loads the content once and
-    # lets a content error stop the command with its own message.
+    settings = get_settings()  # read once per process: only after the token is set
     failures: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    states: list[AppState] = []
+    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    workers = LocalWorkers(
+        local_host, args.port, args.workers, dict(os.environ), settings.WORKER_GRACE_S
+    )
+
+    class Server(uvicorn.Server):
+        """On the first SIGTERM or Ctrl-C, stop leasing and let the local workers finish
+        and report their jobs before the server closes; a second signal closes it now."""
+
+        loop: asyncio.AbstractEventLoop | None = None
+        draining = False
+
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.draining or not args.workers or self.loop is None:
+                super().handle_exit(sig, frame)
+                return
+            self.draining = True
+            dispatcher = states[0].dispatcher if states else None
+            if dispatcher is not None:
+                self.loop.call_soon_threadsafe(dispatcher.stop_leasing)
+            workers.drain(then=lambda: setattr(self, "should_exit", True))
 
     def build_failed(exc: BaseException) -> None:
         failures.append(exc)
-        if server is not None:
-            server.should_exit = True  # stop listening: every API request would fail
+        server.should_exit = True  # stop listening: every API request would fail
 
-    app = create_app(get_settings(), defer=True, on_build_failure=build_failed)
-    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    children: list[subprocess.Popen[bytes]] = []
+    # Building the app here (not through uvicorn's factory) loads the content once and
+    # lets a content error stop the command with its own message.
+    app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=settings.ACCESS_LOG,
+        log_level="info",
+        # Workers hold long-polls open; do not wait the whole poll to shut down.
+        timeout_graceful_shutdown=5,
+        # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
+        proxy_headers=False,
+    )
+    server = Server(config)
     if args.workers:
-        threading.Thread(
-            target=_start_workers_when_listening,
-            args=(local_host, args.port, args.workers, dict(os.environ), children),
-            daemon=True,
-        ).start()
+        workers.start()
     try:
-        config = uvicorn.Config(
-            app,
-            host=args.host,
-            port=args.port,
-            access_log=get_settings().ACCESS_LOG,
-            log_level="info",
-            # Workers hold long-polls open; do not wait the whole poll to shut down.
-            timeout_graceful_shutdown=5,
-            # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
-            proxy_headers=False,
-        )
-        server = uvicorn.Server(config)
         server.run()
     finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        workers.stop()
     if failures:
         print(f"boundary serve: the server failed to start: {failures[0]!r}", file=sys.stderr)
         return 1
@@ -174,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    from pydantic import ValidationError
+
     from app.reader.content import ContentError
 
     try:
@@ -181,6 +161,11 @@ def main(argv: list[str] | None = None) -> None:
     except ContentError as exc:
         print(f"boundary: content error: {exc}", file=sys.stderr)
         code = 3
+    except ValidationError as exc:  # a setting from the environment is wrong
+        for error in exc.errors(include_url=False, include_input=False):
+            name = "BOUNDARY_" + ".".join(str(p) for p in error["loc"])
+            print(f"boundary: {name}: {error['msg']}", file=sys.stderr)
+        code = 2
     except KeyboardInterrupt:
         code = 130
     raise SystemExit(code)

@@ -82,6 +82,7 @@ def build_api(state: AppState) -> Built:
     from fastapi import FastAPI
 
     from app.admission import Admission
+    from app.bodylimit import BodyLimit
     from app.dispatch import Dispatcher
     from app.routes import pages
     from app.store import Store
@@ -121,6 +122,7 @@ def build_api(state: AppState) -> Built:
         matrices.router,
     ):
         api.include_router(router)
+    api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
     return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
 
@@ -129,6 +131,7 @@ def create_app(
     *,
     defer: bool = False,
     on_build_failure: Callable[[BaseException], None] | None = None,
+    on_state: Callable[[AppState], None] | None = None,
 ) -> FastPath:
     """A new Boundary app. Raises ContentError if the content files are wrong.
 
@@ -139,6 +142,8 @@ def create_app(
     settings = settings or get_settings()
     content = load_content(settings.CONTENT_DIR)
     state = AppState(settings, content, make_environment(), build_assets())
+    if on_state is not None:  # `serve` reaches the dispatcher through it to drain
+        on_state(state)
     inner: ASGIApp = (
         DeferredApp(lambda: build_api(state), on_build_failure) if defer else build_api(state)[0]
     )

@@ -103,6 +103,7 @@ class JobSummary(BaseModel):
     created_at: str
     updated_at: str
     worker_id: str | None = Field(description="The worker that last held the job.")
+    worker_name: str | None = Field(default=None, description="That worker's name, if it gave one.")
     progress: ProgressEvent | None = Field(
         default=None, description="Latest progress of a running job (memory only)."
     )
@@ -166,7 +167,9 @@ class WorkerRegister(WorkerMessage):
     capabilities: Capabilities
     name: str | None = Field(default=None, max_length=200)
     worker_id: str | None = Field(
-        default=None, max_length=64, description="The id it had, when registering again."
+        default=None,
+        max_length=64,
+        description="Ignored: the server assigns every registration a new id.",
     )
 
 
@@ -186,6 +189,7 @@ class LeaseRequest(WorkerMessage):
 
 class LeaseReply(BaseModel):
     job_id: str
+    lease_id: str = Field(description="Present it with every report on this job.")
     attempt: int
     spec: dict[str, Any]
     requirements: dict[str, Any]
@@ -196,11 +200,13 @@ class LeaseReply(BaseModel):
 class HeartbeatRequest(WorkerMessage):
     worker_id: str
     job_id: str | None = None
+    lease_id: str | None = Field(default=None, max_length=64)
 
 
 class ProgressReport(WorkerMessage):
     worker_id: str
     job_id: str
+    lease_id: str | None = Field(default=None, max_length=64)
     events: list[ProgressEvent] = Field(max_length=1000)
 
 
@@ -214,7 +220,8 @@ class ResultReport(WorkerMessage):
 
     worker_id: str
     job_id: str
-    attempt: int = 0
+    lease_id: str | None = Field(default=None, max_length=64)
+    attempt: int = Field(default=0, description="Ignored: the server counts attempts.")
     result: RunResult | None = None
     failure: Failure | None = None
     run_seconds: float | None = None
@@ -223,6 +230,7 @@ class ResultReport(WorkerMessage):
 class ReleaseRequest(WorkerMessage):
     worker_id: str
     job_id: str
+    lease_id: str | None = Field(default=None, max_length=64)
 
 
 class ReportReply(BaseModel):

@@ -9,13 +9,14 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.catalog.exported import MAX_EXPORT_BYTES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MIN_TOKEN_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -61,9 +62,30 @@ class Settings(BaseSettings):
         "X-Forwarded-For names the client; from any other peer the header is ignored.",
     )
     SUBMIT_RATE: int = Field(default=120, ge=1, description="Submissions per client per minute.")
-    RETAIN_RUNS: int = Field(default=5000, ge=1, description="Runs kept before pruning.")
+    RETAIN_RUNS: int = Field(
+        default=5000, ge=1, description="Finished jobs (with their runs) kept before pruning."
+    )
+    RETAIN_DAYS: float = Field(
+        default=90.0, gt=0, description="Finished jobs older than this are pruned."
+    )
+    FILES_MAX_BYTES: int = Field(
+        default=2 * 1024**3,
+        ge=1024,
+        description="Stored files (uploads, traces) in all; beyond, the least recently used go.",
+    )
+    FILES_RETAIN_DAYS: float = Field(
+        default=30.0, gt=0, description="An upload no job has named for this long is deleted."
+    )
+    PRUNE_INTERVAL_S: float = Field(
+        default=30.0, gt=0, description="How often retention runs (and after each upload)."
+    )
     ARTIFACT_MAX_BYTES: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
+    )
+    WORKER_GRACE_S: float = Field(
+        default=120.0,
+        ge=0,
+        description="On SIGTERM, how long `serve` lets its local workers finish their jobs.",
     )
     ACCESS_LOG: bool = Field(default=False, description="Log every request (costs speed).")
     POLL_S: float = Field(
@@ -89,6 +111,16 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest uploaded file (an exported function or an .npz of arrays).",
     )
+
+    @field_validator("WORKER_TOKEN", "SUBMIT_TOKEN")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        # An empty token would let "Bearer " through; a short one is guessed.
+        if value is not None and len(value.strip()) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"a token needs at least {MIN_TOKEN_CHARS} characters (unset the variable for none)"
+            )
+        return value
 
 
 @lru_cache(maxsize=1)

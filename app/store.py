@@ -29,6 +29,7 @@ from typing import Any
 from app.matrices.store import MatricesMixin
 from app.store_files import FilesMixin
 from app.store_jobs import JobsMixin, now
+from app.store_retention import Pruned, RetentionMixin
 from app.store_runs import RunsMixin
 from app.store_schema import (
     MIGRATIONS,
@@ -39,10 +40,12 @@ from app.store_schema import (
     WorkerRow,
 )
 
-__all__ = ["SCHEMA_VERSION", "JobRow", "NewRun", "RunRow", "Store", "WorkerRow", "now"]
+WAL_LIMIT_BYTES = 4 * 1024 * 1024
+
+__all__ = ["SCHEMA_VERSION", "JobRow", "NewRun", "Pruned", "RunRow", "Store", "WorkerRow", "now"]
 
 
-class Store(JobsMixin, RunsMixin, FilesMixin, MatricesMixin):
+class Store(JobsMixin, RunsMixin, RetentionMixin, FilesMixin, MatricesMixin):
     """The SQLite job store. Create with `Store.open(path)`; close when done."""
 
     def __init__(self, db: sqlite3.Connection, retain_runs: int) -> None:
@@ -56,7 +59,13 @@ class Store(JobsMixin, RunsMixin, FilesMixin, MatricesMixin):
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
         db.row_factory = sqlite3.Row
+        # Only a new file takes this (before its first table): freed pages then go back
+        # to the file system when retention prunes (app.store_retention).
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
+        # After a checkpoint the WAL file is cut back to this, so one large write does
+        # not leave it large for good.
+        db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
         store = cls(db, retain_runs)

@@ -36,10 +36,11 @@ class FilesMixin:
         """Keep `data` (once, whatever the number of callers); return its sha256."""
         digest = hashlib.sha256(data).hexdigest()
         with self._tx() as db:
+            at = time.time()
             db.execute(
-                "INSERT OR IGNORE INTO files (sha256, data, media_type, size, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (digest, data, media_type, len(data), time.time()),
+                "INSERT INTO files (sha256, data, media_type, size, created_at, used_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sha256) DO UPDATE SET used_at = ?",
+                (digest, data, media_type, len(data), at, at, at),
             )
         return digest
 

@@ -97,14 +97,6 @@ class JobsMixin(StoreBase):
         )
         return [JobRow.from_row(r) for r in rows]
 
-    def overdue_running(self, leased_before: float) -> list[JobRow]:
-        """Running jobs leased (or last re-leased) before `leased_before`."""
-        rows = self._read(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? AND updated_at < ?",
-            (JobStatus.RUNNING.value, leased_before),
-        )
-        return [JobRow.from_row(r) for r in rows]
-
     def count_by_status(self) -> dict[str, int]:
         rows = self._read("SELECT status, count(*) FROM jobs GROUP BY status")
         return {r[0]: int(r[1]) for r in rows}
@@ -141,16 +133,20 @@ class JobsMixin(StoreBase):
         )
         return [JobRow.from_row(r) for r in rows]
 
-    def claim(self, job_id: str, worker_id: str, deadline: float, now: float) -> int | None:
-        """Lease a queued job to `worker_id`; the attempt number, or None if it was taken."""
+    def claim(
+        self, job_id: str, worker_id: str, lease_id: str, deadline: float, now: float
+    ) -> int | None:
+        """Lease a queued job to `worker_id` under `lease_id`; the attempt number, or None
+        if it was taken."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE jobs SET status = ?, attempts = attempts + 1, lease_owner = ?, "
-                "lease_deadline = ?, worker_id = ?, reason = NULL, updated_at = ? "
+                "lease_id = ?, lease_deadline = ?, worker_id = ?, reason = NULL, updated_at = ? "
                 "WHERE id = ? AND status = ?",
                 (
                     JobStatus.RUNNING.value,
                     worker_id,
+                    lease_id,
                     deadline,
                     worker_id,
                     now,
@@ -168,23 +164,38 @@ class JobsMixin(StoreBase):
             _event(db, job_id, JobStatus.RUNNING, now, f"leased to worker {worker_id}")
             return int(attempts[0])
 
-    def extend_lease(self, job_id: str, worker_id: str, deadline: float, now: float) -> bool:
-        """Push the deadline of a lease `worker_id` holds; False if it holds none on the job."""
+    def extend_lease(self, job_id: str, lease_id: str, deadline: float) -> bool:
+        """Push the (wall-clock, shown) deadline of lease `lease_id`; False if it ended."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE jobs SET lease_deadline = ? "
-                "WHERE id = ? AND status = ? AND lease_owner = ?",
-                (deadline, job_id, JobStatus.RUNNING.value, worker_id),
+                "UPDATE jobs SET lease_deadline = ? WHERE id = ? AND status = ? AND lease_id = ?",
+                (deadline, job_id, JobStatus.RUNNING.value, lease_id),
             )
             return cur.rowcount == 1
 
-    def requeue(self, job_id: str, now: float, detail: str, count_attempt: bool = True) -> bool:
-        """Put a running job back in the queue (its lease lost or given back)."""
+    def running_leases(self) -> list[tuple[str, str]]:
+        """(job id, lease id) of every running job."""
+        rows = self._read(
+            "SELECT id, lease_id FROM jobs WHERE status = ?", (JobStatus.RUNNING.value,)
+        )
+        return [(r[0], r[1] or "") for r in rows]
+
+    def requeue(
+        self,
+        job_id: str,
+        now: float,
+        detail: str,
+        count_attempt: bool = True,
+        lease_id: str | None = None,
+    ) -> bool:
+        """Put a running job back in the queue (its lease lost or given back); with
+        `lease_id`, only while that lease is the job's current one."""
         less = "" if count_attempt else ", attempts = max(attempts - 1, 0)"
         with self._tx() as db:
             owner = db.execute(
-                "SELECT lease_owner FROM jobs WHERE id = ? AND status = ?",
-                (job_id, JobStatus.RUNNING.value),
+                "SELECT lease_owner FROM jobs WHERE id = ? AND status = ? "
+                "AND (? IS NULL OR lease_id = ?)",
+                (job_id, JobStatus.RUNNING.value, lease_id, lease_id),
             ).fetchone()
             if owner is None:
                 return False
@@ -210,13 +221,6 @@ class JobsMixin(StoreBase):
         """Move a job to a final status; False if it was not in one of `from_statuses`."""
         with self._tx() as db:
             return end_in_tx(db, job_id, status, reason, now, from_statuses, stderr_tail)
-
-    def expired_leases(self, now: float) -> list[JobRow]:
-        rows = self._read(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? AND lease_deadline < ?",
-            (JobStatus.RUNNING.value, now),
-        )
-        return [JobRow.from_row(r) for r in rows]
 
     def expired_queued(self, queued_before: float) -> list[JobRow]:
         rows = self._read(

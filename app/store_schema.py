@@ -141,14 +141,34 @@ def _migrate_3(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_1, _migrate_2, _migrate_3]
+def _migrate_4(db: sqlite3.Connection) -> None:
+    """Leases carry a random id that every report must present; jobs are counted per
+    client at admission; files remember when a job last used them (for retention)."""
+    _script(
+        db,
+        """
+        ALTER TABLE jobs ADD COLUMN lease_id TEXT;
+        CREATE INDEX jobs_client ON jobs (client, status);
+        ALTER TABLE files ADD COLUMN used_at REAL;
+        UPDATE files SET used_at = created_at;
+        CREATE INDEX runs_created ON runs (created_at);
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _migrate_1,
+    _migrate_2,
+    _migrate_3,
+    _migrate_4,
+]
 """Schema migrations in order; the database's user_version counts those applied."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 JOB_COLUMNS = (
     "id, spec, workload, path, requirements, status, reason, stderr_tail, attempts, "
-    "created_at, updated_at, queued_at, lease_owner, lease_deadline, worker_id, client"
+    "created_at, updated_at, queued_at, lease_owner, lease_deadline, worker_id, client, lease_id"
 )
 
 
@@ -172,6 +192,8 @@ class JobRow:
     lease_deadline: float | None
     worker_id: str | None
     client: str | None
+    lease_id: str | None = None
+    """The current lease's random id while running (reports must present it)."""
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> JobRow:
@@ -192,6 +214,7 @@ class JobRow:
             lease_deadline=row["lease_deadline"],
             worker_id=row["worker_id"],
             client=row["client"],
+            lease_id=row["lease_id"],
         )
 
 

@@ -101,14 +101,31 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+MAX_INT_DIGITS = 4000
+"""Python refuses to read integers past 4,300 digits (a ValueError, not a JSON error);
+no parameter is anywhere near this long, so longer ones are refused by name first."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Rejected(f"an integer has {len(text):,} digits (at most {MAX_INT_DIGITS:,})")
+    return int(text)
+
+
 def parse_strict_json(body: bytes) -> Any:
-    """`body` as JSON with NaN, Infinity and duplicate keys refused (422 naming 'body')."""
+    """`body` as JSON with NaN, Infinity, duplicate keys and integers of thousands of
+    digits refused (422 naming 'body')."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         field_errors([("body", "not UTF-8 text")])
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_no_duplicates,
+            parse_int=_parse_int,
+        )
     except _Rejected as exc:
         field_errors([("body", str(exc))])
     except json.JSONDecodeError as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import io
+import math
+import re
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,11 @@ KINDS: dict[str, str] = {"exported": EXPORT_MEDIA_TYPE, "npz": NPZ_MEDIA_TYPE}
 """Upload kinds and the media type each is stored under."""
 
 MAX_NPZ_ARRAYS = 256
+MAX_FORM_PARTS = 8
+"""The upload form has four fields; a multipart body with more parts is refused."""
+NPZ_MEMBER = re.compile(r"^(arg|out)(0|[1-9][0-9]{0,3})\.npy$")
+"""The only members an .npz may hold: a function's inputs arg0, arg1, … and its
+reference outputs out0, …"""
 
 
 class UploadError(ValueError):
@@ -39,6 +46,8 @@ class ArrayInfo:
     name: str
     dtype: str
     shape: tuple[int, ...]
+    nbytes: int
+    """What the header declares: shape × item size (whatever the file really holds)."""
 
     def text(self) -> str:
         return f"{self.name}: {self.dtype}[{','.join(str(d) for d in self.shape)}]"
@@ -81,8 +90,11 @@ def npz_arrays(data: bytes) -> list[ArrayInfo]:
         if not names or len(names) > MAX_NPZ_ARRAYS:
             raise UploadError(f"an .npz archive holds 1 to {MAX_NPZ_ARRAYS} arrays")
         for member in names:
-            if not member.endswith(".npy"):
-                raise UploadError(f"{member[:60]!r} is no .npy array")
+            if not NPZ_MEMBER.match(member):
+                raise UploadError(
+                    f"{member[:60]!r}: an .npz holds only arrays named arg0, arg1, … "
+                    "(a function's inputs) and out0, … (its reference outputs)"
+                )
             try:
                 with archive.open(member) as stream:
                     version = np.lib.format.read_magic(stream)
@@ -94,7 +106,8 @@ def npz_arrays(data: bytes) -> list[ArrayInfo]:
                 raise UploadError(f"{member[:60]!r}: not a readable array ({exc})"[:200]) from None
             if dtype.hasobject:
                 raise UploadError(f"{member[:60]!r} holds Python objects, which are refused")
-            found.append(ArrayInfo(member.removesuffix(".npy"), str(dtype), tuple(shape)))
+            nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
+            found.append(ArrayInfo(member.removesuffix(".npy"), str(dtype), tuple(shape), nbytes))
     return found
 
 
@@ -115,11 +128,16 @@ def kind_of(media_type: str) -> str | None:
 def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[str | None, bytes]]:
     """Form fields by name → (file name or None, bytes), using the standard email parser."""
     head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
+    if body.count(b"\r\nContent-Disposition") > MAX_FORM_PARTS:  # before the parse's work
+        raise UploadError(f"the form has more than {MAX_FORM_PARTS} parts")
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
     if not message.is_multipart():
         raise UploadError("send the form as multipart/form-data")
+    parts = list(message.iter_parts())
+    if len(parts) > MAX_FORM_PARTS:
+        raise UploadError(f"the form has more than {MAX_FORM_PARTS} parts")
     fields: dict[str, tuple[str | None, bytes]] = {}
-    for part in message.iter_parts():
+    for part in parts:
         name = part.get_param("name", header="content-disposition")
         if not isinstance(name, str):
             continue
@@ -139,6 +157,7 @@ def check_job_files(
     cls = WORKLOADS.get(spec.workload)
     fields: dict[str, str] = getattr(cls, "file_fields", {}) if cls is not None else {}
     problems: list[tuple[str | None, str]] = []
+    arrays: list[tuple[str, ArrayInfo]] = []
     for name, media_type in fields.items():
         sha = spec.params.get(name)
         if not isinstance(sha, str):
@@ -154,6 +173,21 @@ def check_job_files(
             continue
         if name == "artifact":
             problems += _artifact_problems(stored.data, spec, max_job_bytes)
+        else:
+            try:
+                arrays.extend((field, a) for a in npz_arrays(stored.data))
+            except UploadError as exc:  # stored before a stricter check
+                problems.append((field, f"file {sha[:12]}…: {exc}"))
+    declared = sum(a.nbytes for _, a in arrays)
+    if declared > max_job_bytes:
+        biggest_field, biggest = max(arrays, key=lambda fa: fa[1].nbytes)
+        problems.append(
+            (
+                biggest_field,
+                f"the arrays declare {declared:,} bytes in all ({biggest.text()} alone "
+                f"{biggest.nbytes:,}), over the job's limit of {max_job_bytes:,}",
+            )
+        )
     return problems
 
 

@@ -37,7 +37,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-TOKEN = "bench-token"
+TOKEN = "bench-worker-token-0123"
 SMALL: dict[str, Any] = {
     "workload": "matmul",
     "path": "jax-cpu",

@@ -4,7 +4,12 @@ heartbeat and forward progress while it runs, post the result; again.
 The agent never imports JAX: capabilities are detected inside the runner child, from
 the devices JAX actually started. It survives a server restart by retrying with
 backoff. On SIGTERM (or Ctrl-C) it stops taking jobs and finishes the one in hand; a
-second signal kills the runner and gives the lease back. Its runners die with it.
+second signal, a second or more after the first, kills the runner and gives the lease
+back (a burst of signals, as a process-group kill or a service manager may send, counts
+as one). SIGUSR1 asks for the same graceful stop and never escalates: `boundary serve`
+sends it to its local workers. SIGUSR2 is the parent-death signal of a local worker: it
+stops at once only if its parent really died (Linux sends it whenever the thread that
+started the worker exits). Its runners die with it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +37,9 @@ log = logging.getLogger("boundary.worker")
 API = "/api/v1/worker"
 MAX_BACKOFF_S = 10.0
 PROGRESS_INTERVAL_S = 0.25
+ESCALATE_AFTER_S = 1.0
+"""A second stop signal sooner than this after the first is part of the same burst."""
+PARENT_ENV = "BOUNDARY_WORKER_PARENT"
 CEILINGS_REFRESH_S = 900.0
 """An idle worker measures its ceilings again at most this often."""
 CEILINGS_CHEAP_S = 5.0
@@ -93,11 +102,13 @@ class Agent:
             base_url=config.server.rstrip("/"), headers=headers, timeout=30.0
         )
         self.worker_id: str | None = None
+        self.worker_key: str | None = None
         self.capabilities: dict[str, Any] = {}
         self.heartbeat_s = 5.0
         self.poll_s = 25.0
         self.artifact_max_bytes = 4 * 1024 * 1024
         self.stopping = False
+        self._stop_at = 0.0
         self._stop_requested = asyncio.Event()
         self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
@@ -138,10 +149,12 @@ class Agent:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def register(self) -> None:
+        # The server assigns the id; with the key it gave, registering again keeps it.
         body = {
             "capabilities": self.capabilities,
             "name": self.config.name,
             "worker_id": self.worker_id,
+            "worker_key": self.worker_key,
         }
         response = await self._post("/register", body)
         if response.status_code == 409:
@@ -150,6 +163,7 @@ class Agent:
             raise Fatal(f"registration failed ({response.status_code}): {_detail(response)}")
         reply = response.json()
         self.worker_id = reply["worker_id"]
+        self.worker_key = reply.get("worker_key")
         self.heartbeat_s = float(reply["heartbeat_s"])
         self.poll_s = float(reply["poll_s"])
         self.artifact_max_bytes = int(reply["artifact_max_bytes"])
@@ -184,8 +198,14 @@ class Agent:
     async def run(self) -> int:
         """Serve jobs until asked to stop; the exit status."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+        handlers = {
+            signal.SIGTERM: self.request_stop,
+            signal.SIGINT: self.request_stop,
+            signal.SIGUSR1: self.drain,
+            signal.SIGUSR2: self.parent_gone,
+        }
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
         try:
             runner = await self.pool.get(1)
             self.capabilities = await runner.detect(self.config.max_virtual_devices)
@@ -217,7 +237,7 @@ class Agent:
             log.error("could not start a runner: %s\n%s", exc, exc.stderr_tail)
             return 4
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in handlers:
                 loop.remove_signal_handler(sig)
             await self.pool.close()
             await self.client.aclose()
@@ -244,12 +264,36 @@ class Agent:
             await self.register()  # the same worker id: the server keeps the new ceilings
 
     def request_stop(self) -> None:
-        """First call: finish the current job, take no more. Second: give the lease back."""
+        """First call: finish the current job, take no more. A later one (not of the same
+        burst): kill the runner and give the lease back."""
         if self.stopping:
+            if time.monotonic() - self._stop_at >= ESCALATE_AFTER_S:
+                self.abort()
+            return
+        self.drain()
+
+    def abort(self) -> None:
+        """Stop at once: the current job's runner is killed and its lease given back."""
+        if not self._abort.is_set():
             log.warning("stopping now: the current job's lease is given back")
-            self._abort.set()
+        self.drain()
+        self._abort.set()
+
+    def parent_gone(self) -> None:
+        """The parent-death signal: stop at once if `boundary serve` really died; Linux
+        also sends it when merely a thread of the parent exits, which changes nothing."""
+        expected = os.environ.get(PARENT_ENV, "")
+        if expected.isdigit() and os.getppid() == int(expected):
+            return
+        log.warning("the server that started this worker is gone")
+        self.abort()
+
+    def drain(self) -> None:
+        """Finish the current job (and report it), take no more, then exit. Idempotent."""
+        if self.stopping:
             return
         log.info("stopping after the current job (signal again to stop at once)")
+        self._stop_at = time.monotonic()
         self.stopping = True
         self._stop_requested.set()
         if self._poll_task is not None:
@@ -258,12 +302,13 @@ class Agent:
     async def handle(self, grant: dict[str, Any]) -> None:
         """Run one leased job and report how it went."""
         job_id: str = grant["job_id"]
+        lease_id: str = grant["lease_id"]
         req = grant.get("requirements", {})
         devices = int(req.get("devices", 1)) if req.get("path") == "jax-cpu" else 1
         cancelled = asyncio.Event()
-        forwarder = ProgressForwarder(lambda batch: self._progress(job_id, batch))
+        forwarder = ProgressForwarder(lambda batch: self._progress(job_id, lease_id, batch))
         helpers = [
-            asyncio.create_task(self._heartbeats(job_id, cancelled)),
+            asyncio.create_task(self._heartbeats(job_id, lease_id, cancelled)),
             asyncio.create_task(forwarder.run()),
         ]
         report: dict[str, Any] | None = None
@@ -278,7 +323,8 @@ class Agent:
             return
         try:
             await forwarder.flush()
-            await self._report({"worker_id": self.worker_id, "job_id": job_id, **report})
+            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
+            await self._report({**body, **report})
         except httpx.TransportError as exc:
             log.error("could not report job %s (%s); its lease will expire", job_id, exc)
 
@@ -319,7 +365,8 @@ class Agent:
                 self.pool.forget(runner)
                 self.pool.warm(devices)
                 if abort in done:
-                    await self._post("/release", {"worker_id": self.worker_id, "job_id": job_id})
+                    body = {"worker_id": self.worker_id, "job_id": job_id}
+                    await self._post("/release", {**body, "lease_id": grant["lease_id"]})
                     log.info("job %s given back", job_id)
                 else:
                     log.info("job %s abandoned: the server cancelled it or its lease", job_id)
@@ -336,7 +383,6 @@ class Agent:
             return {"failure": {"reason": reason, "stderr_tail": runner.stderr_tail() or None}}
         self.jobs_done += 1
         return {
-            "attempt": grant["attempt"],
             "result": _cap_artifacts(outcome.result, self.artifact_max_bytes),
             "run_seconds": outcome.run_s,
         }
@@ -366,22 +412,24 @@ class Agent:
             log.info("fetched %s %s… (%d bytes)", name, sha[:12], len(response.content))
         return None
 
-    async def _heartbeats(self, job_id: str, cancelled: asyncio.Event) -> None:
+    async def _heartbeats(self, job_id: str, lease_id: str, cancelled: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            body = {"worker_id": self.worker_id, "job_id": job_id}
+            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
             try:
                 response = await self._post("/heartbeat", body, timeout=10.0, retry=False)
             except httpx.TransportError as exc:
                 log.warning("heartbeat failed (%s); the job goes on", exc)
                 continue
-            if response.status_code == 200 and response.json().get("cancel"):
+            # 409: the lease has ended (the job was cancelled, re-queued or given to another).
+            if response.status_code in (200, 409) and response.json().get("cancel"):
                 log.info("job %s: %s", job_id, response.json().get("reason"))
                 cancelled.set()
                 return
 
-    async def _progress(self, job_id: str, batch: list[dict[str, Any]]) -> None:
-        body = {"worker_id": self.worker_id, "job_id": job_id, "events": batch}
+    async def _progress(self, job_id: str, lease_id: str, batch: list[dict[str, Any]]) -> None:
+        body: dict[str, Any] = {"worker_id": self.worker_id, "job_id": job_id}
+        body.update(lease_id=lease_id, events=batch)
         with contextlib.suppress(httpx.TransportError):
             await self._post("/progress", body, timeout=10.0, retry=False)
 
@@ -389,14 +437,14 @@ class Agent:
         """Post a result or failure until the server has an answer for it."""
         response = await self._post("/result", body, timeout=120.0)
         if response.status_code == 404 and "worker" in _detail(response):
+            # Forgotten by the server: this lease is gone with it. Register again for the
+            # next job; the report itself cannot be accepted any more.
             await self.register()
-            body["worker_id"] = self.worker_id
-            response = await self._post("/result", body, timeout=120.0)
         if response.status_code == 422 and "result" in body:
             failure = {"reason": f"the server refused the run: {_detail(response)[:1500]}"}
+            keys = ("worker_id", "job_id", "lease_id")
             response = await self._post(
-                "/result",
-                {"worker_id": body["worker_id"], "job_id": body["job_id"], "failure": failure},
+                "/result", {**{k: body[k] for k in keys}, "failure": failure}
             )
         if response.status_code != 200:
             log.warning(

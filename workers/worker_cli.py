@@ -48,7 +48,10 @@ def worker_command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     apply_jax_environment()  # inherited by every runner this worker starts
     if os.environ.get(PARENT_ENV):
-        die_with_parent(PARENT_ENV, signal.SIGTERM)
+        # SIGUSR2, not SIGTERM: Linux sends it whenever the thread that started us exits,
+        # so the agent checks that the parent really died before it stops (workers.agent).
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # until the agent handles it
+        die_with_parent(PARENT_ENV, signal.SIGUSR2)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s worker %(levelname)s %(message)s",

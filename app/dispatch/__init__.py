@@ -8,8 +8,8 @@ leases out), `reports` (what workers send about the jobs they hold) and `reaper`
 from __future__ import annotations
 
 from app.dispatch.core import (
+    LeaseEnded,
     LeaseGrant,
-    NotYours,
     UnknownWorker,
     Verdict,
     WorkerEntry,
@@ -27,8 +27,8 @@ class Dispatcher(LeasingMixin, ReportsMixin, ReaperMixin):
 __all__ = [
     "START_ALLOWANCE_S",
     "Dispatcher",
+    "LeaseEnded",
     "LeaseGrant",
-    "NotYours",
     "UnknownWorker",
     "Verdict",
     "WorkerEntry",

@@ -6,7 +6,7 @@ reports, the reaper) build on this class.
 from __future__ import annotations
 
 import asyncio
-import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +15,8 @@ from app.ratelimit import RateLimiter
 from app.requirements import describe_need, unmet
 from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow, now
-from workers.protocol import Capabilities, JobStatus
+from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
 
-WORKER_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 FORGET_WORKERS_S = 24 * 3600.0  # workers silent this long are not even remembered
 
 
@@ -25,8 +24,13 @@ class UnknownWorker(LookupError):
     """A worker id this server has no record of: the worker should register again."""
 
 
-class NotYours(PermissionError):
-    """A worker reported on a job it does not hold."""
+class LeaseEnded(PermissionError):
+    """A report on a lease that is not the job's current one (it expired, was re-queued
+    or given back, or the job ended): it changes nothing, and `verdict` says why."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
 
 
 @dataclass
@@ -47,11 +51,21 @@ class LeaseGrant:
     """A job leased to a worker."""
 
     job_id: str
+    lease_id: str
     attempt: int
     spec: dict[str, Any]
     requirements: dict[str, Any]
     lease_deadline: float
     timeout_s: float
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A running lease as the reaper sees it, on the monotonic clock."""
+
+    lease_id: str
+    deadline: float
+    since: float
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,51 @@ class DispatcherCore:
         self._workers: dict[str, WorkerEntry] = {}
         for row in store.list_workers(seen_since=now() - FORGET_WORKERS_S):
             self._remember(row)
+        # Lease expiry is decided on the monotonic clock, so a step of the wall clock
+        # cannot expire every lease at once. Leases found running when the server starts
+        # get one full lease period (downtime is not the workers' fault).
+        self._deadlines: dict[str, HeldLease] = {}
+        self.hold_running_leases()
+        self.leasing = True  # False once the server is shutting down
+        self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
+
+    def hold_running_leases(self) -> None:
+        """Give every running job's lease a full lease period from now (at start-up)."""
+        for job_id, lease_id in self.store.running_leases():
+            self._deadlines.pop(job_id, None)
+            self._hold(job_id, lease_id)
+
+    def _hold(self, job_id: str, lease_id: str) -> None:
+        """Give lease `lease_id` on `job_id` a full lease period from now."""
+        at = time.monotonic()
+        held = self._deadlines.get(job_id)
+        since = held.since if held is not None and held.lease_id == lease_id else at
+        self._deadlines[job_id] = HeldLease(lease_id, at + self.settings.LEASE_S, since)
+
+    def _lease_of(self, worker_id: str, job_id: str, lease_id: str | None) -> JobRow:
+        """The job, while `lease_id` is its current lease and `worker_id` holds it.
+
+        UnknownWorker for a worker never registered, LookupError for an unknown job and
+        LeaseEnded for any other lease (expired, re-queued, given back, finished).
+        """
+        self.worker(worker_id)
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise LookupError(job_id)
+        if (
+            job.status == JobStatus.RUNNING
+            and lease_id
+            and job.lease_id == lease_id
+            and job.lease_owner == worker_id
+        ):
+            return job
+        if job.status == JobStatus.CANCELLED:
+            reason = "the job was cancelled"
+        elif job.status in FINAL_STATUSES:
+            reason = f"the job has already ended ({job.status})"
+        else:
+            reason = "this lease has ended (it expired or was given back); the job was re-queued"
+        raise LeaseEnded(Verdict(False, job.status, True, reason))
 
     def _remember(self, row: WorkerRow) -> None:
         try:

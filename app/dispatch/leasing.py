@@ -14,9 +14,10 @@ import json
 import secrets
 import time
 
-from app.dispatch.core import WORKER_ID, DispatcherCore, LeaseGrant, WorkerEntry
+from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
 from app.requirements import job_requirements, unmet
 from app.store import JobRow, now
+from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
 
@@ -29,9 +30,14 @@ class LeasingMixin(DispatcherCore):
         """Queue a validated job and wake the workers waiting for one."""
         job_id = secrets.token_hex(8)
         spec_json = spec.model_dump(mode="json")
+        at = now()
         job = self.store.insert_job(
-            job_id, spec_json, dict(job_requirements(spec, devices)), client, now()
+            job_id, spec_json, dict(job_requirements(spec, devices)), client, at
         )
+        # The files it names were used now: least-recently-used eviction spares them.
+        fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
+        named = [spec.params.get(name) for name in fields]
+        self.store.touch_files([sha for sha in named if isinstance(sha, str)], at)
         self._notify()
         return job
 
@@ -40,6 +46,7 @@ class LeasingMixin(DispatcherCore):
         job = self.store.get_job(job_id)
         ended = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request", now())
         if ended:
+            self._deadlines.pop(job_id, None)
             if job is not None and job.lease_owner is not None:
                 self._worker_done(job.lease_owner, job_id)
             self._announce(job_id)
@@ -47,17 +54,13 @@ class LeasingMixin(DispatcherCore):
 
     # --- workers -------------------------------------------------------------------------
 
-    def register(self, caps: Capabilities, name: str | None, worker_id: str | None) -> str:
-        """Record a worker; reuses `worker_id` when the worker had one, else makes one."""
-        if worker_id is None or not WORKER_ID.match(worker_id):
-            worker_id = f"w-{secrets.token_hex(6)}"
+    def register(self, caps: Capabilities, name: str | None) -> str:
+        """Record a worker under a new id the server makes (a worker never chooses its
+        own, so it cannot take another's); the id."""
+        worker_id = f"w-{secrets.token_hex(8)}"
         at = now()
         self.store.upsert_worker(worker_id, name, caps.model_dump(mode="json"), at)
-        entry = self._workers.get(worker_id)
-        if entry is None:
-            self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
-        else:
-            entry.capabilities, entry.name, entry.last_seen = caps, name, at
+        self._workers[worker_id] = WorkerEntry(worker_id, name, caps, at, at)
         self._notify()  # a new worker may make a waiting job runnable
         return worker_id
 
@@ -82,7 +85,14 @@ class LeasingMixin(DispatcherCore):
             entry.polling -= 1
             entry.last_seen = now()
 
+    def stop_leasing(self) -> None:
+        """Grant no more leases (the server is shutting down); waiting requests return."""
+        self.leasing = False
+        self._notify()
+
     def _try_claim(self, entry: WorkerEntry) -> LeaseGrant | None:
+        if not self.leasing:
+            return None
         # Group the queue by what its jobs need, keep the needs this worker meets, and take
         # the oldest job among them: a runnable job is found wherever it sits in the queue.
         meets = [
@@ -93,12 +103,20 @@ class LeasingMixin(DispatcherCore):
         for job in self.store.oldest_queued(meets):
             at = now()
             deadline = at + self.settings.LEASE_S
-            attempt = self.store.claim(job.id, entry.id, deadline, at)
+            lease_id = secrets.token_urlsafe(18)
+            attempt = self.store.claim(job.id, entry.id, lease_id, deadline, at)
             if attempt is None:
                 continue
+            self._hold(job.id, lease_id)
             entry.current_job = job.id
             self.hub.publish_status(job.id, JobStatus.RUNNING, None, attempt)
             return LeaseGrant(
-                job.id, attempt, job.spec, job.requirements, deadline, self.settings.JOB_TIMEOUT_S
+                job.id,
+                lease_id,
+                attempt,
+                job.spec,
+                job.requirements,
+                deadline,
+                self.settings.JOB_TIMEOUT_S,
             )
         return None

@@ -83,10 +83,16 @@ def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "worker_id": job.worker_id,
+        "worker_name": _worker_name(job.worker_id, dispatcher),
         "progress": progress.model_dump(exclude_none=True) if progress else None,
         "stderr_tail": job.stderr_tail,
         "links": job_links(job.id),
     }
+
+
+def _worker_name(worker_id: str | None, dispatcher: Dispatcher) -> str | None:
+    entry = dispatcher.worker_or_none(worker_id) if worker_id else None
+    return entry.name if entry is not None else None
 
 
 def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:

@@ -9,6 +9,7 @@ The server only reads headers: a function runs on a worker, never here.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -78,7 +79,9 @@ def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
     if not data:
         raise UploadError("the file is empty")
     describe(kind, data)
-    return dispatcher.store.put_file(data, KINDS[kind])
+    sha = dispatcher.store.put_file(data, KINDS[kind])
+    dispatcher.prune()  # the files' cap holds after every upload, not only every interval
+    return sha
 
 
 @router.post(
@@ -104,7 +107,8 @@ async def upload_artifact(
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
     data = await read_capped_body(request, settings.UPLOAD_MAX_BYTES, "file")
     try:
-        sha = _store_upload(dispatcher, kind, data)
+        # Hashing, checking and storing megabytes is CPU work: off the event loop.
+        sha = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
     except UploadError as exc:
         field_errors([("body", f"{kind}: {exc}")])
     body = _stored(dispatcher, sha)
@@ -160,10 +164,11 @@ async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLRespon
 
 @router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
 async def upload_from_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> Response:
     """Store the uploaded files, then show the artifact's page with them chosen."""
     settings = state.settings
+    admission.throttle(admission.client(request))  # before a byte of the body is read
     content_type = request.headers.get("content-type", "")
     errors: dict[str, str] = {}
 
@@ -181,7 +186,8 @@ async def upload_from_page(
         errors["artifact"] = f"the files are over {settings.UPLOAD_MAX_BYTES:,} bytes each"
         return again(413)
     try:
-        fields = parse_multipart(body, content_type)
+        # The multipart parse is CPU work on up to three files: off the event loop.
+        fields = await asyncio.to_thread(parse_multipart, body, content_type)
     except UploadError as exc:
         errors["artifact"] = str(exc)
         return again(422)
@@ -201,7 +207,7 @@ async def upload_from_page(
             errors[name] = f"over {settings.UPLOAD_MAX_BYTES:,} bytes"
             continue
         try:
-            stored[name] = _store_upload(dispatcher, kind, data)
+            stored[name] = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
         except UploadError as exc:
             errors[name] = str(exc)
     if errors:

@@ -6,6 +6,7 @@ Routers import these from here and never from each other.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
@@ -61,6 +62,26 @@ _UNION_TAGS = frozenset({"int", "str", "float", "bool", "none", "list", "dict"})
 def _is_union_tag(part: str | int) -> bool:
     """Pydantic names the member of a union in the error location ('constrained-int')."""
     return isinstance(part, str) and (part in _UNION_TAGS or any(c in part for c in "[-'("))
+
+
+_PARTS = frozenset({"query", "path", "header", "cookie", "body"})
+
+
+def request_problems(errors: Sequence[Any]) -> list[dict[str, str | None]]:
+    """FastAPI's validation errors for a request's query, path or body, in our shape:
+    [{"field", "message"}], the field named (without "query."), the input never echoed."""
+    problems: list[dict[str, str | None]] = []
+    for err in list(errors)[:20]:
+        loc = [str(p) for p in err.get("loc", ()) if not _is_union_tag(p)]
+        if len(loc) > 1 and loc[0] in _PARTS and loc[0] != "body":
+            loc = loc[1:]
+        ctx = err.get("ctx") or {}
+        bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
+        message = str(err.get("msg", "invalid"))[:300]
+        if bounds:
+            message = f"{message} (allowed: {bounds})"
+        problems.append({"field": ".".join(loc)[:80] or None, "message": message})
+    return problems
 
 
 def pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str | None, str]]:

@@ -91,9 +91,11 @@ def _page(state: Any, **extra: Any) -> dict[str, Any]:
 
 
 def _recent_timed_runs(dispatcher: Dispatcher, limit: int = 10) -> list[dict[str, Any]]:
-    """Finished runs to start a comparison from (newest first)."""
-    rows, _ = dispatcher.store.list_jobs(status="done", limit=limit)
-    return [{"id": r.id, "workload": r.workload, "path": r.path} for r in rows]
+    """Finished runs that executed (a compile-only run has no time to compare), newest
+    first, to start a comparison from."""
+    rows, _ = dispatcher.store.list_jobs(status="done", limit=limit * 3)
+    timed = [r for r in rows if "execute" in (r.spec.get("stages") or ["execute"])]
+    return [{"id": r.id, "workload": r.workload, "path": r.path} for r in timed[:limit]]
 
 
 @router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)

@@ -7,11 +7,13 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
 from app.routes import errors
+from app.routes.common import request_problems
 from app.templating import server_linker
 from workers.protocol import PathId, StageId
 
@@ -80,6 +82,12 @@ def install(app: FastAPI) -> None:
     errors.install(
         app, lambda request: not_found_page(request, _describe_unknown(request.url.path))
     )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own answer echoes the input; ours names the field and says what is
+        # allowed, like every other 422 of this app.
+        return JSONResponse({"detail": request_problems(exc.errors())}, status_code=422)
 
     @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
     async def healthz() -> dict[str, str]:

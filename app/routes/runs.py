@@ -85,6 +85,14 @@ def _form_context(
         "measure": measure_fields(),
         "paths": [p.value for p in workload.paths],
         "connected": connected,
+        # As /workers lists them: cuda without a GPU that runs it is for compiling only.
+        "offered": [
+            f"{p} (compile only)"
+            if p == PathId.CUDA.value
+            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
+            else p
+            for p in connected
+        ],
         "path_note": note,
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "runs",
@@ -274,7 +282,7 @@ def _card_claims(state: AppState, dispatcher: Dispatcher, job: dict[str, Any]) -
 
 @router.post("/runs/{job_id}/cancel", response_class=HTMLResponse)
 async def cancel_run(
-    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+    job_id: str, request: Request, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> Response:
     """Cancel a queued or running job from its page; back to the page, which says so."""
     _job_json(job_id, dispatcher)  # 404 for a run that does not exist
@@ -283,13 +291,23 @@ async def cancel_run(
     if media == "application/x-www-form-urlencoded":
         body = await read_capped_body(request, FORM_MAX_BYTES, "form")
         form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
-    token = state.settings.SUBMIT_TOKEN
-    if token is not None and form.get("token") != token:
-        raise HTTPException(
-            status_code=401, detail="cancelling needs this server's submission token"
-        )
+    admission.check_token(form.get("token"), "cancelling a run", bearer=False)
     dispatcher.cancel(job_id)  # False when it had already ended: the page shows how
+    if is_htmx(request):
+        # The page stays: its live stream reports the cancellation and ends cleanly.
+        return Response(status_code=204)
     return RedirectResponse(f"/runs/{job_id}", status_code=303)
+
+
+@router.head("/runs/{job_id}/live")
+async def run_live_head(job_id: str, dispatcher: DispatcherDep) -> Response:
+    """HEAD of the live stream: its headers (404 for an unknown job), no stream."""
+    _job_json(job_id, dispatcher)
+    return Response(
+        status_code=200,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
 
 
 @router.get("/runs/{job_id}/live", response_class=EventSourceResponse)

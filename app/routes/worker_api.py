@@ -1,8 +1,10 @@
 """Endpoints workers call under /api/v1/worker, each with `Bearer <WORKER_TOKEN>`.
 
 register → lease (long-poll) → heartbeat / progress while running → result, and release
-when a worker shuts down with a lease in hand. Reports are idempotent: posting a result
-twice is harmless.
+when a worker shuts down with a lease in hand. The server assigns a worker's id when it
+registers, and each lease carries a random lease id: every report on a job must present
+the lease it holds. A report on a lease that has ended (expired, re-queued, given back,
+finished) is answered 409 and changes nothing, so posting a result twice is harmless.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from app.bodylimit import WORKER_BODY_BYTES
 from app.deps import DispatcherDep, SettingsDep
-from app.dispatch import NotYours, UnknownWorker, Verdict
+from app.dispatch import LeaseEnded, UnknownWorker, Verdict
 from app.schemas import (
     HeartbeatRequest,
     LeaseReply,
@@ -30,7 +33,7 @@ from app.schemas import (
     WorkerRegister,
     inline_schema,
 )
-from app.submission import check_bearer, field_errors, parse_strict_json
+from app.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 
@@ -52,6 +55,13 @@ router = APIRouter(
 
 def _verdict(v: Verdict) -> ReportReply:
     return ReportReply(accepted=v.accepted, status=v.status, cancel=v.cancel, reason=v.reason)
+
+
+def _lease_ended(exc: LeaseEnded) -> JSONResponse:
+    """409: the report's lease is not the job's current one; the body says why, and
+    `cancel` tells the worker to abandon the job."""
+    body = _verdict(exc.verdict).model_dump(mode="json")
+    return JSONResponse({**body, "detail": exc.verdict.reason}, status_code=409)
 
 
 def _unknown_worker(worker_id: str) -> HTTPException:
@@ -97,7 +107,7 @@ async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep
 ) -> RegisterReply:
     """Record a worker's capabilities; the reply says how often to heartbeat."""
-    body = parse_strict_json(await request.body())
+    body = parse_strict_json(await read_capped_body(request, WORKER_BODY_BYTES))
     problem = _version_problem(body)
     if problem is not None:
         raise HTTPException(status_code=409, detail=problem)
@@ -110,7 +120,7 @@ async def register(
                 for e in exc.errors(include_url=False, include_input=False)
             ]
         )
-    worker_id = dispatcher.register(message.capabilities, message.name, message.worker_id)
+    worker_id = dispatcher.register(message.capabilities, message.name)
     return RegisterReply(
         worker_id=worker_id,
         lease_s=settings.LEASE_S,
@@ -149,10 +159,11 @@ async def lease(
     if grant is None:
         return Response(status_code=204)
     if gone:  # a job came just as the worker left: give it straight back
-        dispatcher.release(message.worker_id, grant.job_id)
+        dispatcher.release(message.worker_id, grant.job_id, grant.lease_id)
         return Response(status_code=204)
     reply = LeaseReply(
         job_id=grant.job_id,
+        lease_id=grant.lease_id,
         attempt=grant.attempt,
         spec=grant.spec,
         requirements=grant.requirements,
@@ -162,27 +173,44 @@ async def lease(
     return JSONResponse(reply.model_dump(mode="json"))
 
 
-@router.post("/heartbeat", response_model=ReportReply, responses={404: {"model": MessagePublic}})
-async def heartbeat(message: HeartbeatRequest, dispatcher: DispatcherDep) -> ReportReply:
-    """Extend the lease on the worker's job; `cancel` tells it to abandon the job."""
+ENDED: dict[int | str, dict[str, Any]] = {
+    404: {"model": MessagePublic, "description": "Unknown worker or job."},
+    409: {"model": ReportReply, "description": "The lease has ended; nothing changed."},
+}
+
+
+@router.post("/heartbeat", response_model=ReportReply, responses=ENDED)
+async def heartbeat(message: HeartbeatRequest, dispatcher: DispatcherDep) -> Response:
+    """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
     try:
-        return _verdict(dispatcher.heartbeat(message.worker_id, message.job_id))
+        verdict = dispatcher.heartbeat(message.worker_id, message.job_id, message.lease_id)
     except UnknownWorker:
         raise _unknown_worker(message.worker_id) from None
+    except LeaseEnded as exc:
+        return _lease_ended(exc)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="no such job") from None
+    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
 
 
-@router.post("/progress", response_model=ReportReply)
-async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> ReportReply:
+@router.post("/progress", response_model=ReportReply, responses=ENDED)
+async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
-    return _verdict(dispatcher.progress(message.worker_id, message.job_id, message.events))
+    try:
+        verdict = dispatcher.progress(
+            message.worker_id, message.job_id, message.lease_id, message.events
+        )
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
+    except LeaseEnded as exc:
+        return _lease_ended(exc)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="no such job") from None
+    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
 
 
-@router.post(
-    "/result",
-    response_model=ReportReply,
-    responses={404: {"model": MessagePublic}, 409: {"model": MessagePublic}},
-)
-async def result(message: ResultReport, dispatcher: DispatcherDep) -> ReportReply:
+@router.post("/result", response_model=ReportReply, responses=ENDED)
+async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
     """The run of a job, or why it failed. Posting the same report twice is harmless."""
     if (message.result is None) == (message.failure is None):
         field_errors([("result", "send exactly one of result and failure")])
@@ -197,7 +225,7 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> ReportRepl
             verdict = dispatcher.complete(
                 message.worker_id,
                 message.job_id,
-                message.attempt,
+                message.lease_id,
                 message.result,
                 message.run_seconds,
             )
@@ -206,16 +234,17 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> ReportRepl
             verdict = dispatcher.fail(
                 message.worker_id,
                 message.job_id,
+                message.lease_id,
                 message.failure.reason,
                 message.failure.stderr_tail,
             )
     except UnknownWorker:
         raise _unknown_worker(message.worker_id) from None
-    except NotYours as exc:
-        raise HTTPException(status_code=409, detail=str(exc)) from None
+    except LeaseEnded as exc:
+        return _lease_ended(exc)
     except LookupError:
         raise HTTPException(status_code=404, detail="no such job") from None
-    return _verdict(verdict)
+    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
 
 
 @router.get(
@@ -231,10 +260,15 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
     return Response(found.data, media_type="application/octet-stream")
 
 
-@router.post("/release", response_model=ReportReply, responses={404: {"model": MessagePublic}})
-async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> ReportReply:
+@router.post("/release", response_model=ReportReply, responses=ENDED)
+async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""
     try:
-        return _verdict(dispatcher.release(message.worker_id, message.job_id))
+        verdict = dispatcher.release(message.worker_id, message.job_id, message.lease_id)
     except UnknownWorker:
         raise _unknown_worker(message.worker_id) from None
+    except LeaseEnded as exc:
+        return _lease_ended(exc)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="no such job") from None
+    return JSONResponse(_verdict(verdict).model_dump(mode="json"))

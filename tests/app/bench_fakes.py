@@ -68,8 +68,13 @@ class FakeWorker:
         self.client = client
         self.caps = caps or capabilities()
         self.id = ""
+        self.leases: dict[str, str] = {}  # job id -> the lease id its grant carried
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST to the worker API; a report on a job this worker leased carries its lease."""
+        job_id = body.get("job_id")
+        if isinstance(job_id, str) and job_id in self.leases and "lease_id" not in body:
+            body = {**body, "lease_id": self.leases[job_id]}
         return await self.client.post(f"/api/v1/worker/{path}", json=body, headers=AUTH)
 
     async def register(self) -> dict[str, Any]:
@@ -85,11 +90,12 @@ class FakeWorker:
             return None
         assert r.status_code == 200, r.text
         grant: dict[str, Any] = r.json()
+        self.leases[grant["job_id"]] = grant["lease_id"]
         return grant
 
     async def heartbeat(self, job_id: str | None) -> dict[str, Any]:
         r = await self.post("heartbeat", {"worker_id": self.id, "job_id": job_id})
-        assert r.status_code == 200, r.text
+        assert r.status_code in (200, 409), r.text  # 409: the lease has ended
         reply: dict[str, Any] = r.json()
         return reply
 

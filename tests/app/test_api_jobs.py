@@ -132,14 +132,14 @@ async def test_path_and_stage_must_suit_the_workload(bench_client: httpx.AsyncCl
 async def test_submission_token_is_required_when_set(bench_settings: Settings) -> None:
     from app.main import create_app
 
-    app = create_app(bench_settings.model_copy(update={"SUBMIT_TOKEN": "s3cret"}))
+    app = create_app(bench_settings.model_copy(update={"SUBMIT_TOKEN": "s3cret-submission-token"}))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         assert (await c.post("/api/v1/jobs", json=JOB)).status_code == 401
         bad = {"Authorization": "Bearer nope"}
         r = await c.post("/api/v1/jobs", json=JOB, headers=bad)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
-        good = {"Authorization": "Bearer s3cret"}
+        good = {"Authorization": "Bearer s3cret-submission-token"}
         r = await c.post("/api/v1/jobs", json=JOB, headers=good)
         assert r.status_code == 202
         # Reading stays open; cancelling needs the token too.

@@ -121,7 +121,7 @@ async def test_oversized_corrupted_and_unusable_uploads_are_refused(
         assert garbage.status_code == 422 and "exported:" in garbage.json()["detail"][0]["message"]
 
         pickled = io.BytesIO()
-        np.savez(pickled, obj=np.array([{"a": 1}], dtype=object))
+        np.savez(pickled, arg0=np.array([{"a": 1}], dtype=object))
         refused = await upload(client, pickled.getvalue(), "npz")
         assert refused.status_code == 422 and "Python objects" in refused.text
 

@@ -53,6 +53,7 @@ async def test_only_stages_a_connected_worker_can_do_are_ticked(
     assert selected_path(html) == "cuda"
     assert ticked_stages(html) == ["compile"]
     assert "can compile for cuda but not execute it" in html
+    assert "Connected workers offer: jax-cpu, cuda (compile only)." in html  # as /workers says
     html = (await bench_client.get("/runs/new?path=jax-cpu")).text
     assert ticked_stages(html) == ["compile", "execute"]
 
@@ -136,6 +137,10 @@ async def test_cancel_from_the_run_page(bench_client: httpx.AsyncClient) -> None
     assert job["status"] == "cancelled"
     page = (await bench_client.get(url)).text
     assert "Cancel this run" not in page and 'id="verdict"' in page
+    # From the page with JavaScript, the page stays and its live stream says it ended.
+    assert (
+        await bench_client.post(f"{url}/cancel", headers={"HX-Request": "true"})
+    ).status_code == 204
     # Cancelling again is harmless; a missing run is a 404 page.
     assert (await bench_client.post(f"{url}/cancel")).status_code == 303
     assert (await bench_client.post("/runs/0123456789abcdef/cancel")).status_code == 404

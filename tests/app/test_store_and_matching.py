@@ -53,8 +53,8 @@ def test_every_state_change_survives_reopening(tmp_path: Path) -> None:
     store.upsert_worker("w-1", "one", capabilities(), 1.0)
     store.insert_job("j1", SPEC, {"path": "jax-cpu"}, "127.0.0.1", 10.0)
     store.insert_job("j2", SPEC, {"path": "jax-cpu"}, "127.0.0.1", 11.0)
-    assert store.claim("j1", "w-1", 50.0, 12.0) == 1
-    assert store.claim("j1", "w-2", 50.0, 12.0) is None  # taken already
+    assert store.claim("j1", "w-1", "lease-1", 50.0, 12.0) == 1
+    assert store.claim("j1", "w-2", "lease-2", 50.0, 12.0) is None  # taken already
     assert store.finish_job("j1", 1, "w-1", new_run(), 13.0)
     assert not store.finish_job("j1", 1, "w-1", new_run(), 14.0)  # twice is harmless
     store.close()

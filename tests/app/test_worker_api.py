@@ -90,9 +90,9 @@ async def test_a_job_runs_through_lease_and_result(bench_client: httpx.AsyncClie
     assert text.text == "HloModule m\n"
     assert text.headers["content-type"].startswith("text/plain")
 
-    # Posting the same result again is harmless.
+    # Posting the same result again is harmless: its lease has ended, nothing changes.
     again = await worker.finish(grant)
-    assert again.status_code == 200 and again.json()["accepted"] is False
+    assert again.status_code == 409 and again.json()["accepted"] is False
     assert (await get(bench_client, job_id))["run"]["attempt"] == 1
 
 

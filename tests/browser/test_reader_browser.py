@@ -70,24 +70,37 @@ def test_works_without_javascript(browser: Browser, reader_server: str) -> None:
 
 
 def test_autoplay_runs_on_load_and_stops_on_interaction(page: Page, reader_server: str) -> None:
-    page.goto(reader_server + "/read/jax-tpu/scale")
+    page.goto(reader_server + "/read/jax-tpu/compile")
     seq = page.locator("[data-sequence]")
     expect(seq).to_have_attribute("data-playing", "true")
     toggle = page.locator(".seq-toggle")
     expect(toggle).to_be_visible()
     expect(toggle).to_have_text("Pause")
-    # The sequence steps through stages on its own.
+    # The sequence steps on from the selected stage on its own.
     expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "execute", timeout=5000)
     page.mouse.click(5, 5)
     expect(seq).to_have_attribute("data-playing", "false")
     # Stopped: the diagram is back on the selected stage and stays there.
-    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "scale")
+    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "compile")
     page.wait_for_timeout(2000)
-    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "scale")
+    expect(page.locator("svg.diagram")).to_have_attribute("data-stage", "compile")
     toggle.click()
     expect(seq).to_have_attribute("data-playing", "true")
     toggle.click()
     expect(seq).to_have_attribute("data-playing", "false")
+
+
+def test_autoplay_never_highlights_a_stage_before_the_selected_one(
+    page: Page, reader_server: str
+) -> None:
+    # On /read/cuda/scale it once lit up compile while Scale was the page's stage.
+    page.goto(reader_server + "/read/cuda/scale")
+    seen = set()
+    for _ in range(25):
+        seen.add(page.locator("svg.diagram").get_attribute("data-stage"))
+        page.wait_for_timeout(100)
+    assert seen == {"scale"}
+    expect(page.locator(".seq-caption")).to_contain_text("Are we communicating between GPUs")
 
 
 def test_autoplay_stops_on_a_key_press(page: Page, reader_server: str) -> None:

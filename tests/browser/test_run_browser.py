@@ -13,7 +13,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) -> None:
     page.goto(bench_server + "/runs/new")
-    page.evaluate("window.__marker = 'no reload'")
     page.fill("#p-m", "96")
     page.fill("#p-n", "64")
     page.fill("#p-k", "80")
@@ -22,7 +21,9 @@ def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) ->
     expect(page).to_have_url(
         re.compile(re.escape(bench_server) + r"/runs/[0-9a-f]+$"), timeout=10000
     )
-    # The worker's progress streams in and the result replaces it, all without a reload.
+    page.evaluate("window.__marker = 'no reload'")
+    # On the run's own page, the worker's progress streams in and the result replaces it,
+    # all without a reload.
     expect(page.locator("#run")).to_have_attribute("data-status", "done", timeout=90000)
     assert page.evaluate("window.__marker") == "no reload"
     expect(page.get_by_text("Correct within tolerance")).to_be_visible()
@@ -57,9 +58,13 @@ def test_the_reader_carries_a_run_panel(page: Page, bench_server: str) -> None:
     page.goto(bench_server + "/read/jax-gpu/execute")
     form = page.locator("#run-panel form#run-form")
     expect(form).to_be_visible()
-    # The form offers the reader's path, and says no GPU worker is connected here.
-    expect(page.locator("#f-path option:checked")).to_have_text("jax-gpu (no worker connected)")
-    page.select_option("#f-path", "jax-cpu")
+    # No GPU worker is connected here: the form starts on the path the local worker runs,
+    # says why, and still offers the reader's path.
+    expect(page.locator("#f-path option:checked")).to_have_text("jax-cpu")
+    expect(page.locator("#f-path option[value='jax-gpu']")).to_have_text(
+        "jax-gpu (no worker connected)"
+    )
+    expect(page.locator("#path-note")).to_contain_text("starts on jax-cpu")
     page.fill("#p-m", "32")
     page.fill("#m-samples", "5")
     page.get_by_role("button", name="Queue the run").click()

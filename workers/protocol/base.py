@@ -10,8 +10,11 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Strict
 
-PROTOCOL_VERSION = 1
-"""Bumped when a message changes shape in a way an older peer cannot read."""
+PROTOCOL_VERSION = 2
+"""Bumped when a message changes shape in a way an older peer cannot read.
+
+2: the server assigns worker ids; each lease carries a lease id that every report on the
+job presents; attempts are counted by the server alone."""
 
 MAX_SAMPLES = 5000
 """The most samples one measurement may take (the contract asks for at least 1,000)."""

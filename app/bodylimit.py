@@ -1,0 +1,134 @@
+"""Every request body is read through one cap, before any route sees it.
+
+FastAPI reads a body it parses into a model before it runs a route's dependencies, so a
+token check in a dependency comes too late to spare the server a huge body, and a route
+that reads `request.body()` holds all of it before it can say 413. This middleware sits
+in front of every API route:
+
+- a declared Content-Length over the route's cap is refused (413) before a byte is read;
+- a body streamed without one is counted as it arrives, and refused as soon as it passes
+  the cap (the route sees an HTTPException from its read, answered as 413);
+- the worker endpoints need the worker token, checked here before their body is read.
+
+Caps by route: a worker's result may carry IR text and a profiler trace; uploads their
+file; everything else (job, matrix and form submissions) MAX_BODY_BYTES.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from dataclasses import dataclass
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.settings import Settings
+
+WORKER_PREFIX = "/api/v1/worker/"
+WORKER_BODY_BYTES = 1024 * 1024
+"""Registration, heartbeats, progress and releases are small."""
+RESULT_SLACK_BYTES = 16 * 1024 * 1024
+"""A result's samples, statistics and series beside its IR text and trace."""
+FORM_SLACK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The body cap of each kind of route, from the settings."""
+
+    default: int
+    result: int
+    upload: int
+    upload_form: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Caps:
+        # Artifacts of five kinds at most, and the trace as base64 (4 bytes per 3).
+        trace = math.ceil(settings.PROFILE_MAX_BYTES * 4 / 3)
+        return cls(
+            default=settings.MAX_BODY_BYTES,
+            result=5 * settings.ARTIFACT_MAX_BYTES + trace + RESULT_SLACK_BYTES,
+            upload=settings.UPLOAD_MAX_BYTES,
+            upload_form=3 * settings.UPLOAD_MAX_BYTES + FORM_SLACK_BYTES,
+        )
+
+    def for_path(self, path: str) -> int:
+        if path == f"{WORKER_PREFIX}result":
+            return self.result
+        if path.startswith(WORKER_PREFIX):
+            return WORKER_BODY_BYTES
+        if path == "/api/v1/artifacts":
+            return self.upload
+        if path == "/artifacts":
+            return self.upload_form
+        return self.default
+
+
+class BodyLimit:
+    """ASGI middleware capping request bodies per route (see the module's docstring)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.caps = Caps.from_settings(settings)
+        self.worker_token = settings.WORKER_TOKEN
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        headers = dict(scope["headers"])
+        if path.startswith(WORKER_PREFIX) and not self._worker_token_ok(headers):
+            await _answer(send, 401, "worker endpoints: missing or wrong bearer token")
+            return
+        limit = self.caps.for_path(path)
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await _answer(send, 413, f"the body is over {limit:,} bytes")
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise HTTPException(413, f"the body is over {limit:,} bytes")
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except HTTPException as exc:  # raised by `counted` outside any route's handler
+            if exc.status_code != 413 or started:
+                raise
+            await _answer(send, 413, str(exc.detail))
+
+    def _worker_token_ok(self, headers: dict[bytes, bytes]) -> bool:
+        if self.worker_token is None:
+            return False
+        scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), self.worker_token.encode()
+        )
+
+
+async def _answer(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),  # the rest of the body is not read
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,202 @@
+"""Bounded bodies and files: every body is read through one cap (and the worker token is
+checked before a worker endpoint's body is read); multipart uploads are parsed within
+limits, off the event loop; an .npz may hold only argN and outN, and what its arrays
+declare counts against the job's byte cap."""
+
+from __future__ import annotations
+
+import io
+import struct
+import threading
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1024 * 1024
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+class Body:
+    """A large request body streamed in 1 MiB chunks (no Content-Length), counting how
+    much of it the server pulled before it answered."""
+
+    def __init__(self, total_mib: int, prefix: bytes = b"") -> None:
+        self.total_mib = total_mib
+        self.prefix = prefix
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunk = b"a" * MIB
+        yield self.prefix
+        for _ in range(self.total_mib):
+            self.sent += len(chunk)
+            yield chunk
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(
+        DB=tmp_path / "bodies.sqlite3",
+        CACHE_DIR=tmp_path / "cache",
+        WORKER_TOKEN="test-worker-token",
+        MAX_JOB_BYTES=4 * MIB,
+    )
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/matrices", FORM),
+        ("/compare/repeat", FORM),
+        ("/runs", FORM),
+        ("/api/v1/jobs", {"Content-Type": "application/json"}),
+        ("/api/v1/matrices", {"Content-Type": "application/json"}),
+        ("/api/v1/worker/register", {"Authorization": "Bearer test-worker-token"}),
+        ("/api/v1/worker/heartbeat", {"Authorization": "Bearer test-worker-token"}),
+    ],
+)
+async def test_a_huge_body_is_refused_before_it_is_read(
+    client: httpx.AsyncClient, path: str, headers: dict[str, str]
+) -> None:
+    # Before: /matrices and /compare/repeat read a whole 400 MiB body, then said 413.
+    body = Body(64)
+    r = await client.post(path, content=body, headers=headers)
+    assert r.status_code == 413, r.text
+    assert body.sent <= 2 * MIB
+
+
+async def test_a_declared_huge_body_is_refused_without_reading_it(
+    client: httpx.AsyncClient,
+) -> None:
+    body = Body(64)
+    headers = {**FORM, "Content-Length": str(64 * MIB)}
+    r = await client.post("/matrices", content=body, headers=headers)
+    assert r.status_code == 413 and body.sent == 0
+
+
+async def test_worker_endpoints_check_the_token_before_the_body(
+    client: httpx.AsyncClient,
+) -> None:
+    for path in ("result", "heartbeat", "register"):
+        body = Body(64)
+        r = await client.post(f"/api/v1/worker/{path}", content=body)
+        assert r.status_code == 401 and "token" in r.json()["detail"]
+        assert body.sent == 0
+
+
+def _multipart(parts: list[tuple[str, bytes]]) -> tuple[bytes, str]:
+    boundary = "b0undary"
+    out = io.BytesIO()
+    for name, data in parts:
+        out.write(f"--{boundary}\r\n".encode())
+        out.write(
+            f'Content-Disposition: form-data; name="{name}"; filename="{name}.bin"\r\n'.encode()
+        )
+        out.write(b"Content-Type: application/octet-stream\r\n\r\n")
+        out.write(data + b"\r\n")
+    out.write(f"--{boundary}--\r\n".encode())
+    return out.getvalue(), f"multipart/form-data; boundary={boundary}"
+
+
+async def test_a_multipart_form_with_too_many_parts_is_refused(client: httpx.AsyncClient) -> None:
+    body, content_type = _multipart([(f"f{i}", b"x") for i in range(50)])
+    r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
+    assert r.status_code == 422 and "more than 8 parts" in r.text
+
+
+async def test_multipart_is_parsed_off_the_event_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.routes import artifacts
+
+    threads: list[int] = []
+    real = artifacts.parse_multipart
+
+    def parse(body: bytes, content_type: str) -> Any:
+        threads.append(threading.get_ident())
+        return real(body, content_type)
+
+    monkeypatch.setattr(artifacts, "parse_multipart", parse)
+    body, content_type = _multipart([("artifact", b"not a function")])
+    r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
+    assert r.status_code == 422
+    assert threads and threads[0] != threading.get_ident()
+
+
+def npz(**arrays: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def bomb(name: str, shape: tuple[int, ...]) -> bytes:
+    """An .npz whose member `name` declares `shape` float32 but holds no data at all."""
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape!r}, }}".encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("arg0.npy", _npy(np.ones((8, 16), np.float32)))
+        archive.writestr(name, npy)
+    return buffer.getvalue()
+
+
+def _npy(array: np.ndarray[Any, Any]) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+async def test_npz_members_other_than_args_and_outs_are_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    for data in (npz(x=np.ones(3)), bomb("unused.npy", (2**28,))):
+        r = await client.post(
+            "/api/v1/artifacts", params={"kind": "npz"}, content=data, headers=OCTET
+        )
+        assert r.status_code == 422
+        assert "only arrays named arg0" in r.json()["detail"][0]["message"]
+    ok = await client.post(
+        "/api/v1/artifacts", params={"kind": "npz"}, content=npz(arg0=np.ones(3)), headers=OCTET
+    )
+    assert ok.status_code == 201
+
+
+async def test_what_an_npz_declares_counts_against_the_job_cap(
+    client: httpx.AsyncClient,
+) -> None:
+    # Before: a 1 MiB file with an unused member declaring 1 GiB was queued and blew up
+    # on the worker.
+    from tests.app.test_artifacts import export
+
+    data = bomb("arg1.npy", (2**28,))  # declares 1 GiB; the file is tiny
+    assert len(data) < 4096
+    up = await client.post("/api/v1/artifacts", params={"kind": "npz"}, content=data, headers=OCTET)
+    assert up.status_code == 201 and "arg1: float32[268435456]" in up.json()["arrays"]
+    artifact = await client.post("/api/v1/artifacts", content=export(["cpu"]), headers=OCTET)
+    assert artifact.status_code == 201
+    job = {
+        "workload": "exported",
+        "path": "jax-cpu",
+        "params": {"artifact": artifact.json()["sha256"], "inputs": up.json()["sha256"]},
+        "measure": {"samples": 5},
+    }
+    r = await client.post("/api/v1/jobs", json=job)
+    assert r.status_code == 422, r.text
+    problem = r.json()["detail"][0]
+    assert problem["field"] == "params.inputs"
+    assert "1,073,742,336 bytes in all" in problem["message"]
