@@ -151,7 +151,11 @@ async def test_a_cards_compile_button_queues_its_job_through_the_run_path(
 
 
 async def test_the_cards_button_goes_through_admission(tmp_path: Any) -> None:
-    settings = Settings(DB=tmp_path / "db.sqlite3", SUBMIT_TOKEN="s3cret", WORKER_TOKEN="w")
+    settings = Settings(
+        DB=tmp_path / "db.sqlite3",
+        SUBMIT_TOKEN="s3cret-submit-token",
+        WORKER_TOKEN="worker-token-0123456789",
+    )
     app = create_app(settings)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://testserver"
