@@ -23,7 +23,6 @@ from app.routing import Endpoint, reads
 from app.runs.form import (
     PATH_ONLY_PARAMS,
     FormState,
-    PathChoice,
     choose_path,
     measure_fields,
     param_fields,
@@ -123,16 +122,6 @@ async def new_run(
     workers = [w.capabilities for w in dispatcher.connected_workers()]
     picked = shown_path is not None  # the user chose this path in the form itself
     choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)
-    if path in (PathId.JAX_GPU.value, PathId.JAX_TPU.value) and (
-        choice.path != path or choice.note is not None
-    ):
-        # No connected worker runs this path, but one may compile for its targets without
-        # the hardware: the first and most natural action here, so the form stays on it.
-        compilable = [o for o in target_options(workload, path, workers) if o.offered]
-        if compilable:
-            if not any(o.id == target for o in compilable):
-                target = compilable[0].id
-            choice = PathChoice(path, [StageId.COMPILE.value], None)
     form = FormState(workload=workload, path=choice.path, stages=choice.stages)
     for key, value in request.query_params.multi_items():
         if key.startswith("measure.") or (key.startswith("param.") and shown == workload):

@@ -258,7 +258,14 @@ def choose_path(
                 "Tick execute to queue a job that waits for one.",
             )
     if insist and requested in offered:
-        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}")
+        compiles = _compilable(workload, requested, workers)
+        also = (
+            f" Or choose a target below ({', '.join(compiles[:3])}, …): a connected worker "
+            "compiles for it without the hardware, at once."
+            if compiles
+            else ""
+        )
+        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}{also}")
     fallback = next((p for p in offered if runnable(p) == wanted), None) or next(
         (p for p in offered if runnable(p)), None
     )
@@ -268,13 +275,27 @@ def choose_path(
             start, wanted, f"No connected worker can run {workload} on any path. {wait}"
         )
     if requested in offered:
+        compiles = _compilable(workload, requested, workers)
+        also = (
+            f" A connected worker compiles for {requested}'s targets without the hardware "
+            f"(e.g. {compiles[0]}): choose {requested} to compile for one."
+            if compiles
+            else ""
+        )
         note = (
             f"No connected worker runs {requested}, so the form starts on {fallback}, "
-            f"which one does. Choose {requested} to queue it anyway. {wait}"
+            f"which one does. Choose {requested} to queue it anyway. {wait}{also}"
         )
     else:
         note = None
     return PathChoice(fallback, runnable(fallback), note)
+
+
+def _compilable(workload: str, path: str, workers: list[Capabilities]) -> list[str]:
+    """Targets of `path` that a connected worker compiles for (JAX paths only)."""
+    if path not in (PathId.JAX_GPU.value, PathId.JAX_TPU.value):
+        return []
+    return [o.id for o in target_options(workload, path, workers) if o.offered]
 
 
 @dataclass(frozen=True)

@@ -43,21 +43,52 @@ def ticked(html: str) -> list[str]:
 
 async def test_the_run_form_offers_targets_per_path(bench_client: httpx.AsyncClient) -> None:
     await FakeWorker(bench_client, compiler_caps()).register()
-    tpu = options((await bench_client.get("/runs/new?workload=matmul&path=jax-tpu")).text)
+    tpu = options(
+        (await bench_client.get("/runs/new?workload=matmul&path=jax-tpu&shown_path=jax-tpu")).text
+    )
     assert list(tpu) == ["v6e:1x1"]  # matmul runs on one device: one chip only
     assert "compiled without the hardware" in tpu["v6e:1x1"]
     slices = options(
-        (await bench_client.get("/runs/new?workload=sharded-matmul&path=jax-tpu")).text
+        (
+            await bench_client.get(
+                "/runs/new?workload=sharded-matmul&path=jax-tpu&shown_path=jax-tpu"
+            )
+        ).text
     )
     assert list(slices) == [t for t in TARGET_IDS if t.startswith("v6e:")]
-    gpu = options((await bench_client.get("/runs/new?workload=matmul&path=jax-gpu")).text)
+    gpu = options(
+        (await bench_client.get("/runs/new?workload=matmul&path=jax-gpu&shown_path=jax-gpu")).text
+    )
     assert list(gpu) == ["b200:1", "h100:1", "h200:1"]
-    gpus = options((await bench_client.get("/runs/new?workload=sharded-matmul&path=jax-gpu")).text)
+    gpus = options(
+        (
+            await bench_client.get(
+                "/runs/new?workload=sharded-matmul&path=jax-gpu&shown_path=jax-gpu"
+            )
+        ).text
+    )
     assert "h100:8" in gpus and "b200:2" in gpus
     cuda = options(
         (await bench_client.get("/runs/new?workload=matmul&path=cuda&shown_path=cuda")).text
     )
     assert list(cuda) == ["b200:1", "h100:1", "h200:1"]
+
+
+async def test_a_jax_path_no_worker_runs_leads_to_its_targets(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    await FakeWorker(bench_client, compiler_caps()).register()
+    # From the reader: the form starts on the path the worker runs, and names the targets.
+    html = (await bench_client.get("/runs/new?workload=matmul&path=jax-tpu")).text
+    assert re.search(r'<option value="jax-cpu" selected', html)
+    assert "targets without the hardware (e.g. v6e:1x1)" in html
+    # Choosing jax-tpu in the form: the note points at its targets; none is forced on.
+    html = (
+        await bench_client.get("/runs/new?workload=matmul&path=jax-tpu&shown_path=jax-cpu")
+    ).text
+    assert "Or choose a target below (v6e:1x1, …)" in html
+    assert re.search(r'<option value="" selected>none', html)
+    assert ticked(html) == ["compile", "execute"]
 
 
 async def test_a_real_worker_unmarks_its_targets(bench_client: httpx.AsyncClient) -> None:
