@@ -98,3 +98,20 @@ def test_gpu_cards_compile_for_a_b200() -> None:
         run = compiled(key)
         assert run.target is not None and run.target.arch == "sm_100"
         assert run.job.path is PathId.JAX_GPU
+
+
+def test_a_tpu_program_that_does_not_fit_is_refused_plainly() -> None:
+    """libtpu refuses temporaries past a chip's HBM; the run says so instead of crashing:
+    16 × 32 × 8192² float32 scores are 137 GB against a v6e chip's 32 GB."""
+    from workers.engine import PathUnavailable
+
+    job = JobSpec.model_validate(
+        {
+            "workload": "attention",
+            "path": "jax-tpu",
+            "target": "v6e:1x1",
+            "params": {"batch": 16, "heads": 32, "seq_len": 8192, "head_dim": 128},
+        }
+    )
+    with pytest.raises(PathUnavailable, match=r"does not fit: libtpu \(XLA:TPU\) refused"):
+        run_job(job)

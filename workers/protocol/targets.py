@@ -119,6 +119,10 @@ class Target:
     def platform(self) -> Platform:
         return self.chip.platform
 
+    def compiler_phrase(self) -> str:
+        """The compiler that builds for this target, in a sentence."""
+        return "libtpu (XLA:TPU)" if self.platform is Platform.TPU else "XLA:GPU"
+
     def hardware_phrase(self) -> str:
         """What would run it, e.g. 'a worker with 8 real TPU v6e (Trillium) chips'."""
         unit = "chip" if self.platform is Platform.TPU else "GPU"
