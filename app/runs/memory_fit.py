@@ -25,9 +25,12 @@ PARTS: tuple[tuple[str, str], ...] = (
 
 
 def gb(value: float) -> str:
-    """Bytes as decimal gigabytes, with enough digits for small programs."""
-    amount = value / GB
-    return f"{amount:.3g} GB" if amount >= 1 else f"{value / 10**6:.3g} MB"
+    """Bytes in decimal units (GB, MB, kB: powers of 10), three significant digits."""
+    if value >= GB:
+        return f"{value / GB:.3g} GB"
+    if value >= 10**6:
+        return f"{value / 10**6:.3g} MB"
+    return f"{value / 10**3:.3g} kB" if value else "0 bytes"
 
 
 def needed_bytes(memory: dict[str, Any]) -> int | None:
