@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app.routes.common import pydantic_problems
 from app.store import Store
 from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
-from workers.catalog.targets import apply_target
+from workers.catalog.targets import apply_target, byte_cap
 from workers.protocol import MAX_SAMPLES, JobSpec
 
 MAX_FIELD_CHARS = 80
@@ -173,7 +173,7 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         # A target's pairing with the path and workload, and its device count (which a
         # scale workload's `devices` defaults to), before the parameters are parsed.
         spec = apply_target(spec)
-        params = parse_params(spec.workload, spec.params, max_job_bytes)
+        params = parse_params(spec.workload, spec.params, byte_cap(spec, max_job_bytes))
     except CatalogError as exc:
         field_errors([(exc.field, str(exc))])
     cls = WORKLOADS[spec.workload]

@@ -25,6 +25,7 @@ from workers import harness
 from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
 from workers.catalog.shape_sweep import ShapeSweepParams
+from workers.catalog.targets import byte_cap
 from workers.compile_cache import (
     apply_cache_policy,
     cache_counts,
@@ -179,7 +180,7 @@ class _Program:
 
 def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
     """The job's parameters, checked against its path and stages; CatalogError if not."""
-    params = parse_params(job.workload, job.params, max_bytes)
+    params = parse_params(job.workload, job.params, byte_cap(job, max_bytes))
     if job.path not in params.paths:
         offered = ", ".join(p.value for p in params.paths)
         raise CatalogError(

@@ -46,6 +46,10 @@ class RunFacts:
     """Every (boundary, subject) the run measured, as 'boundary' or 'boundary [subject]'."""
     default_boundary: str | None
     subject: str | None
+    compile_only: bool = False
+    """The job stopped after compile: it has compiler output and no time."""
+    target: str | None = None
+    """What it was compiled for: a target id, or the host's device and path."""
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Guarded:
     subject_b: str | None
     controlled: dict[str, str] = field(default_factory=dict)
     experimental: list[tuple[str, str, str]] = field(default_factory=list)
+    compile_only: bool = False
+    """Both sides only compiled: their compiler output is compared, and no time exists."""
     mismatches: list[Mismatch] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -137,7 +143,12 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
         "implementation": ", ".join(implementation) or "—",
         "version": _versions(env),
     }
+    stages = job.get("stages") or []
+    compile_only = bool(stages) and all(s == "compile" for s in stages)
+    target = job.get("target") or f"{experimental['device']} ({path})"
     return RunFacts(
+        compile_only=compile_only,
+        target=target,
         id=str(job.get("id")),
         status=str(job.get("status")),
         valid=run.get("valid") if run else None,
@@ -231,6 +242,8 @@ def guard(a: list[RunFacts], b: list[RunFacts], boundary: str | None = None) -> 
     if not a or not b:
         raise ValueError("each side needs at least one run")
     first_a, first_b = a[0], b[0]
+    if first_a.compile_only or first_b.compile_only:
+        return _guard_compiled(a, b)
     boundary_a = boundary or first_a.default_boundary
     boundary_b = boundary or first_b.default_boundary
     out = Guarded(boundary_a, boundary_b, first_a.subject, first_b.subject)
@@ -261,6 +274,49 @@ def guard(a: list[RunFacts], b: list[RunFacts], boundary: str | None = None) -> 
         out.warnings.append(
             f"more than one experimental variable differs ({', '.join(names)}): the ratio "
             "cannot be attributed to one of them alone"
+        )
+    return out
+
+
+COMPILE_CONTROLLED_SKIP = ("mode", "cache policy")
+"""Measurement options that shape only timings: a compile-only comparison has none."""
+
+
+def _guard_compiled(a: list[RunFacts], b: list[RunFacts]) -> Guarded:
+    """Two sides that only compiled: the target is the one experimental variable.
+
+    A target stands for path, device and compiler version at once (a v6e slice is
+    compiled by libtpu for jax-tpu, a B200 by the CUDA plugin for jax-gpu), so those are
+    not counted as separate variables. No boundary is compared: nothing was timed.
+    """
+    first_a, first_b = a[0], b[0]
+    out = Guarded(None, None, None, None, compile_only=True)
+    for name, side in (("A", a), ("B", b)):
+        _side_consistency(name, side, out.problems)
+    if first_a.compile_only != first_b.compile_only:
+        timed = "B" if first_a.compile_only else "A"
+        out.problems.append(
+            f"side {timed} was timed and the other side only compiled: a compile-only run "
+            "has no time to set against it; compare it with another compile-only run"
+        )
+    for key in sorted(set(first_a.controlled) | set(first_b.controlled)):
+        if key in COMPILE_CONTROLLED_SKIP or key.startswith("measure."):
+            continue
+        va, vb = first_a.controlled.get(key, "—"), first_b.controlled.get(key, "—")
+        if va == vb:
+            out.controlled[key] = va
+        else:
+            why = "a different problem, not the same program for another target"
+            out.mismatches.append(Mismatch(key, va, vb, why))
+    if first_a.target != first_b.target:
+        out.experimental.append(("target", first_a.target or "—", first_b.target or "—"))
+    impl_a, impl_b = first_a.experimental["implementation"], first_b.experimental["implementation"]
+    if impl_a != impl_b:
+        out.experimental.append(("implementation", impl_a, impl_b))
+    if len(out.experimental) > 1:
+        out.warnings.append(
+            "more than one experimental variable differs (target, implementation): a "
+            "difference in the output cannot be pinned on one"
         )
     return out
 

@@ -9,12 +9,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from app.charts import Chart
 from app.compare.diff import ir_diff
 from app.compare.guard import Guarded, RunFacts, guard, run_facts
 from app.compare.plot import RunSamples, distributions_svg
 from app.compare.stats import MIN_RUNS, noise_floor, ratio_interval, verdict
 from app.dispatch import Dispatcher
+from app.matrices.views import compile_facts
 from app.routes.api import job_public
+from app.runs.memory_fit import memory_fit
 from app.runs.plots import format_seconds
 
 MAX_RUNS_PER_SIDE = 12
@@ -197,6 +200,14 @@ def _stage_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _result(g: Guarded, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """The ratio with its interval, or why there is none."""
+    if g.compile_only and g.comparable:
+        return {
+            "ratio": None,
+            "reason": (
+                "Both sides only compiled: nothing executed on either target, so no "
+                "execution ratio exists. The compiler's output is compared below."
+            ),
+        }
     if not g.comparable:
         return {
             "ratio": None,
@@ -279,6 +290,9 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
         if g.suggest_boundary
         else None,
     }
+    ctx["compile_only"] = g.compile_only
+    if g.compile_only:
+        ctx["compiled"] = [compiled_side(s["name"], j[0]) for s, j in ((a, jobs_a), (b, jobs_b))]
     ctx["verdict"] = page_verdict(g)
     ctx["result"] = _result(g, a, b)
     ctx["stages"] = _stage_rows(a, b)
@@ -293,6 +307,45 @@ def compare_context(dispatcher: Dispatcher, req: Request) -> dict[str, Any]:
     ]
     ctx["html"]["distributions"] = distributions_svg(samples, g.boundary_a or "?")  # a Chart
     return ctx
+
+
+def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
+    """One side of a compile-only comparison: what XLA chose, memory per device against
+    the target's HBM, and this host's compile time."""
+    run = job.get("run") or {}
+    summary = run.get("hlo_summary") or {}
+    target = run.get("target") or {}
+    facts = compile_facts(run)
+    compile_s = (run.get("stage_seconds") or {}).get("compile")
+    return {
+        "name": name,
+        "id": job["id"],
+        "target": job.get("target") or f"host ({job['path']})",
+        "compiler": " ".join(
+            str(x) for x in (target.get("compiler"), target.get("compiler_version")) if x
+        )
+        or None,
+        "deviceless": target.get("deviceless"),
+        "fusions": [f"{f['name']} ({f['kind']})" for f in summary.get("fusions") or []],
+        "library_calls": [
+            f"{c['target']}" + (f" ({c['library']})" if c.get("library") else "")
+            for c in summary.get("custom_calls") or []
+        ],
+        "collectives": [
+            f"{c['kind']} {c.get('shape') or ''} groups {c.get('replica_groups') or '—'}".strip()
+            for c in summary.get("collectives") or []
+        ],
+        "collective_summary": facts["collectives"],
+        "compile_s": compile_s,
+        "compile": format_seconds(compile_s) if compile_s is not None else "—",
+        "memory_fit": memory_fit(
+            target.get("memory"),
+            str(target.get("model") or ""),
+            int(target.get("count") or 1),
+            chart_id=f"memory-bars-{name}",
+        ),
+        "host_memory": (run.get("memory_analysis") or {}).get("peak_bytes"),
+    }
 
 
 def page_verdict(g: Guarded) -> dict[str, str]:
@@ -333,11 +386,13 @@ def picker(
 ) -> list[dict[str, Any]]:
     """Recent finished, timed runs of the same workload as `job_id` and not already on a
     side, for choosing side B; a run with exactly its job spec on the same kind of device
-    is marked as a repeat. Compile-only runs have no time, so they are no timing side."""
+    is marked as a repeat. Compile-only runs have no time, so they are no timing side; for
+    a compile-only run, the picker lists the other compile-only runs (other targets)."""
     job = dispatcher.store.get_job(job_id)
     if job is None:
         return []
-    mine = run_facts(job_public(job, dispatcher)).experimental
+    my_facts = run_facts(job_public(job, dispatcher))
+    mine = my_facts.experimental
     rows, _ = dispatcher.store.list_jobs(
         workload=job.workload, status="done", limit=limit + len(on_a_side)
     )
@@ -346,14 +401,18 @@ def picker(
         if r.id == job.id or r.id in on_a_side:
             continue
         public = job_public(r, dispatcher)
-        if not (public.get("run") or {}).get("measurements"):
+        facts = run_facts(public)
+        if my_facts.compile_only:
+            if not facts.compile_only:
+                continue  # a compile-only run sets its compiler output against another's
+        elif not (public.get("run") or {}).get("measurements"):
             continue
-        theirs = run_facts(public).experimental
+        theirs = facts.experimental
         found.append(
             {
                 "id": r.id,
                 "path": r.path,
-                "device": theirs["device"],
+                "device": facts.target if my_facts.compile_only else theirs["device"],
                 "params": r.spec.get("params", {}),
                 "mode": (r.spec.get("measure") or {}).get("mode", "latency"),
                 "repeat": r.spec == job.spec and theirs == mine,
@@ -363,5 +422,15 @@ def picker(
 
 
 def json_twin(ctx: dict[str, Any]) -> dict[str, Any]:
-    """The context without its rendered HTML, for /compare.json."""
-    return {k: v for k, v in ctx.items() if k != "html"}
+    """The context without its rendered HTML and pictures, for /compare.json."""
+    twin: dict[str, Any] = _without_charts({k: v for k, v in ctx.items() if k != "html"})
+    return twin
+
+
+def _without_charts(value: Any) -> Any:
+    """A JSON-able copy: pictures (`Chart`) are page-only, so the twin leaves them out."""
+    if isinstance(value, dict):
+        return {k: _without_charts(v) for k, v in value.items() if not isinstance(v, Chart)}
+    if isinstance(value, list):
+        return [_without_charts(v) for v in value]
+    return value

@@ -29,6 +29,8 @@ from workers.protocol import (
     PathId,
     StageId,
     StrictModel,
+    TargetError,
+    parse_target,
 )
 
 MAX_VALUES = 24
@@ -78,7 +80,17 @@ class MatrixSpec(StrictModel):
     workload: str = Field(min_length=1, max_length=64)
     base_params: dict[str, Any] = Field(default_factory=dict)
     axis: MatrixAxis = Field(description="The rows: one parameter's values, or shapes.")
-    paths: list[Annotated[PathId, Lax]] = Field(min_length=1, max_length=4)
+    paths: list[Annotated[PathId, Lax]] = Field(default_factory=list, max_length=4)
+    targets: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=12,
+        description=(
+            "Compile-only columns, one per target ('cpu' for the host reference, or a "
+            "target id such as v6e:2x4 or b200:1), each on the path it goes with (the first "
+            "of `paths` that does, else jax-tpu for v6e and jax-gpu for GPUs)."
+        ),
+    )
     columns: MatrixAxis | None = Field(
         default=None, description="Optional: a parameter crossed with each path as columns."
     )
@@ -88,13 +100,34 @@ class MatrixSpec(StrictModel):
     measure: MeasureOptions = Field(default_factory=MeasureOptions)
     title: str | None = Field(default=None, max_length=120)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _targets_compile(cls, data: Any) -> Any:
+        # Target columns compare what compilers produce: compile only, unless asked.
+        if isinstance(data, dict) and data.get("targets") and "stages" not in data:
+            return {**data, "stages": [StageId.COMPILE.value]}
+        return data
+
     @model_validator(mode="after")
     def _bounded(self) -> MatrixSpec:
+        if not self.paths and not self.targets:
+            raise ValueError("name at least one path (paths) or target (targets)")
+        if self.targets is not None:
+            if len(set(self.targets)) != len(self.targets):
+                raise ValueError("a target is named twice")
+            for text in self.targets:
+                target_path(text, self.paths)  # raises naming what is wrong
+            if any(s is not StageId.COMPILE for s in self.stages):
+                raise ValueError(
+                    "a matrix with targets compiles only (stages: compile): most targets "
+                    "are compiled without their hardware, so no cell would have a time"
+                )
         if len(set(self.paths)) != len(self.paths):
             raise ValueError("a path is named twice")
         if self.columns is not None and self.columns.name == SHAPE:
             raise ValueError("columns take one parameter's values, not shapes")
-        cells = len(self.axis.values) * len(self.paths) * len(self.column_values())
+        width = len(self.targets) if self.targets else len(self.paths)
+        cells = len(self.axis.values) * width * len(self.column_values())
         if cells > MAX_CELLS:
             raise ValueError(f"{cells} cells: a matrix holds at most {MAX_CELLS}")
         return self
@@ -106,13 +139,32 @@ class MatrixSpec(StrictModel):
         return MAIN_BOUNDARY[self.measure.mode]
 
 
+HOST = "cpu"
+"""The target column for the host reference: jax-cpu with no target."""
+
+
+def target_path(text: str, paths: list[PathId]) -> tuple[PathId, str | None]:
+    """The path a target column runs on, and its target id (None for the host)."""
+    if text == HOST:
+        return PathId.JAX_CPU, None
+    try:
+        target = parse_target(text)
+    except TargetError as exc:
+        raise ValueError(f"targets: {exc}") from None
+    for path in paths:
+        if path in target.chip.paths:
+            return path, target.id
+    return target.chip.paths[0], target.id
+
+
 @dataclass(frozen=True)
 class Column:
-    """One column: a path, with the column parameter's value when there is one."""
+    """One column: a path (and a target), with the column parameter's value if any."""
 
     path: PathId
     value: Value | None
     label: str
+    target: str | None = None
 
 
 @dataclass
@@ -143,6 +195,15 @@ def row_label(axis: MatrixAxis, value: Value, store: Store | None = None) -> str
 
 def columns_of(spec: MatrixSpec) -> list[Column]:
     out = []
+    for text in spec.targets or []:
+        path, target = target_path(text, spec.paths)
+        for value in spec.column_values():
+            label = f"{text} ({path.value})"
+            if spec.columns is not None:
+                label = f"{label} · {spec.columns.name}={value}"
+            out.append(Column(path, value, label, target))
+    if spec.targets:
+        return out
     for path in spec.paths:
         for value in spec.column_values():
             label = path.value
@@ -176,6 +237,8 @@ def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
                 "stages": [s.value for s in spec.stages],
                 "measure": spec.measure.model_dump(mode="json"),
             }
+            if column.target is not None:
+                body["target"] = column.target
             cell = Cell(i, j)
             try:
                 valid = validate_job(body, max_job_bytes)

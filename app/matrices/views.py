@@ -15,6 +15,7 @@ from typing import Any
 from app.dispatch import Dispatcher
 from app.matrices.spec import MatrixSpec, columns_of, row_label
 from app.matrices.store import CellRow, MatrixRow
+from app.runs.memory_fit import gb, needed_bytes
 from app.runs.plots import format_seconds
 from workers.protocol import FINAL_STATUSES, JobStatus
 
@@ -38,6 +39,13 @@ CSV_COLUMNS = (
     "tolerance",
     "flops_per_s",
     "bytes_per_s",
+    "target",
+    "fusions",
+    "library_calls",
+    "collectives",
+    "memory_needed_bytes",
+    "hbm_bytes",
+    "fits",
     "run",
 )
 
@@ -83,10 +91,46 @@ def cell_public(cell: CellRow, dispatcher: Dispatcher, boundary: str) -> dict[st
         out["rounds"] = len(measured["samples_s"])
     if stats:
         out.update(median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"], iqr_s=stats["iqr"])
+    out.update(compile_facts(run))
     rates = run.get("rates") or {}
     if rates.get("boundary") == boundary:
         out.update(flops_per_s=rates.get("flops_per_s"), bytes_per_s=rates.get("bytes_per_s"))
     return out
+
+
+def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
+    """What the compiler produced, per cell: fusions, library calls, collectives (with the
+    size of their replica groups) and memory per device against the target's HBM."""
+    summary = run.get("hlo_summary") or {}
+    collectives = []
+    for c in summary.get("collectives") or []:
+        groups = str(c.get("replica_groups") or "")
+        first = groups.split("},{", maxsplit=1)[0].strip("{} ")
+        size = len(first.split(",")) if first and "[" not in first else None
+        collectives.append(f"{c['kind']} (groups of {size})" if size else str(c["kind"]))
+    target = run.get("target") or {}
+    memory = target.get("memory") or {}
+    needed = needed_bytes(memory) if memory else None
+    if needed is None:
+        analysis = run.get("memory_analysis") or {}
+        needed = analysis.get("peak_bytes")
+    hbm = memory.get("hbm_bytes")
+    return {
+        "target": target.get("id"),
+        "fusions": len(summary.get("fusions") or []) if summary else None,
+        "library_calls": ", ".join(
+            sorted(
+                {
+                    str(c.get("library") or c.get("target"))
+                    for c in summary.get("custom_calls") or []
+                }
+            )
+        ),
+        "collectives": ", ".join(collectives),
+        "memory_needed_bytes": needed,
+        "hbm_bytes": hbm,
+        "fits": (needed <= hbm) if needed is not None and hbm else None,
+    }
 
 
 def matrix_public(matrix: MatrixRow, dispatcher: Dispatcher) -> dict[str, Any]:
@@ -116,7 +160,11 @@ def matrix_public(matrix: MatrixRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "boundary": boundary,
         "mode": spec.measure.mode.value,
         "axis": spec.axis.name,
-        "columns": [{"label": c.label, "path": c.path.value, "value": c.value} for c in columns],
+        "columns": [
+            {"label": c.label, "path": c.path.value, "value": c.value, "target": c.target}
+            for c in columns
+        ],
+        "targets": bool(spec.targets),
         "rows": rows,
         "counts": counts,
         "complete": all(c["final"] for c in flat),
@@ -166,4 +214,10 @@ def cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     flops, moved = cell.get("flops_per_s"), cell.get("bytes_per_s")
     view["gflops"] = f"{flops / 1e9:.3g} GFLOP/s" if flops else None
     view["gbps"] = f"{moved / 1e9:.3g} GB/s" if moved else None
+    needed, hbm = cell.get("memory_needed_bytes"), cell.get("hbm_bytes")
+    view["memory"] = gb(needed) if needed is not None else None
+    if needed is not None and hbm:
+        view["memory"] += f" of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+        if needed > hbm:
+            view["memory"] += f": does not fit by {gb(needed - hbm)}"
     return view

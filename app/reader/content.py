@@ -8,6 +8,7 @@ server with a ContentError naming the file and the field.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -101,6 +102,35 @@ class Code(_Model):
     text: str = Field(min_length=1)
 
 
+class CardClaim(_Model):
+    """Something the card says the compiler produces, as a pattern its output must match."""
+
+    says: str = Field(description="The claim in the card's words, shown beside the check.")
+    artifact: Literal["hlo", "stablehlo", "jaxpr", "ptx"] = "hlo"
+    pattern: str = Field(min_length=1, description="A regular expression over the artifact.")
+    absent: bool = Field(default=False, description="True when the card says it is NOT there.")
+
+
+class CardJob(_Model):
+    """The catalog job that is the card's code example, compiled for the card's target."""
+
+    workload: str
+    path: PathId
+    target: str
+    params: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    claims: list[CardClaim] = Field(min_length=1)
+
+    def body(self) -> dict[str, Any]:
+        """The job as POST /api/v1/jobs takes it: compile only (there is no hardware)."""
+        return {
+            "workload": self.workload,
+            "path": self.path.value,
+            "target": self.target,
+            "params": dict(self.params),
+            "stages": [StageId.COMPILE.value],
+        }
+
+
 class Card(_Model):
     """The explanation of one path at one stage."""
 
@@ -118,6 +148,9 @@ class Card(_Model):
     inspect_next: list[str] = Field(min_length=1)
     sources: list[str] = Field(min_length=1, description="Ids from sources.toml.")
     guide_section: str = Field(description="Id of a section in guide.toml.")
+    job: CardJob | None = Field(
+        default=None, description="The catalog job matching the example (JAX cards have one)."
+    )
 
 
 class GuideSection(_Model):
@@ -211,6 +244,32 @@ def _parse(model: type[M], data: Any, path: Path, prefix: str = "") -> M:
         err = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in (*([prefix] if prefix else []), *err["loc"]))
         raise ContentError(f"{path}: field {where or '(top)'}: {err['msg']}") from None
+
+
+CARD_JOB_PATHS: tuple[PathId, ...] = (PathId.JAX_GPU, PathId.JAX_TPU)
+"""Cards on these paths must name the catalog job their example is."""
+
+
+def _check_job(card: Card, card_file: Path) -> None:
+    """A card's job must be one the API would accept, on the card's own path."""
+    from app.reader.card_jobs import job_problem
+
+    if card.job is None:
+        if card.path in CARD_JOB_PATHS:
+            raise ContentError(f"{card_file}: field job: a {card.path.value} card names its job")
+        return
+    if card.job.path != card.path:
+        raise ContentError(
+            f"{card_file}: field job.path: {card.job.path.value}, the card is {card.path.value}"
+        )
+    for i, claim in enumerate(card.job.claims):
+        try:
+            re.compile(claim.pattern)
+        except re.error as exc:
+            raise ContentError(f"{card_file}: field job.claims[{i}].pattern: {exc}") from None
+    problem = job_problem(card.job.body())
+    if problem is not None:
+        raise ContentError(f"{card_file}: field job.{problem}")
 
 
 def load_content(directory: Path = CONTENT_DIR) -> Content:
@@ -308,6 +367,7 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
                     f"in guide.toml (known: {', '.join(section_ids)})"
                 )
             check_sources(card.sources, card_file, "sources")
+            _check_job(card, card_file)
             cards[(pid, sid)] = card
 
     return Content(

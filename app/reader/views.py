@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.reader.card_jobs import describe, form_fields
 from app.reader.content import READER_PATHS, READER_STAGES, Content
 from app.reader.diagram import pipeline
 from workers.protocol import PathId, StageId
@@ -49,6 +50,19 @@ def reader_context(
             "oembed": public_base + "/oembed?url=" + public_base + here,
         },
         "public_base": public_base,
+        "card_job": _card_job(card.job),
+    }
+
+
+def _card_job(job: Any) -> dict[str, Any] | None:
+    """The card's catalog job: its command line, the run form's fields and its claims."""
+    if job is None:
+        return None
+    return {
+        "command": "boundary run " + describe(job),
+        "target": job.target,
+        "fields": form_fields(job),
+        "claims": [c.says for c in job.claims],
     }
 
 

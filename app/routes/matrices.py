@@ -21,7 +21,7 @@ from starlette.responses import Response
 from app.admission import Admission, bearer_of
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.matrices.spec import SHAPE, MatrixSpec, expand
+from app.matrices.spec import HOST, SHAPE, MatrixSpec, expand
 from app.matrices.store import CellRow, MatrixRow
 from app.matrices.views import cell_view, matrix_csv, matrix_public
 from app.routes.common import connected_paths, is_htmx, pydantic_problems, render
@@ -32,7 +32,7 @@ from app.store import now
 from app.submission import field_errors, read_capped_body, read_json_body
 from workers.catalog import WORKLOADS
 from workers.catalog.values import parse_value
-from workers.protocol import CachePolicy, Mode, PathId
+from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
 
@@ -162,11 +162,15 @@ def _values(name: str, text: str, field: str) -> list[Any]:
 
 
 def read_matrix_form(
-    form: dict[str, str], paths: list[str]
+    form: dict[str, str], paths: list[str], targets: list[str] | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The MatrixSpec body from the form's text fields, and errors naming each bad field."""
     errors: dict[str, str] = {}
     body: dict[str, Any] = {"workload": form.get("workload", ""), "paths": paths}
+    if targets:
+        body["targets"] = targets
+    elif not paths:
+        errors["paths"] = "tick at least 1 item: a path, or a target below"
     try:
         body["base_params"] = _assignments(form.get("base_params", ""), "base_params")
     except ValueError as exc:
@@ -204,6 +208,7 @@ def _form_context(
         "errors": errors,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "all_paths": [p.value for p in PathId],
+        "all_targets": [HOST, *TARGET_IDS],
         "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],
@@ -242,9 +247,10 @@ async def submit_matrix_form(
     """Create a matrix from the form; on a mistake, the form again with every value kept."""
     raw = await read_capped_body(request, state.settings.MAX_BODY_BYTES, "form")
     pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
-    form = {k: v for k, v in pairs if k != "paths"}
+    form = {k: v for k, v in pairs if k not in ("paths", "targets")}
     paths = [v for k, v in pairs if k == "paths"]
-    body, errors = read_matrix_form(form, paths)
+    targets = [v for k, v in pairs if k == "targets"]
+    body, errors = read_matrix_form(form, paths, targets)
     settings = state.settings
     try:
         admission.check_token(form.get("token"), "matrix submission", bearer=False)
@@ -271,7 +277,7 @@ async def submit_matrix_form(
                 key = str(d.get("field") or "general")
                 errors[key] = f"{errors[key]} {d['message']}" if key in errors else d["message"]
     if matrix_id is None:
-        values = {**form, "paths": paths}
+        values = {**form, "paths": paths, "targets": targets}
         status = 401 if "token" in errors else status
         ctx = _form_context(state, dispatcher, values, errors)
         response = render(state, "matrix_new.html", ctx, status)

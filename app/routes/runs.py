@@ -17,6 +17,7 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.ir.view import SourceText, build_view
+from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
 from app.routing import Endpoint, reads
@@ -27,6 +28,8 @@ from app.runs.form import (
     measure_fields,
     param_fields,
     read_form,
+    target_note,
+    target_options,
 )
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv, shape_and_dtype
@@ -34,7 +37,7 @@ from app.state import AppState
 from app.store import now
 from app.submission import form_errors, read_capped_body, validate_submission
 from workers.catalog import WORKLOADS
-from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
+from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId, StageId
 
 router = APIRouter(include_in_schema=False)
 
@@ -64,7 +67,12 @@ def _form_context(
 ) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
     connected = connected_paths(dispatcher)
+    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    options = target_options(form.workload, form.path, workers)
+    chosen = next((o for o in options if o.id == form.target), None)
     return {
+        "targets": options,
+        "target_note": target_note(chosen.id, chosen.real) if chosen else None,
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "workload": workload,
@@ -100,6 +108,8 @@ async def new_run(
     path: Annotated[str | None, Query(max_length=16)] = None,
     shown: Annotated[str | None, Query(max_length=64)] = None,
     shown_path: Annotated[str | None, Query(max_length=16)] = None,
+    target: Annotated[str | None, Query(max_length=16)] = None,
+    shown_target: Annotated[str | None, Query(max_length=16)] = None,
 ) -> HTMLResponse:
     """The run form, generated from the catalog, starting on what a connected worker can do.
 
@@ -118,6 +128,13 @@ async def new_run(
             form.values[key] = value[:200]
     if shown == workload and shown_path == choice.path:
         form.stages = request.query_params.getlist("stages")  # nothing changed them
+    # A target goes with some paths only (jax-cpu takes none): another path clears it.
+    offered = {o.id for o in target_options(workload, choice.path, workers)}
+    form.target = target if target in offered else None
+    if form.target and form.target != shown_target:
+        form.stages = [StageId.COMPILE.value]  # a new target: compile only, and say why
+    elif shown_target and not form.target:
+        form.stages = choice.stages  # the target was cleared: the path's usual stages
     ctx = _form_context(state, dispatcher, form, choice.note)
     return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
 
@@ -266,9 +283,30 @@ async def run_page(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
 ) -> HTMLResponse:
     """One job: its live progress while it runs, everything it measured once done."""
-    ctx = run_context(_job_json(job_id, dispatcher), _public_base(state, request))
+    job = _job_json(job_id, dispatcher)
+    ctx = run_context(job, _public_base(state, request))
     ctx.update(nav="runs", token_needed=state.settings.SUBMIT_TOKEN is not None)
+    if ctx.get("run") is not None:
+        ctx["card_claims"] = _card_claims(state, dispatcher, job)
     return render(state, "_run.html" if is_htmx(request) else "run.html", ctx)
+
+
+def _card_claims(state: AppState, dispatcher: Dispatcher, job: dict[str, Any]) -> Any:
+    """When this job is a reader card's example: the card, and each of its claims checked
+    against the full stored artifacts (not the inline, capped copies)."""
+    card = card_for_job(state.content, job)
+    if card is None or card.job is None:
+        return None
+    texts: dict[str, str | None] = {}
+    for claim in card.job.claims:
+        if claim.artifact not in texts:
+            found = dispatcher.store.get_artifact(job["id"], claim.artifact)
+            texts[claim.artifact] = found[0] if found else None
+    return {
+        "title": card.title,
+        "link": f"/read/{card.path.value}/{card.stage.value}",
+        "checks": check_claims(card.job, texts),
+    }
 
 
 @router.post("/runs/{job_id}/cancel", response_class=HTMLResponse)

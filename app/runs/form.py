@@ -9,16 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.requirements import Requirements, unmet
-from workers.catalog import WORKLOADS
+from app.requirements import Requirements, has_real, unmet
+from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog.targets import apply_target
 from workers.protocol import (
     MAX_SAMPLES,
     PATH_PLATFORM,
+    TARGET_IDS,
     CachePolicy,
     Capabilities,
+    JobSpec,
     Mode,
     PathId,
     StageId,
+    parse_target,
 )
 
 PATH_ONLY_PARAMS: dict[str, str] = {"kernel": PathId.CUDA.value}
@@ -47,6 +51,7 @@ class FormState:
 
     workload: str
     path: str
+    target: str | None = None
     values: dict[str, str] = field(default_factory=dict)
     stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES))
     errors: dict[str, str] = field(default_factory=dict)
@@ -134,7 +139,8 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
     """The job body from form fields, or errors naming each bad field."""
     workload = form.get("workload", "")
     state = FormState(workload=workload, path=form.get("path", PathId.JAX_CPU.value))
-    state.values = {k: v for k, v in form.items() if k not in ("workload", "path")}
+    state.target = form.get("target", "").strip()[:16] or None
+    state.values = {k: v for k, v in form.items() if k not in ("workload", "path", "target")}
     state.stages = stages
     if workload not in WORKLOADS:
         state.errors["workload"] = f"unknown workload (known: {', '.join(sorted(WORKLOADS))})"
@@ -187,6 +193,8 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         "stages": [s.value for s in StageId if s.value in stages],
         "measure": measure,
     }
+    if state.target:
+        body["target"] = state.target
     if not body["stages"]:
         state.errors["stages"] = "choose at least one stage"
     return body, state
@@ -256,7 +264,14 @@ def choose_path(
                 "Tick execute to queue a job that waits for one.",
             )
     if insist and requested in offered:
-        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}")
+        compiles = _compilable(workload, requested, workers)
+        also = (
+            f" Or choose a target below ({', '.join(compiles[:3])}, …): a connected worker "
+            "compiles for it without the hardware, at once."
+            if compiles
+            else ""
+        )
+        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}{also}")
     fallback = next((p for p in offered if runnable(p) == wanted), None) or next(
         (p for p in offered if runnable(p)), None
     )
@@ -266,10 +281,79 @@ def choose_path(
             start, wanted, f"No connected worker can run {workload} on any path. {wait}"
         )
     if requested in offered:
+        compiles = _compilable(workload, requested, workers)
+        also = (
+            f" A connected worker compiles for {requested}'s targets without the hardware "
+            f"(e.g. {compiles[0]}): choose {requested} to compile for one."
+            if compiles
+            else ""
+        )
         note = (
             f"No connected worker runs {requested}, so the form starts on {fallback}, "
-            f"which one does. Choose {requested} to queue it anyway. {wait}"
+            f"which one does. Choose {requested} to queue it anyway. {wait}{also}"
         )
     else:
         note = None
     return PathChoice(fallback, runnable(fallback), note)
+
+
+def _compilable(workload: str, path: str, workers: list[Capabilities]) -> list[str]:
+    """Targets of `path` that a connected worker compiles for (JAX paths only)."""
+    if path not in (PathId.JAX_GPU.value, PathId.JAX_TPU.value):
+        return []
+    return [o.id for o in target_options(workload, path, workers) if o.offered]
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    """A target the run form offers for a path, and how a connected worker would take it."""
+
+    id: str
+    label: str
+    real: bool
+    """A connected worker has real devices of this model, enough of them."""
+    offered: bool
+    """Some connected worker can take a compile-only job for it."""
+
+
+def target_options(workload: str, path: str, workers: list[Capabilities]) -> list[TargetOption]:
+    """The targets that combine with `workload` on `path` (the catalog's rules), each marked
+    "compiled without the hardware" unless a connected worker has such devices."""
+    options = []
+    for target_id in TARGET_IDS:
+        target = parse_target(target_id)
+        if PathId(path) not in target.chip.paths:
+            continue
+        try:
+            apply_target(
+                JobSpec.model_validate({"workload": workload, "path": path, "target": target_id})
+            )
+        except (CatalogError, ValueError):
+            continue  # e.g. b200:8 for a one-device workload
+        real = any(has_real(caps, target) for caps in workers)
+        offered = real or any(target_id in caps.targets for caps in workers)
+        unit = "chip" if target.grid else "GPU"
+        size = f"{target.count} {unit}{'s' if target.count > 1 else ''}"
+        how = "on real devices" if real else "compiled without the hardware"
+        if not offered:
+            how += "; no connected worker compiles for it"
+        label = f"{target_id} — {target.chip.name}, {size} ({how})"
+        options.append(TargetOption(target_id, label, real, offered))
+    return options
+
+
+def target_note(target: str, real: bool) -> str:
+    """Why a target makes the form compile only."""
+    phrase = parse_target(target).hardware_phrase()
+    if real:
+        return (
+            f"Target {target}: a connected worker has the hardware, so execute may be ticked "
+            "too; compile alone shows what the compiler produced."
+        )
+    return (
+        f"Target {target} implies compile only: no connected worker has the hardware "
+        f"({phrase} would be needed to run it), so the compiler builds the program without "
+        "it. The run shows the IR, what XLA chose and memory per device; there is no time, "
+        "no speed and no correctness check. Ticking execute queues a job that waits for "
+        "such a worker."
+    )

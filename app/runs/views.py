@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from app.runs.memory_fit import memory_fit
 from app.runs.placement import placement_view
 from app.runs.plots import format_seconds, samples_svg
 from app.runs.profile import profile_view
@@ -155,6 +156,11 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             profile=profile_view(job["id"], run_json or {}),
             compare_link=f"/compare?a={job['id']}",
             placement_view=placement_view(run),
+            memory_fit=memory_fit(
+                ((run_json or {}).get("target") or {}).get("memory"),
+                run.target.model if run.target else "",
+                run.target.count if run.target else 0,
+            ),
         )
     return ctx
 

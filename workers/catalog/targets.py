@@ -20,7 +20,10 @@ from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.mesh import MeshParams
 from workers.protocol import JobSpec, PathId, Target, parse_target
 
-__all__ = ["apply_target", "job_target"]
+__all__ = ["apply_target", "byte_cap", "job_target"]
+
+COMPILE_ONLY_CAP = 2**62
+"""The byte cap of a job that only compiles for a target: in effect none."""
 
 
 def job_target(job: JobSpec) -> Target | None:
@@ -76,3 +79,18 @@ def apply_target(job: JobSpec) -> JobSpec:
             "params.devices",
         )
     return job
+
+
+def byte_cap(job: JobSpec, max_bytes: int) -> int:
+    """The cap on `job`'s input and output bytes.
+
+    The cap keeps a job from exhausting a worker's memory with the arrays it places. A
+    job that only compiles for a target places no array anywhere (the engine makes inputs
+    only to execute), and whether its program fits is what it asks: the compiler's
+    memory_analysis() answers that, against the chip's HBM, so no cap applies.
+    """
+    from workers.protocol import StageId
+
+    if job.target and all(s is StageId.COMPILE for s in job.stages):
+        return COMPILE_ONLY_CAP
+    return max_bytes

@@ -119,6 +119,10 @@ class Target:
     def platform(self) -> Platform:
         return self.chip.platform
 
+    def compiler_phrase(self) -> str:
+        """The compiler that builds for this target, in a sentence."""
+        return "libtpu (XLA:TPU)" if self.platform is Platform.TPU else "XLA:GPU"
+
     def hardware_phrase(self) -> str:
         """What would run it, e.g. 'a worker with 8 real TPU v6e (Trillium) chips'."""
         unit = "chip" if self.platform is Platform.TPU else "GPU"
@@ -175,6 +179,9 @@ class TargetMemory(OpenModel):
     argument_bytes: int | None = None
     output_bytes: int | None = None
     temp_bytes: int | None = None
+    generated_code_bytes: int | None = Field(
+        default=None, description="memory_analysis(): the program's own code on the device."
+    )
     hbm_bytes: int = Field(description="The chip's published HBM capacity (decimal bytes).")
     hbm_label: str = Field(description="The vendor's own label, e.g. '32 GB HBM per chip'.")
     source: str = Field(description="Where the HBM figure comes from (a hardware-facts source).")

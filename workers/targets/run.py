@@ -110,6 +110,7 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
         argument_bytes=argument,
         output_bytes=output,
         temp_bytes=temp,
+        generated_code_bytes=_stat(stats, "generated_code_size_in_bytes"),
         hbm_bytes=chip.hbm_bytes,
         hbm_label=chip.hbm_label,
         source=chip.source,
@@ -224,7 +225,19 @@ def run_deviceless(
     lower_s = clock() - t0
     emit("lowered")
     t0 = clock()
-    compiled = lowered.compile()
+    try:
+        compiled = lowered.compile()
+    except Exception as exc:
+        # libtpu refuses a program whose temporaries pass the chip's HBM: that is the
+        # answer to "does it fit?", said plainly rather than as a crash.
+        if "RESOURCE_EXHAUSTED" in str(exc):
+            message = str(exc).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
+            raise PathUnavailable(
+                f"does not fit: {target.compiler_phrase()} refused to compile for "
+                f"{target.id}: {message[:300]} (memory per device is what the compiler "
+                "reports; compare a larger slice, or smaller shapes)"
+            ) from None
+        raise
     compile_s = clock() - t0
     emit("compiled", message=f"for {target.id}, without the hardware")
     hlo = compiled.as_text()

@@ -1,0 +1,125 @@
+"""A reader card's own example as a catalog job: its description, the form that queues it,
+and its claims checked against what the real compiler produced.
+
+The card's "compile this for real" button is an ordinary run form (POST /runs) with the
+job's fields hidden in it, so it goes through the same checks and the one admission as
+every other job, and works without JavaScript.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from workers.catalog import CatalogError, parse_params
+from workers.catalog.targets import apply_target, byte_cap
+from workers.protocol import JobSpec
+
+if TYPE_CHECKING:
+    from app.reader.content import Card, CardJob, Content
+
+
+def job_problem(body: dict[str, Any]) -> str | None:
+    """Why the catalog refuses `body` ('field: message'), or None when it takes it.
+
+    The same checks the API makes (protocol, target rules, parameters, path), from the
+    jax-free catalog, so that loading content needs nothing of the server.
+    """
+    try:
+        spec = apply_target(JobSpec.model_validate(body))
+        params = parse_params(spec.workload, spec.params, byte_cap(spec, 2**62))
+    except CatalogError as exc:
+        text = str(exc)
+        return text if exc.field and text.startswith(exc.field) else f"{exc.field}: {text}"
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        return f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}"
+    if spec.path not in params.paths:
+        return f"path: {spec.workload} does not run on {spec.path.value}"
+    return None
+
+
+def describe(job: CardJob) -> str:
+    """The job in one line, as `boundary run` would take it."""
+    params = " ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in job.params.items()
+    )
+    return f"{job.workload} {params} --path {job.path.value} --target {job.target}".replace(
+        "  ", " "
+    )
+
+
+def form_fields(job: CardJob) -> list[tuple[str, str]]:
+    """The hidden fields of the card's run form, named as the run form names them."""
+    fields = [
+        ("workload", job.workload),
+        ("path", job.path.value),
+        ("target", job.target),
+        ("stages", "compile"),
+    ]
+    for key, value in job.params.items():
+        if isinstance(value, bool):
+            if value:
+                fields.append((f"param.{key}", "on"))
+            continue
+        fields.append((f"param.{key}", str(value)))
+    return fields
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """One claim of a card, and whether the run's output bears it out."""
+
+    says: str
+    artifact: str
+    pattern: str
+    absent: bool
+    holds: bool | None
+    """None when the run has no such artifact to check."""
+    found: str | None
+    """The first matching text (a line's excerpt), when there is one."""
+
+
+def check_claims(job: CardJob, artifacts: dict[str, str | None]) -> list[ClaimCheck]:
+    """Each claim of `job` against the run's artifacts."""
+    out = []
+    for claim in job.claims:
+        text = artifacts.get(claim.artifact)
+        holds: bool | None = None
+        found = None
+        if text:
+            match = re.search(claim.pattern, text)
+            holds = (match is None) if claim.absent else (match is not None)
+            if match is not None:
+                start = text.rfind("\n", 0, match.start()) + 1
+                found = text[start : start + 200].split("\n", 1)[0].strip()
+        out.append(
+            ClaimCheck(claim.says, claim.artifact, claim.pattern, claim.absent, holds, found)
+        )
+    return out
+
+
+def _same(value: Any, other: Any) -> bool:
+    return str(value).lower() == str(other).lower()
+
+
+def card_for_job(content: Content, job: dict[str, Any]) -> Card | None:
+    """The reader card whose example `job` is (workload, path, target and every parameter
+    the card sets), or None."""
+    params = job.get("params") or {}
+    for card in content.cards.values():
+        mine = card.job
+        if mine is None:
+            continue
+        if (mine.workload, mine.path.value, mine.target) != (
+            job.get("workload"),
+            job.get("path"),
+            job.get("target"),
+        ):
+            continue
+        if all(k in params and _same(v, params[k]) for k, v in mine.params.items()):
+            return card
+    return None
