@@ -16,8 +16,8 @@ from app.charts import Chart, El, el
 GB = 10**9
 GIB = 2**30
 BAR_W, BAR_H = 640, 28
-PAD = 2
-"""Room either side of the bars, so the HBM line's stroke is not clipped."""
+PAD = 4
+"""Room right of the bars, so the HBM line's stroke is not clipped at full scale."""
 
 PARTS: tuple[tuple[str, str], ...] = (
     ("argument_bytes", "arguments"),
@@ -109,9 +109,9 @@ def _bars(
                 "rect",
                 title=f"{label}: {gb(int(value))}",
                 class_=f"mem-part mem-{i}",
-                x=round(x + PAD, 2),
+                x=f"{x:.2f}",
                 y=8,
-                width=round(max(width, 0.5), 2),
+                width=f"{max(width, 0.5):.2f}",
                 height=BAR_H,
             )
         )
@@ -122,14 +122,14 @@ def _bars(
         f"Memory per device for {count} × {model}: "
         f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
     )
-    hbm_rect = el("rect", class_="mem-hbm", x=PAD, y=8, width=round(line, 2), height=BAR_H)
+    hbm_rect = el("rect", class_="mem-hbm", x=0, y=8, width=f"{line:.2f}", height=BAR_H)
     limit = el(
         "line",
         class_="mem-limit",
-        x1=round(line + PAD, 2),
-        x2=round(line + PAD, 2),
+        x1=f"{line:.2f}",
+        x2=f"{line:.2f}",
         y1=2,
         y2=8 + BAR_H + 6,
     )
     cls = "memory-bars over" if over else "memory-bars"
-    return Chart(cls, BAR_W + 2 * PAD, 44, chart_id, title, [hbm_rect, *parts, limit])
+    return Chart(cls, BAR_W + PAD, 44, chart_id, title, [hbm_rect, *parts, limit])

@@ -15,7 +15,6 @@ import pytest
 
 from app.charts import render_chart
 from app.compare.plot import RunSamples, distributions_svg
-from app.settings import REPO_ROOT
 from app.templating import CODE_BACKGROUND, contrast, plural, pygments_css, relative_time
 from tests.app.bench_fakes import MATMUL, FakeWorker, run_result
 from workers.stats import summarize
@@ -44,16 +43,6 @@ def test_every_code_colour_meets_4_5_to_1() -> None:
     assert len(colours) > 20
     low = {c: round(contrast(c, CODE_BACKGROUND), 2) for c in colours}
     assert all(v >= 4.5 for v in low.values()), {c: v for c, v in low.items() if v < 4.5}
-
-
-def test_ir_line_numbers_and_comments_meet_4_5_to_1() -> None:
-    css = (REPO_ROOT / "static" / "app.css").read_text()
-    marker = re.search(r"\.ir-lines li::marker \{ color: (#[0-9a-f]{6})", css)
-    comment = re.search(r"\.ir-lines \.t-comment \{ color: (#[0-9a-f]{6})", css)
-    assert marker and comment
-    ir_background = "#fbfcfd"
-    assert contrast(marker.group(1), ir_background) >= 4.5
-    assert contrast(comment.group(1), ir_background) >= 4.5
 
 
 def test_chart_labels_are_escaped_by_the_template() -> None:

@@ -103,6 +103,7 @@ class Site:
     url: str
     runs: dict[str, str] = field(default_factory=dict)  # state -> job id
     compare: str = ""
+    compare_targets: str = ""
     matrix: str = ""
     played: PlayedWorker | None = None
 
@@ -134,6 +135,13 @@ def seed(url: str) -> Site:
         done = _submit(http, _job("jax-cpu"))
         again = _submit(http, _job("jax-cpu"))
         compile_only = _submit(http, _job("jax-cpu", stages=["compile"]))
+        # Compiled without the hardware by the local worker: a B200, a v6e slice (memory
+        # fit, PTX, the target panel), and a CPU compile with XLA's pass pipeline.
+        b200 = _submit(http, {**_job("jax-gpu"), "target": "b200:1"})
+        v6e = _submit(http, {**_job("jax-tpu"), "target": "v6e:1x1"})
+        pipeline = _submit(
+            http, {**_job("jax-cpu", stages=["compile"]), "measure": {"pipeline": True}}
+        )
         matrix = http.post(
             "/api/v1/matrices",
             json={
@@ -164,7 +172,9 @@ def seed(url: str) -> Site:
             second.stop()
         queued = _submit(http, _job("jax-tpu"))
 
-        _wait_final(http, [done, again, compile_only])
+        _wait_final(http, [done, again, compile_only, b200, v6e, pipeline])
+        for job_id in (b200, v6e, pipeline):
+            assert http.get(f"/api/v1/jobs/{job_id}").json()["status"] == "done", job_id
         cells = http.get(f"/matrices/{site.matrix}.json").json()
         cell_jobs = [c["job"] for r in cells["rows"] for c in r["cells"] if c.get("job")]
         local = [j for j in cell_jobs if http.get(f"/api/v1/jobs/{j}").json()["status"] != "failed"]
@@ -175,6 +185,10 @@ def seed(url: str) -> Site:
         "queued": queued,
         "running": running,
         "failed": failed,
+        "b200": b200,
+        "v6e": v6e,
+        "pipeline": pipeline,
     }
     site.compare = f"/compare?a={done}&b={again}"
+    site.compare_targets = f"/compare?a={v6e}&b={b200}"
     return site

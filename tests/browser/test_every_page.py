@@ -63,8 +63,16 @@ PAGES: dict[str, Callable[[Site], str]] = {
     "run-running": lambda s: f"/runs/{s.runs['running']}",
     "run-failed": lambda s: f"/runs/{s.runs['failed']}",
     "run-ir": lambda s: f"/runs/{s.runs['done']}/ir/stablehlo",
+    "run-b200": lambda s: f"/runs/{s.runs['b200']}",
+    "run-v6e": lambda s: f"/runs/{s.runs['v6e']}",
+    "run-b200-ptx": lambda s: f"/runs/{s.runs['b200']}/ir/ptx",
+    "run-pipeline": lambda s: f"/runs/{s.runs['pipeline']}/pipeline",
     "compare": lambda s: s.compare,
     "compare-picker": lambda s: f"/compare?a={s.runs['done']}",
+    "compare-targets": lambda s: s.compare_targets,
+    "compare-pipelines": lambda s: (
+        f"/compare/pipelines?a={s.runs['pipeline']}&b={s.runs['pipeline']}"
+    ),
     "artifacts-new": lambda s: "/artifacts/new",
     "matrices": lambda s: "/matrices",
     "matrix-new": lambda s: "/matrices/new",
