@@ -39,7 +39,7 @@ from workers.environment import (
     detect_environment,
     devices_by_platform,
 )
-from workers.ir import summarize_hlo
+from workers.ir import compiled_costs, summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
 from workers.pipeline import capture_pipeline, max_bytes_from_env
 from workers.profile import OVERHEAD_WARNING, ProfileCapture
@@ -49,7 +49,6 @@ from workers.protocol import (
     BoundaryId,
     CacheEvents,
     Correctness,
-    CostAnalysis,
     HloSummary,
     InputInfo,
     JobSpec,
@@ -124,23 +123,6 @@ def _jitted(workload: str, params: WorkloadParams) -> Any:
     """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
     function: JaxFunction = get_workload(workload).function(params)
     return jax.jit(function)
-
-
-def _cost_analysis(compiled: Any) -> CostAnalysis | None:
-    try:
-        raw = compiled.cost_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        return None
-    if isinstance(raw, list):  # older jax returned one dict per program
-        raw = raw[0] if raw else None
-    if not isinstance(raw, dict):
-        return None
-
-    def pick(key: str) -> float | None:
-        value = raw.get(key)
-        return float(value) if isinstance(value, int | float) and value >= 0 else None
-
-    return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))
 
 
 def _memory_analysis(compiled: Any) -> MemoryAnalysis | None:
@@ -278,7 +260,7 @@ def _work(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> Wor
     """The work one call does: analytic counts, or XLA's where the workload has none."""
     moved = workload.byte_count(params)
     if getattr(workload, "counts_from_xla", False):
-        cost = _cost_analysis(compiled)
+        cost = compiled_costs(compiled)
         flops = cost.flops if cost is not None and cost.flops is not None else 0.0
         return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
     return Work(workload.flop_count(params), moved)
@@ -419,7 +401,7 @@ def run_job(
         stage_seconds=program.stage_seconds,
         artifacts=program.artifacts,
         hlo_summary=program.summary,
-        cost_analysis=_cost_analysis(program.compiled),
+        cost_analysis=compiled_costs(program.compiled),
         memory_analysis=memory,
         work=_work(workload, params, program.compiled),
         rate_basis=RateBasis(boundary) if boundary is not None else None,

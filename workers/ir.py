@@ -14,9 +14,10 @@ import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from workers import hlo_text
-from workers.protocol import HloCollective, HloCustomCall, HloFusion, HloSummary
+from workers.protocol import CostAnalysis, HloCollective, HloCustomCall, HloFusion, HloSummary
 
 COLLECTIVES = frozenset(
     {
@@ -338,3 +339,23 @@ def _fusion(ins: Instruction, by_name: dict[str, Computation]) -> HloFusion:
         library=library_of(backend_kind) if backend_kind else None,
         ops=ops,
     )
+
+
+def compiled_costs(compiled: Any) -> CostAnalysis | None:
+    """The FLOPs and bytes XLA counted for a compiled program, or None where the backend
+    counts none (XLA:GPU). Only those two: a TPU's `optimal_seconds` is the compiler's
+    model, which must never read as a time."""
+    try:
+        raw = compiled.cost_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if isinstance(raw, list):  # older jax returned one dict per program
+        raw = raw[0] if raw else None
+    if not isinstance(raw, dict):
+        return None
+
+    def pick(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) and value >= 0 else None
+
+    return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))

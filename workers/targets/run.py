@@ -21,13 +21,12 @@ import jax.numpy as jnp
 from workers.catalog.base import WorkloadParams
 from workers.compile_cache import apply_cache_policy, default_cache_dir
 from workers.environment import describe_devices, detect_environment, devices_by_platform
-from workers.ir import summarize_hlo
+from workers.ir import compiled_costs, summarize_hlo
 from workers.jaxtyped import shape_dtype_struct
 from workers.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.protocol import (
     Artifacts,
     CachePolicy,
-    CostAnalysis,
     InputInfo,
     JobSpec,
     MemoryAnalysis,
@@ -122,24 +121,6 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             argument_bytes=argument, output_bytes=output, temp_bytes=temp, peak_bytes=peak
         )
     return analysis, memory, note
-
-
-def _tpu_costs(compiled: Any) -> CostAnalysis | None:
-    try:
-        raw = compiled.cost_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        return None
-    if isinstance(raw, list):
-        raw = raw[0] if raw else None
-    if not isinstance(raw, dict):
-        return None
-
-    def pick(key: str) -> float | None:
-        value = raw.get(key)
-        return float(value) if isinstance(value, int | float) and value >= 0 else None
-
-    # optimal_seconds is left out on purpose: a model's estimate must never read as a time.
-    return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))
 
 
 def refuse_execution(job: JobSpec, target: Target) -> str | None:
@@ -270,7 +251,7 @@ def run_deviceless(
     else:
         timing = COMPILE_TIMING.format(extra="no dump was written")
         notes.append(TPU_ESTIMATES_NOTE)
-        cost = _tpu_costs(compiled)
+        cost = compiled_costs(compiled)
     analysis, memory, memory_note = memory_of(compiled, target)
     notes.append(memory_note)
     name, version = compiler_of(target)
