@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -62,6 +63,20 @@ def _lease_ended(exc: LeaseEnded) -> JSONResponse:
     `cancel` tells the worker to abandon the job."""
     body = _verdict(exc.verdict).model_dump(mode="json")
     return JSONResponse({**body, "detail": exc.verdict.reason}, status_code=409)
+
+
+def _answer(worker_id: str, report: Callable[[], Verdict]) -> Response:
+    """Carry out one of a worker's reports on its lease and answer it: the verdict, 409 for
+    a lease that has ended, 404 for an unknown worker or job."""
+    try:
+        verdict = report()
+    except UnknownWorker:
+        raise _unknown_worker(worker_id) from None
+    except LeaseEnded as exc:
+        return _lease_ended(exc)
+    except LookupError:
+        raise HTTPException(status_code=404, detail="no such job") from None
+    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
 
 
 def _unknown_worker(worker_id: str) -> HTTPException:
@@ -185,31 +200,21 @@ ENDED: dict[int | str, dict[str, Any]] = {
 @router.post("/heartbeat", response_model=ReportReply, responses=ENDED)
 async def heartbeat(message: HeartbeatRequest, dispatcher: DispatcherDep) -> Response:
     """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
-    try:
-        verdict = dispatcher.heartbeat(message.worker_id, message.job_id, message.lease_id)
-    except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
-    except LeaseEnded as exc:
-        return _lease_ended(exc)
-    except LookupError:
-        raise HTTPException(status_code=404, detail="no such job") from None
-    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
+    return _answer(
+        message.worker_id,
+        lambda: dispatcher.heartbeat(message.worker_id, message.job_id, message.lease_id),
+    )
 
 
 @router.post("/progress", response_model=ReportReply, responses=ENDED)
 async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
-    try:
-        verdict = dispatcher.progress(
+    return _answer(
+        message.worker_id,
+        lambda: dispatcher.progress(
             message.worker_id, message.job_id, message.lease_id, message.events
-        )
-    except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
-    except LeaseEnded as exc:
-        return _lease_ended(exc)
-    except LookupError:
-        raise HTTPException(status_code=404, detail="no such job") from None
-    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
+        ),
+    )
 
 
 @router.post("/result", response_model=ReportReply, responses=ENDED)
@@ -217,7 +222,8 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
     """The run of a job, or why it failed. Posting the same report twice is harmless."""
     if (message.result is None) == (message.failure is None):
         field_errors([("result", "send exactly one of result and failure")])
-    try:
+
+    def report() -> Verdict:
         if message.result is not None:
             spec = dispatcher.store.get_job(message.job_id)
             if spec is not None and (
@@ -225,29 +231,23 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
                 or message.result.job.path.value != spec.path
             ):
                 field_errors([("result.job", "the result is for another workload or path")])
-            verdict = dispatcher.complete(
+            return dispatcher.complete(
                 message.worker_id,
                 message.job_id,
                 message.lease_id,
                 message.result,
                 message.run_seconds,
             )
-        else:
-            assert message.failure is not None
-            verdict = dispatcher.fail(
-                message.worker_id,
-                message.job_id,
-                message.lease_id,
-                message.failure.reason,
-                message.failure.stderr_tail,
-            )
-    except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
-    except LeaseEnded as exc:
-        return _lease_ended(exc)
-    except LookupError:
-        raise HTTPException(status_code=404, detail="no such job") from None
-    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
+        assert message.failure is not None
+        return dispatcher.fail(
+            message.worker_id,
+            message.job_id,
+            message.lease_id,
+            message.failure.reason,
+            message.failure.stderr_tail,
+        )
+
+    return _answer(message.worker_id, report)
 
 
 @router.get(
@@ -266,12 +266,7 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
 @router.post("/release", response_model=ReportReply, responses=ENDED)
 async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""
-    try:
-        verdict = dispatcher.release(message.worker_id, message.job_id, message.lease_id)
-    except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
-    except LeaseEnded as exc:
-        return _lease_ended(exc)
-    except LookupError:
-        raise HTTPException(status_code=404, detail="no such job") from None
-    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
+    return _answer(
+        message.worker_id,
+        lambda: dispatcher.release(message.worker_id, message.job_id, message.lease_id),
+    )
