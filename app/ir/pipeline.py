@@ -162,14 +162,16 @@ def step_diff(capture: PipelineCapture, order: int) -> Markup | None:
 
 
 def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
-    """Each fusion, custom call, collective and copy in `final_hlo`, with the first step
-    after which an instruction of its name (or, for an async -start/-done, its synchronous
-    name) appears in the dumped module."""
+    """Each fusion, custom call, collective and copy in `final_hlo`, with the step after
+    which it first appeared in the dumped module: under its own name, its synchronous
+    name (an async -start/-done), or a name XLA gave it before renaming it (see
+    `_Renames`)."""
     found: list[Origin] = []
     first_seen: dict[int, int] = {}  # snapshot index → first step index holding it
     for i, step in enumerate(capture.steps):
         first_seen.setdefault(step.snapshot, i)
     ordered = sorted(first_seen.items(), key=lambda item: item[1])
+    renames = _Renames(capture, [snapshot for snapshot, _ in ordered])
     for line in final_hlo.splitlines():
         m = _INSTRUCTION.match(line)
         if not m or not _TRACED_OPS.match(m.group("op")) or m.group("op").endswith("-done"):
@@ -181,24 +183,87 @@ def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
         if synchronous != name:
             candidates.append(synchronous)
         for candidate in candidates:
-            needle = f"%{candidate} = "
-            for snapshot, step_index in ordered:
-                if needle in capture.snapshots[snapshot]:
-                    step = capture.steps[step_index]
-                    origin.order, origin.pipeline = step.order, step.pipeline
-                    origin.pass_name = (
-                        responsible(capture.steps, step_index)
-                        if snapshot
-                        else "present from the start"
-                    )
-                    origin.via = candidate if candidate != name else None
+            position = renames.first(candidate, len(ordered))
+            if position is None:
+                continue
+            traced = candidate
+            for _ in range(MAX_RENAMES):
+                before = renames.renamed_from(traced, position) if position > 0 else None
+                if before is None:
                     break
-            if origin.order is not None:
-                break
+                traced = before
+                position = renames.first(traced, position) or 0
+            snapshot, step_index = ordered[position]
+            step = capture.steps[step_index]
+            origin.order, origin.pipeline = step.order, step.pipeline
+            origin.pass_name = (
+                responsible(capture.steps, step_index) if snapshot else "present from the start"
+            )
+            if traced != name:
+                origin.via = traced
+            break
         found.append(origin)
         if len(found) >= MAX_ORIGINS:
             break
     return found
+
+
+MAX_RENAMES = 8
+"""Renames followed back from one final-HLO name at most."""
+
+_KEYED = re.compile(
+    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.*?)\s(?P<op>[a-z][a-z0-9\-]*)\("
+)
+
+
+class _Renames:
+    """Names across the snapshots, in the order XLA dumped them, so a final-HLO name can
+    be followed back through the renames XLA makes (XLA:GPU's `rename_fusions` names every
+    fusion after its hero at the end; merging a producer can rename a consumer).
+
+    A name that first appears in one snapshot was renamed from one that vanished there if
+    the two hold the same place: the snapshot before and this one are aligned on each
+    instruction's shape and op (names left out), and within a stretch that matches, the
+    instruction at the same offset is the one it was."""
+
+    def __init__(self, capture: PipelineCapture, snapshots: list[int]) -> None:
+        self._capture = capture
+        self._snapshots = snapshots
+        self._parsed: dict[int, list[tuple[str, str, str]]] = {}
+
+    def _instructions(self, position: int) -> list[tuple[str, str, str]]:
+        snapshot = self._snapshots[position]
+        if snapshot not in self._parsed:
+            rows = []
+            for line in self._capture.snapshots[snapshot].splitlines():
+                m = _KEYED.match(line)
+                if m:
+                    rows.append((m.group("name"), m.group("shape"), m.group("op")))
+            self._parsed[snapshot] = rows
+        return self._parsed[snapshot]
+
+    def first(self, name: str, before: int) -> int | None:
+        """The first position (before `before`) whose snapshot holds `name`."""
+        needle = f"%{name} = "
+        for position in range(before):
+            if needle in self._capture.snapshots[self._snapshots[position]]:
+                return position
+        return None
+
+    def renamed_from(self, name: str, position: int) -> str | None:
+        """The name `name` had in the snapshot before `position`, if it was renamed there."""
+        old, new = self._instructions(position - 1), self._instructions(position)
+        old_names = {row[0] for row in old}
+        matcher = difflib.SequenceMatcher(
+            None, [row[1:] for row in old], [row[1:] for row in new], autojunk=False
+        )
+        for i, j, size in matcher.get_matching_blocks():
+            for k in range(size):
+                if new[j + k][0] == name:
+                    was = old[i + k][0]
+                    new_names = {row[0] for row in new}
+                    return was if was != name and was in old_names - new_names else None
+        return None
 
 
 @dataclass

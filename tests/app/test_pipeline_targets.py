@@ -79,3 +79,29 @@ async def test_a_b200_run_shows_its_fusion_decisions(
     assert '<tr class="fused">' in page and '<tr class="refused">' in page
     assert "not a time" in page and "(model)" in page
     assert "thunk_sequence.txt" in page
+
+
+@needs_cuda_plugin
+def test_a_renamed_gpu_fusion_traces_back_through_the_rename_to_the_pass_that_made_it(
+    tmp_path: Path,
+) -> None:
+    from app.ir.pipeline import origins
+    from workers.protocol import RunResult
+
+    spec = {
+        "workload": "elementwise",
+        "path": "jax-gpu",
+        "target": "b200:1",
+        "measure": {"pipeline": True},
+    }
+    run = RunResult.model_validate(_run(spec, tmp_path))
+    assert run.pipeline is not None and run.artifacts.hlo is not None
+    changed = [s.changed for s in run.pipeline.steps]
+    assert "rename_fusions" in changed  # XLA:GPU names each fusion after its hero at the end
+    fusions = [o for o in origins(run.pipeline, run.artifacts.hlo) if o.op == "fusion"]
+    assert fusions, run.artifacts.hlo
+    for fusion in fusions:
+        # The final name (e.g. loop_cosine_fusion) first appears after rename_fusions; the
+        # fusion itself was made by priority fusion under its earlier name.
+        assert fusion.pass_name == "priority-fusion", fusion
+        assert fusion.via is not None and fusion.via != fusion.name, fusion
