@@ -117,12 +117,9 @@ def request_problems(errors: Sequence[Any]) -> list[dict[str, str | None]]:
         loc = [str(p) for p in err.get("loc", ()) if not _is_union_tag(p)]
         if len(loc) > 1 and loc[0] in _PARTS and loc[0] != "body":
             loc = loc[1:]
-        ctx = err.get("ctx") or {}
-        bounds = ", ".join(f"{k}={v}" for k, v in ctx.items() if k in {"ge", "gt", "le", "lt"})
-        message = str(err.get("msg", "invalid"))[:300]
-        if bounds:
-            message = f"{message} (allowed: {bounds})"
-        problems.append({"field": ".".join(loc)[:80] or None, "message": message})
+        field = ".".join(loc)
+        message = _plain({"type": None, "msg": "invalid", **err}, field)[:300]
+        problems.append({"field": field[:80] or None, "message": message})
     return problems
 
 
