@@ -19,6 +19,7 @@ from app.dispatch import Dispatcher
 from app.ir.view import SourceText, build_view
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
+from app.routes.errors import MissingPart
 from app.routing import Endpoint, reads
 from app.runs.form import (
     PATH_ONLY_PARAMS,
@@ -224,11 +225,22 @@ async def run_ir(
     """One artifact, full length, paged, searchable and linked to its source (a tab's
     content). `start` pages, `q` filters to matching lines, `src` selects a source line;
     `part=lines` answers only the next page of lines (loaded on scroll)."""
-    if name not in ARTIFACT_NAMES:
-        raise HTTPException(status_code=404, detail=f"no artifact {name[:20]!r}")
-    found = dispatcher.store.get_artifact(job_id, name) if len(job_id) <= 64 else None
+    exists = len(job_id) <= 64 and dispatcher.store.get_job(job_id) is not None
+    if exists and name not in ARTIFACT_NAMES:
+        raise MissingPart(
+            f"no IR is called {name[:20]!r} (names: {', '.join(ARTIFACT_NAMES)})",
+            "No such IR",
+            ("Back to the run", f"/runs/{job_id}"),
+        )
+    found = dispatcher.store.get_artifact(job_id, name) if exists else None
+    if exists and found is None:
+        raise MissingPart(
+            f"run {job_id} has no {name} (a run holds only what its path and stages produced)",
+            f"This run has no {name}",
+            ("Back to the run", f"/runs/{job_id}"),
+        )
     if found is None:
-        raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name}")
+        raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
     text, _ = found
     run = _job_json(job_id, dispatcher).get("run")
     source = SourceText.from_run(run)

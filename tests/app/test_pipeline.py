@@ -155,3 +155,16 @@ async def test_compile_again_with_the_pipeline_queues_the_same_job_with_it(
     old = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
     assert queued["status"] == "queued" and new_id != job_id
     assert queued["measure"]["pipeline"] is True and queued["params"] == old["params"]
+
+
+async def test_an_ir_the_run_lacks_is_named_under_its_run_not_no_such_run(
+    bench_client: httpx.AsyncClient, piped: dict[str, Any]
+) -> None:
+    job_id = await post_run(bench_client, piped)  # a jax-cpu run: no PTX, no SASS
+    for name, heading in (("sass", "This run has no sass"), ("nope", "No such IR")):
+        r = await bench_client.get(f"/runs/{job_id}/ir/{name}")
+        assert r.status_code == 404 and "text/html" in r.headers["content-type"]
+        assert f'<h1 id="error-h">{heading}</h1>' in r.text and "No such run" not in r.text
+        assert f'href="/runs/{job_id}"' in r.text
+    gone = await bench_client.get("/runs/0000000000000000/ir/hlo")
+    assert gone.status_code == 404 and "No such run" in gone.text
