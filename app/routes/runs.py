@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
@@ -313,13 +313,22 @@ async def run_live_head(job_id: str, dispatcher: DispatcherDep) -> Response:
     )
 
 
-@router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
+def _known_job(job_id: str, dispatcher: DispatcherDep) -> None:
+    """Dependency: 404 for an unknown job. The stream's own body runs only once the 200
+    and its headers are sent, so a check there ended an empty stream with a logged 500."""
+    _job_json(job_id, dispatcher)
+
+
+@router.get(
+    "/runs/{job_id}/live",
+    response_class=EventSourceResponse,
+    dependencies=[Depends(_known_job)],
+)
 async def run_live(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent HTML: the progress panel on each change (with the run's header, out of
     band, so the two always agree); after the final state, the stream ends cleanly."""
-    _job_json(job_id, dispatcher)  # 404 before the stream starts
     env = state.env
     token_needed = state.settings.SUBMIT_TOKEN is not None
 
