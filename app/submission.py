@@ -149,6 +149,18 @@ def _with_range(message: str, model: Any, field: str | None) -> str:
     return f"{message} (allowed: {declared})" if declared else message
 
 
+def _param_problems(cls: Any, params: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """Every bad parameter of a workload, in plain words, each with its allowed range."""
+    try:
+        cls.model_validate(params)
+    except ValidationError as exc:
+        return [
+            (field, _with_range(message, cls, field))
+            for field, message in pydantic_problems(exc, "params.")
+        ]
+    return []
+
+
 def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     """Check a parsed submission against the protocol and the catalog (422 on failure)."""
     if not isinstance(data, dict):
@@ -156,19 +168,18 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        field_errors(pydantic_problems(exc))
+        # The parameters' problems too, so that a bad sample count does not hide them
+        # until the next attempt (the run form shows every field's problem at once).
+        params, name = data.get("params"), data.get("workload")
+        known = WORKLOADS.get(name) if isinstance(name, str) else None
+        extra = _param_problems(known, params) if known and isinstance(params, dict) else []
+        field_errors([*pydantic_problems(exc), *extra])
     cls_or_none = WORKLOADS.get(spec.workload)
     if cls_or_none is not None:
         # Every bad parameter at once, in plain words, each with its whole allowed range.
-        try:
-            cls_or_none.model_validate(spec.params)
-        except ValidationError as exc:
-            field_errors(
-                [
-                    (field, _with_range(message, cls_or_none, field))
-                    for field, message in pydantic_problems(exc, "params.")
-                ]
-            )
+        problems_now = _param_problems(cls_or_none, spec.params)
+        if problems_now:
+            field_errors(problems_now)
     try:
         # A target's pairing with the path and workload, and its device count (which a
         # scale workload's `devices` defaults to), before the parameters are parsed.

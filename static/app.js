@@ -117,6 +117,15 @@
   document.addEventListener("htmx:after:swap", function () { announceReader(true); });
   // After htmx swaps the reader, the user chose a view: wire the new controls, no autoplay.
   document.addEventListener("htmx:after:swap", function () { setUp(false); followReader(); });
+  // A refused submission swaps the form back with each bad field marked: focus goes to the
+  // first, where a keyboard or screen-reader user can fix it (else it stays on the gone button).
+  document.addEventListener("htmx:after:swap", function () {
+    var bad = document.querySelector("#run-form [aria-invalid='true']");
+    if (bad && !bad.hasAttribute("data-focused")) {
+      bad.setAttribute("data-focused", "");
+      bad.focus();
+    }
+  });
   // A finished run's stream has ended on purpose: do not reconnect to it.
   document.addEventListener("htmx:sse:before:connection", function (event) {
     var el = event.target;

@@ -29,6 +29,7 @@ from workers.protocol import (
     JobSpec,
     Mode,
     PathId,
+    PipelineCapture,
     ProgressEvent,
     RunResult,
     StageId,
@@ -225,15 +226,32 @@ def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
             target = Path(f"{result.job.workload}-{trace.sha256[:12]}.profile.tar.gz")
             target.write_bytes(base64.b64decode(trace.data_b64))
             print(f"profile   {trace.covers}; written to {target} (open in XProf or Perfetto)")
-        pipeline = result.pipeline
-        if pipeline is not None:
-            changed = len({s.snapshot for s in pipeline.steps})
-            note = f"; {pipeline.cut}" if pipeline.cut else ""
-            print(
-                f"pipeline  {len(pipeline.steps)} dumped steps, {changed} distinct modules, "
-                f"{pipeline.bytes:,} bytes{note} (the run page shows them)"
-            )
+        line = pipeline_line(result.pipeline)
+        if line is not None:
+            print(line)
     return EXIT_OK if result.valid else EXIT_INVALID_RUN
+
+
+def pipeline_line(pipeline: PipelineCapture | None) -> str | None:
+    """The report's line on the pass pipeline. A GPU target's compile keeps XLA's fusion
+    report and launch order without --pipeline: that is named as such, never as a
+    pipeline of "0 dumped steps" nobody asked for."""
+    if pipeline is None:
+        return None
+    if not pipeline.steps:
+        if pipeline.cut:
+            return f"pipeline  none: {pipeline.cut}"
+        if pipeline.files:
+            return (
+                f"compiler  reports {', '.join(sorted(pipeline.files))} (in --json: pipeline.files)"
+            )
+        return None
+    changed = len({s.snapshot for s in pipeline.steps})
+    note = f"; {pipeline.cut}" if pipeline.cut else ""
+    return (
+        f"pipeline  {len(pipeline.steps)} dumped steps, {changed} distinct modules, "
+        f"{pipeline.bytes:,} bytes{note} (the run page shows them)"
+    )
 
 
 def submit_to_server(job: JobSpec, server_url: str, as_json: bool) -> int:

@@ -143,6 +143,13 @@ class DispatcherCore:
             reason = "the job was cancelled"
         elif job.status in FINAL_STATUSES:
             reason = f"the job has already ended ({job.status})"
+        elif job.status == JobStatus.RUNNING:
+            # Another lease holds it: the reporter's lease ended earlier, or was never this
+            # job's (a forged or mistaken report). Saying "re-queued" here was false.
+            reason = (
+                "this lease has ended or was never this job's; the job is running under "
+                "another lease"
+            )
         else:
             reason = "this lease has ended (it expired or was given back); the job was re-queued"
         raise LeaseEnded(Verdict(False, job.status, True, reason))

@@ -7,7 +7,7 @@ answering JSON, so clients never have to parse HTML to learn what went wrong.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -78,6 +78,17 @@ SECTIONS: tuple[Section, ...] = (
     ),
 )
 
+
+class MissingPart(StarletteHTTPException):
+    """404 for a part of something that exists (a run without that IR): the page says so
+    under its own heading and links back to the whole, not "No such run"."""
+
+    def __init__(self, detail: str, heading: str, back: tuple[str, str]) -> None:
+        super().__init__(status_code=404, detail=detail)
+        self.heading = heading
+        self.back = back
+
+
 SITE = Section(
     "/",
     "Boundary",
@@ -135,6 +146,9 @@ def install(app: FastAPI, reader_not_found: Any) -> None:
             result: Response = reader_not_found(request)  # lists valid paths (HTML or JSON)
             return result
         if exc.status_code == 404 and section is not None and wants_html(path):
+            if isinstance(exc, MissingPart):
+                part = replace(section, hint="", links=(exc.back, *section.links))
+                return error_page(request, 404, exc.heading, _detail_text(exc.detail), part)
             return error_page(request, 404, section.missing, _detail_text(exc.detail), section)
         return JSONResponse(
             {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers

@@ -70,8 +70,10 @@ async def run_pipeline(
 def _capture_of(dispatcher: Any, job_id: str, side: str) -> Any:
     found = dispatcher.store.get_artifact(job_id, PIPELINE_ARTIFACT) if len(job_id) <= 64 else None
     if found is None:
+        # 404, not 422: a browser (the pipeline page's own form) then gets the comparison
+        # section's site page with this sentence, not a JSON body.
         raise HTTPException(
-            status_code=422,
+            status_code=404,
             detail=f"{side}: run {job_id[:64]!r} has no pass pipeline (run it with --pipeline)",
         )
     return load_pipeline(found[0])

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.responses import Response
@@ -20,6 +20,7 @@ from app.ir.view import SourceText, build_view
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.api import job_public
 from app.routes.common import connected_paths, is_htmx, render
+from app.routes.errors import MissingPart
 from app.routing import Endpoint, reads
 from app.runs.form import (
     PATH_ONLY_PARAMS,
@@ -241,11 +242,22 @@ async def run_ir(
     """One artifact, full length, paged, searchable and linked to its source (a tab's
     content). `start` pages, `q` filters to matching lines, `src` selects a source line;
     `part=lines` answers only the next page of lines (loaded on scroll)."""
-    if name not in ARTIFACT_NAMES:
-        raise HTTPException(status_code=404, detail=f"no artifact {name[:20]!r}")
-    found = dispatcher.store.get_artifact(job_id, name) if len(job_id) <= 64 else None
+    exists = len(job_id) <= 64 and dispatcher.store.get_job(job_id) is not None
+    if exists and name not in ARTIFACT_NAMES:
+        raise MissingPart(
+            f"no IR is called {name[:20]!r} (names: {', '.join(ARTIFACT_NAMES)})",
+            "No such IR",
+            ("Back to the run", f"/runs/{job_id}"),
+        )
+    found = dispatcher.store.get_artifact(job_id, name) if exists else None
+    if exists and found is None:
+        raise MissingPart(
+            f"run {job_id} has no {name} (a run holds only what its path and stages produced)",
+            f"This run has no {name}",
+            ("Back to the run", f"/runs/{job_id}"),
+        )
     if found is None:
-        raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name}")
+        raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
     text, _ = found
     run = _job_json(job_id, dispatcher).get("run")
     source = SourceText.from_run(run)
@@ -339,13 +351,22 @@ async def run_live_head(job_id: str, dispatcher: DispatcherDep) -> Response:
     )
 
 
-@router.get("/runs/{job_id}/live", response_class=EventSourceResponse)
+def _known_job(job_id: str, dispatcher: DispatcherDep) -> None:
+    """Dependency: 404 for an unknown job. The stream's own body runs only once the 200
+    and its headers are sent, so a check there ended an empty stream with a logged 500."""
+    _job_json(job_id, dispatcher)
+
+
+@router.get(
+    "/runs/{job_id}/live",
+    response_class=EventSourceResponse,
+    dependencies=[Depends(_known_job)],
+)
 async def run_live(
     job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent HTML: the progress panel on each change (with the run's header, out of
     band, so the two always agree); after the final state, the stream ends cleanly."""
-    _job_json(job_id, dispatcher)  # 404 before the stream starts
     env = state.env
     token_needed = state.settings.SUBMIT_TOKEN is not None
 

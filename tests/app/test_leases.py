@@ -88,6 +88,8 @@ async def test_a_second_worker_with_the_holders_id_cannot_touch_the_job(
         )
         assert r.status_code == 409, (path, r.text)
         assert r.json()["accepted"] is False
+        # The job still runs under the holder's lease: nothing was re-queued.
+        assert "running under another lease" in r.json()["detail"], r.text
     current = await job(bench_client, job_id)
     assert current["status"] == "running" and current["attempts"] == 1
     assert (await holder.finish(grant)).status_code == 200

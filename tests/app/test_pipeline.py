@@ -137,7 +137,9 @@ async def test_two_pipelines_side_by_side_aligned_by_pass(
         labels = re.findall(r"<td>(?:<a [^>]*>)?([^<]+)", row)
         assert len(labels) == 2 and labels[0].strip() == labels[1].strip()
     missing = await bench_client.get("/compare/pipelines", params={"a": a, "b": "nope"})
-    assert missing.status_code == 422 and "no pass pipeline" in missing.text
+    # The pipeline page's own form lands here: a mistyped run is a site page, not JSON.
+    assert missing.status_code == 404 and "no pass pipeline" in missing.text
+    assert "text/html" in missing.headers["content-type"] and "Nothing to compare" in missing.text
 
 
 async def test_compile_again_with_the_pipeline_queues_the_same_job_with_it(
@@ -153,3 +155,16 @@ async def test_compile_again_with_the_pipeline_queues_the_same_job_with_it(
     old = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
     assert queued["status"] == "queued" and new_id != job_id
     assert queued["measure"]["pipeline"] is True and queued["params"] == old["params"]
+
+
+async def test_an_ir_the_run_lacks_is_named_under_its_run_not_no_such_run(
+    bench_client: httpx.AsyncClient, piped: dict[str, Any]
+) -> None:
+    job_id = await post_run(bench_client, piped)  # a jax-cpu run: no PTX, no SASS
+    for name, heading in (("sass", "This run has no sass"), ("nope", "No such IR")):
+        r = await bench_client.get(f"/runs/{job_id}/ir/{name}")
+        assert r.status_code == 404 and "text/html" in r.headers["content-type"]
+        assert f'<h1 id="error-h">{heading}</h1>' in r.text and "No such run" not in r.text
+        assert f'href="/runs/{job_id}"' in r.text
+    gone = await bench_client.get("/runs/0000000000000000/ir/hlo")
+    assert gone.status_code == 404 and "No such run" in gone.text

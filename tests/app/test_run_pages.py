@@ -102,6 +102,17 @@ async def test_bad_form_input_names_the_field_and_keeps_every_value(
     assert 'value="0"' in r.text and 'value="48"' in r.text
     r = await submit_form(bench_client, **{"measure.samples": "many"})
     assert r.status_code == 422 and "samples must be a count or auto" in r.text
+    # A sample count out of range used to hide the parameters' problems until the next try.
+    r = await submit_form(
+        bench_client, **{"param.m": "-3", "param.n": "abc", "measure.samples": "0"}
+    )
+    assert r.status_code == 422 and "m must be at least 1" in r.text
+    assert "samples must be at least 1" in r.text and "n must be a whole number" in r.text
+    api = await bench_client.post(
+        "/api/v1/jobs",
+        json={"workload": "matmul", "params": {"m": -3}, "measure": {"samples": 0}},
+    )
+    assert {d["field"] for d in api.json()["detail"]} == {"params.m", "measure.samples"}
     # Nothing was queued by any of these.
     assert (await bench_client.get("/api/v1/jobs")).json()["count"] == 0
 

@@ -109,6 +109,9 @@ async def test_head_on_a_runs_live_stream(bench_client: httpx.AsyncClient) -> No
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert r.content == b""
     assert (await bench_client.head("/runs/nope/live")).status_code == 404
+    # GET too: the check used to run inside the stream, after its 200 had been sent.
+    gone = await bench_client.get("/runs/nope/live")
+    assert gone.status_code == 404 and "text/event-stream" not in gone.headers["content-type"]
 
 
 async def test_registration_accepts_normal_integers(bench_client: httpx.AsyncClient) -> None:

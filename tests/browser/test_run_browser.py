@@ -52,6 +52,8 @@ def test_bad_input_in_the_page_is_named_and_kept(page: Page, bench_server: str) 
     expect(page.locator("#p-k")).to_have_value("lots")
     expect(page.locator("#p-m")).to_have_value("0")
     expect(page).to_have_url(bench_server + "/runs/new")
+    # Focus lands on the first bad field, not on <body> or the replaced button.
+    expect(page.locator("#p-m")).to_be_focused()
 
 
 def test_the_reader_carries_a_run_panel(page: Page, bench_server: str) -> None:

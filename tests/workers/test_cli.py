@@ -116,3 +116,19 @@ def test_measurement_flags_reach_the_job(capsys: pytest.CaptureFixture[str]) -> 
     run = RunResult.model_validate_json(capsys.readouterr().out)
     assert run.job.measure.profile is True and run.job.measure.flush_l2 is False
     assert run.profile is not None and run.profile.data_b64
+
+
+def test_a_gpu_targets_reports_are_not_called_an_empty_pipeline() -> None:
+    # A b200:1 compile without --pipeline keeps XLA's fusion report and launch order;
+    # the report used to call that "pipeline  0 dumped steps, 0 distinct modules".
+    from workers.cli import pipeline_line
+    from workers.protocol import PipelineCapture
+
+    reports = PipelineCapture(files={"thunk_sequence.txt": "t", "priority_fusion_dump.txt": "p"})
+    line = pipeline_line(reports)
+    assert line is not None and "dumped steps" not in line
+    assert "priority_fusion_dump.txt, thunk_sequence.txt" in line
+    assert pipeline_line(PipelineCapture()) is None  # what a server sends back: files apart
+    assert pipeline_line(None) is None
+    cut = pipeline_line(PipelineCapture(cut="XLA wrote no per-pass dump for this compile"))
+    assert cut is not None and "no per-pass dump" in cut
