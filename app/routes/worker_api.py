@@ -37,6 +37,7 @@ from app.schemas import (
 from app.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
+from workers.protocol.targets import TARGET_IDS
 
 HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for three misses
 
@@ -133,6 +134,19 @@ async def register(
             [
                 (".".join(str(p) for p in e["loc"]), e["msg"])
                 for e in exc.errors(include_url=False, include_input=False)
+            ]
+        )
+    unknown = [t for t in message.capabilities.targets if t not in TARGET_IDS]
+    if unknown:
+        # A worker lists what it compiles for; the server leases by these ids and shows them,
+        # so an id this build does not know is refused rather than stored.
+        field_errors(
+            [
+                (
+                    "capabilities.targets",
+                    f"unknown target {unknown[0][:40]!r}: this server knows "
+                    f"{', '.join(TARGET_IDS)}",
+                )
             ]
         )
     worker_id, key = dispatcher.register(

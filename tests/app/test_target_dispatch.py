@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import FakeWorker, capabilities
+from bench_fakes import AUTH, FakeWorker, capabilities
 
 from workers.protocol import TARGET_IDS
 
@@ -114,3 +114,20 @@ async def test_executing_a_target_waits_for_real_chips_and_never_compiles_elsewh
     await real.register()
     grant = await real.lease()
     assert grant is not None and grant["job_id"] == job_id
+
+
+@pytest.mark.parametrize("bad", ["v6e:32x32", "bogus<script>"])
+async def test_a_worker_advertising_a_target_no_one_sells_is_refused_naming_it(
+    bench_client: httpx.AsyncClient, bad: str
+) -> None:
+    r = await bench_client.post(
+        "/api/v1/worker/register",
+        json={"capabilities": compiler_worker(["v6e:2x4", bad])},
+        headers=AUTH,
+    )
+    assert r.status_code == 422, r.text
+    (problem,) = r.json()["detail"]
+    assert problem["field"] == "capabilities.targets"
+    assert repr(bad) in problem["message"] and "v6e:2x4" in problem["message"]
+    listed = (await bench_client.get("/api/v1/workers")).json()["data"]
+    assert all(bad not in (w.get("targets") or []) for w in listed)
