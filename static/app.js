@@ -90,6 +90,8 @@
     var params = new URLSearchParams(new FormData(form));
     params.set("path", path);
     params.delete("shown_path");  // the reader asks; the server may start on a runnable path
+    params.delete("target");  // another path's target does not carry over: the server
+    params.delete("shown_target");  // starts on one a worker compiles for, if any
     params.delete("token");
     window.htmx.ajax("GET", "/runs/new?" + params.toString(), { target: "#run-form", swap: "outerHTML" });
   }

@@ -132,6 +132,8 @@ async def new_run(
     # A target goes with some paths only (jax-cpu takes none): another path clears it.
     offered = {o.id for o in target_options(workload, choice.path, workers)}
     form.target = target if target in offered else None
+    if target is None and choice.target in offered:
+        form.target = choice.target  # none asked for: start on one a worker compiles for
     if form.target and form.target != shown_target:
         form.stages = [StageId.COMPILE.value]  # a new target: compile only, and say why
     elif shown_target and not form.target:

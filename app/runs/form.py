@@ -220,6 +220,8 @@ class PathChoice:
     path: str
     stages: list[str]
     note: str | None
+    target: str | None = None
+    """A target to compile for without the hardware, when that is what a worker can do."""
 
 
 def choose_path(
@@ -263,8 +265,20 @@ def choose_path(
                 "(no GPU that runs CUDA), so only compile is ticked. "
                 "Tick execute to queue a job that waits for one.",
             )
+    compiles = _compilable(workload, requested, workers) if requested in offered else []
+    if requested in offered and not insist and compiles and StageId.COMPILE.value in stages:
+        # Nothing here runs the path, but a worker compiles for its targets: show what the
+        # real compiler does, at once, rather than start on another path or queue a wait.
+        return PathChoice(
+            requested,
+            [StageId.COMPILE.value],
+            f"No connected worker runs {requested} on real devices, but one compiles for its "
+            f"targets without the hardware, so the form starts on {compiles[0]}, compile "
+            "only: the run shows the IR, what XLA chose and memory per device, with no time. "
+            "Choose another target, or none to queue a job that waits for real devices.",
+            target=compiles[0],
+        )
     if insist and requested in offered:
-        compiles = _compilable(workload, requested, workers)
         also = (
             f" Or choose a target below ({', '.join(compiles[:3])}, …): a connected worker "
             "compiles for it without the hardware, at once."

@@ -79,10 +79,13 @@ async def test_a_jax_path_no_worker_runs_leads_to_its_targets(
     bench_client: httpx.AsyncClient,
 ) -> None:
     await FakeWorker(bench_client, compiler_caps()).register()
-    # From the reader: the form starts on the path the worker runs, and names the targets.
+    # From the reader: no worker runs jax-tpu, but one compiles for its targets, so the form
+    # starts on jax-tpu with the first target it compiles for, compile only, and says why.
     html = (await bench_client.get("/runs/new?workload=matmul&path=jax-tpu")).text
-    assert re.search(r'<option value="jax-cpu" selected', html)
-    assert "targets without the hardware (e.g. v6e:1x1)" in html
+    assert re.search(r'<option value="jax-tpu" selected', html)
+    assert re.search(r'<option value="v6e:1x1" selected', html)
+    assert ticked(html) == ["compile"]
+    assert "compiles for its targets without the hardware, so the form starts on v6e:1x1" in html
     # Choosing jax-tpu in the form: the note points at its targets; none is forced on.
     html = (
         await bench_client.get("/runs/new?workload=matmul&path=jax-tpu&shown_path=jax-cpu")

@@ -138,8 +138,12 @@ def test_the_readers_form_starts_on_a_runnable_choice_and_follows_the_reader(
     page = watched(True).page
     page.goto(server + "/read/jax-gpu/compile")
     path = page.locator("#run-form select[name=path]")
-    expect(path).to_have_value("jax-cpu")  # no GPU worker here: the local CPU worker runs it
+    # No GPU here, but the local worker compiles for B200s without one: the form starts
+    # there, compile only, and says why.
+    expect(path).to_have_value("jax-gpu")
+    expect(page.locator("#run-form select[name=target]")).to_have_value("b200:1")
     expect(page.locator("#path-note")).to_contain_text("No connected worker runs jax-gpu")
+    expect(page.locator("#run-form input[name=stages]:checked")).to_have_count(1)
     # Choose CUDA in the reader: the form follows, and ticks only what a worker can do.
     page.locator('#reader a[data-path="cuda"]').click()
     expect(path).to_have_value("cuda")
@@ -149,7 +153,8 @@ def test_the_readers_form_starts_on_a_runnable_choice_and_follows_the_reader(
     expect(page.locator("#run-form [name='param.kernel']")).to_have_count(1)
     # Back on a JAX path the kernel field is gone and measurement options stay typed.
     page.locator('#reader a[data-path="jax-tpu"]').click()
-    expect(path).to_have_value("jax-cpu")
+    expect(path).to_have_value("jax-tpu")
+    expect(page.locator("#run-form select[name=target]")).to_have_value("v6e:1x1")
     expect(page.locator("#run-form [name='param.kernel']")).to_have_count(0)
     page.fill("#m-samples", "50")
     page.select_option("#f-workload", "elementwise")
@@ -164,7 +169,8 @@ def test_without_javascript_the_form_also_starts_on_a_runnable_choice(
     page = watched(False).page
     page.goto(server + "/read/jax-gpu/compile")
     page.get_by_role("link", name="Open the run form").click()
-    expect(page.locator("select[name=path]")).to_have_value("jax-cpu")
+    expect(page.locator("select[name=path]")).to_have_value("jax-gpu")
+    expect(page.locator("select[name=target]")).to_have_value("b200:1")
     expect(page.locator("#path-note")).to_be_visible()
     page.select_option("select[name=path]", "cuda")
     page.fill("#m-samples", "40")
@@ -181,9 +187,17 @@ def test_submit_lands_on_the_run_with_its_verdict_in_view(
     page = watched(js).page
     start = server + ("/read/jax-gpu/execute" if js else "/runs/new?path=jax-gpu")
     page.goto(start)
+    # The form starts on a B200 compile (no GPU here); a hurried user wants a timed run on
+    # the CPU that is here: choosing jax-cpu clears the target and ticks execute.
+    expect(page.locator("select[name=path]")).to_have_value("jax-gpu")
+    page.select_option("select[name=path]", "jax-cpu")
+    if not js:
+        page.get_by_role("button", name="Update the form for this path").click()
     expect(page.locator("select[name=path]")).to_have_value("jax-cpu")
+    expect(page.locator("input[name=stages][value=execute]")).to_be_checked()
     page.fill("#p-m", "64")
     page.fill("#m-samples", "8")
+    form_url = page.url  # without JavaScript, the form updated for jax-cpu is its own page
     page.click("#queue-run")
     expect(page).to_have_url(re.compile(re.escape(server) + r"/runs/[0-9a-f]{16}$"))
     job_id = page.url.rsplit("/", 1)[1]
@@ -195,17 +209,20 @@ def test_submit_lands_on_the_run_with_its_verdict_in_view(
     expect(page.locator("h1")).to_have_count(1)
     expect(page.locator("#run-badge")).to_have_text("done")
     expect(page.locator(".reproduce")).not_to_contain_text("kernel=")
+    if js:  # read the compiler output before going back (leaving aborts its loading)
+        expect(page.locator(".ir-view .ir-lines").first).to_be_visible(timeout=20000)
     page.go_back()
-    expect(page).to_have_url(start)
+    expect(page).to_have_url(form_url)
 
 
 @JS
 def test_a_queued_run_can_be_cancelled_from_its_page(watched: Any, server: str, js: bool) -> None:
     page = watched(js).page
     page.goto(server + "/runs/new?path=jax-gpu")
-    page.select_option("select[name=path]", "jax-gpu")
+    # The form starts on a B200 compile; with no target the job waits for a real GPU.
+    page.select_option("select[name=target]", "")
     if not js:
-        page.get_by_role("button", name="Update the form for this path").click()
+        page.get_by_role("button", name="Update the form for this target").click()
     # The user's own choice stands, with a warning that it will wait.
     expect(page.locator("#path-note")).to_contain_text("No connected worker runs jax-gpu. A job")
     page.click("#queue-run")

@@ -60,13 +60,14 @@ def test_the_reader_carries_a_run_panel(page: Page, bench_server: str) -> None:
     page.goto(bench_server + "/read/jax-gpu/execute")
     form = page.locator("#run-panel form#run-form")
     expect(form).to_be_visible()
-    # No GPU worker is connected here: the form starts on the path the local worker runs,
-    # says why, and still offers the reader's path.
+    # No GPU worker is connected here, but the local worker compiles for B200s without
+    # one: the form starts on that, compile only, and says why.
+    expect(page.locator("#f-path option:checked")).to_have_text("jax-gpu (no worker connected)")
+    expect(page.locator("#f-target")).to_have_value("b200:1")
+    expect(page.locator("#path-note")).to_contain_text("starts on b200:1, compile only")
+    # A timed run needs a path a worker executes: jax-cpu clears the target.
+    page.select_option("#f-path", "jax-cpu")
     expect(page.locator("#f-path option:checked")).to_have_text("jax-cpu")
-    expect(page.locator("#f-path option[value='jax-gpu']")).to_have_text(
-        "jax-gpu (no worker connected)"
-    )
-    expect(page.locator("#path-note")).to_contain_text("starts on jax-cpu")
     page.fill("#p-m", "32")
     page.fill("#m-samples", "5")
     page.get_by_role("button", name="Queue the run").click()
