@@ -274,8 +274,7 @@ def choose_path(
             [StageId.COMPILE.value],
             f"No connected worker runs {requested} on real devices, but one compiles for its "
             f"targets without the hardware, so the form starts on {compiles[0]}, compile "
-            "only: the run shows the IR, what XLA chose and memory per device, with no time. "
-            "Choose another target, or none to queue a job that waits for real devices.",
+            "only. Choose no target to queue a job that waits for real devices.",
             target=compiles[0],
         )
     if insist and requested in offered:
