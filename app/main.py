@@ -110,12 +110,13 @@ def build_api(state: AppState) -> Built:
     api.state.boundary = state
     pages.install(api)
     from app.routes import api as api_routes
-    from app.routes import artifacts, compare, matrices, ops, pipeline, runs, worker_api
+    from app.routes import artifacts, compare, matrices, ops, pipeline, run_form, runs, worker_api
 
     for router in (
         api_routes.router,
         worker_api.router,
         ops.router,
+        run_form.router,
         runs.router,
         pipeline.router,
         compare.router,

@@ -1,6 +1,6 @@
-"""The bench's pages: the run form, a run's live progress and full result, history and
-workers. Each page has a fragment (htmx) and a JSON twin built from the same job JSON
-the API returns."""
+"""The bench's pages: a run's live progress and full result, history and workers (the
+run form is `app.routes.run_form`). Each page has a fragment (htmx) and a JSON twin
+built from the same job JSON the API returns."""
 
 from __future__ import annotations
 
@@ -19,30 +19,19 @@ from app.dispatch import Dispatcher
 from app.ir.view import SourceText, build_view
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.api import job_public
-from app.routes.common import connected_paths, is_htmx, render
+from app.routes.common import is_htmx, render
 from app.routes.errors import MissingPart
+from app.routes.run_form import FORM_MAX_BYTES
 from app.routing import Endpoint, reads
-from app.runs.form import (
-    PATH_ONLY_PARAMS,
-    FormState,
-    choose_path,
-    measure_fields,
-    param_fields,
-    read_form,
-    target_note,
-    target_options,
-)
 from app.runs.profile import profile_response
 from app.runs.views import run_context, samples_csv, shape_and_dtype
 from app.state import AppState
 from app.store import now
-from app.submission import form_errors, read_capped_body, validate_submission
+from app.submission import read_capped_body
 from workers.catalog import WORKLOADS
-from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId, StageId
+from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
 router = APIRouter(include_in_schema=False)
-
-FORM_MAX_BYTES = 64 * 1024
 
 read_route = reads(router)
 
@@ -61,144 +50,6 @@ def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
 
 def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
-
-
-def _form_context(
-    state: AppState, dispatcher: Dispatcher, form: FormState, note: str | None = None
-) -> dict[str, Any]:
-    workload = WORKLOADS[form.workload]
-    connected = connected_paths(dispatcher)
-    workers = [w.capabilities for w in dispatcher.connected_workers()]
-    options = target_options(form.workload, form.path, workers)
-    chosen = next((o for o in options if o.id == form.target), None)
-    return {
-        "targets": options,
-        "target_note": target_note(chosen.id, chosen.real) if chosen else None,
-        "form": form,
-        "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
-        "workload": workload,
-        "params": [
-            f
-            for f in param_fields(form.workload)
-            if PATH_ONLY_PARAMS.get(f.name, form.path) == form.path
-        ],
-        "measure": measure_fields(),
-        "paths": [p.value for p in workload.paths],
-        "connected": connected,
-        # As /workers lists them: cuda without a GPU that runs it is for compiling only.
-        "offered": [
-            f"{p} (compile only)"
-            if p == PathId.CUDA.value
-            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
-            else p
-            for p in connected
-        ],
-        "path_note": note,
-        "token_needed": state.settings.SUBMIT_TOKEN is not None,
-        "nav": "runs",
-    }
-
-
-@page_route("/runs/new")
-async def new_run(
-    request: Request,
-    state: StateDep,
-    dispatcher: DispatcherDep,
-    *,
-    workload: Annotated[str, Query(max_length=64)] = "matmul",
-    path: Annotated[str | None, Query(max_length=16)] = None,
-    shown: Annotated[str | None, Query(max_length=64)] = None,
-    shown_path: Annotated[str | None, Query(max_length=16)] = None,
-    target: Annotated[str | None, Query(max_length=16)] = None,
-    shown_target: Annotated[str | None, Query(max_length=16)] = None,
-) -> HTMLResponse:
-    """The run form, generated from the catalog, starting on what a connected worker can do.
-
-    The form asks for itself again (htmx, or a plain GET without JavaScript) when the
-    workload or path changes: `shown` and `shown_path` say what it showed, so the values
-    typed so far are kept where they still apply.
-    """
-    if workload not in WORKLOADS:
-        workload = "matmul"
-    workers = [w.capabilities for w in dispatcher.connected_workers()]
-    picked = shown_path is not None  # the user chose this path in the form itself
-    choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)
-    form = FormState(workload=workload, path=choice.path, stages=choice.stages)
-    for key, value in request.query_params.multi_items():
-        if key.startswith("measure.") or (key.startswith("param.") and shown == workload):
-            form.values[key] = value[:200]
-    if shown == workload and shown_path == choice.path:
-        form.stages = request.query_params.getlist("stages")  # nothing changed them
-    # A target goes with some paths only (jax-cpu takes none): another path clears it.
-    offered = {o.id for o in target_options(workload, choice.path, workers)}
-    form.target = target if target in offered else None
-    if target is None and choice.target in offered:
-        form.target = choice.target  # none asked for: start on one a worker compiles for
-    if form.target and form.target != shown_target:
-        form.stages = [StageId.COMPILE.value]  # a new target: compile only, and say why
-    elif shown_target and not form.target:
-        form.stages = choice.stages  # the target was cleared: the path's usual stages
-    ctx = _form_context(state, dispatcher, form, choice.note)
-    return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
-
-
-@router.post("/runs", response_class=HTMLResponse)
-async def submit_run(
-    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
-) -> Response:
-    """Queue a job from the form; on a mistake, show the form again with every value kept."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != "application/x-www-form-urlencoded":
-        raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
-    body_bytes = await read_capped_body(request, FORM_MAX_BYTES, "form")
-    pairs = parse_qsl(body_bytes.decode("utf-8", "replace"), keep_blank_values=True)
-    form = {k: v for k, v in pairs if k != "stages"}
-    stages = [v for k, v in pairs if k == "stages"]
-    body, form_state = read_form(form, stages)
-    settings = state.settings
-
-    def again(status: int) -> HTMLResponse:
-        if form_state.workload not in WORKLOADS:
-            form_state.workload = "matmul"
-        ctx = _form_context(state, dispatcher, form_state)
-        return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx, status)
-
-    if form_state.errors and form_state.workload in WORKLOADS:
-        # A field that is not even a number is left out of `body`; the others are still
-        # checked now, so every field's problem shows at once, not one per attempt.
-        try:
-            validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
-        except HTTPException as exc:
-            for name, message in form_errors(exc).items():
-                if name != "general":
-                    form_state.errors.setdefault(name, message)
-    if form_state.errors:
-        return again(422)
-    try:
-        admission.check_token(form.get("token"), "job submission", bearer=False)
-    except HTTPException:
-        form_state.errors["token"] = "this server needs its submission token"
-        return again(401)
-    try:
-        valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
-    except HTTPException as exc:
-        problems = form_errors(exc)
-        if "general" in problems:
-            form_state.general.append(problems.pop("general"))
-        form_state.errors.update(problems)
-        return again(exc.status_code)
-    try:
-        (job,) = admission.queue(admission.client(request), [valid])
-    except HTTPException as busy:
-        form_state.general.append(f"Not queued: {busy.detail}.")
-        response = again(busy.status_code)
-        response.headers.update(busy.headers or {})
-        return response
-    url = f"/runs/{job.id}"
-    if is_htmx(request):
-        # A whole page: its own URL, title and heading, and Back returns to the form.
-        return Response(status_code=200, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
 
 
 @router.api_route("/runs/{job_id}.json", methods=["GET", "HEAD"])

@@ -1,0 +1,174 @@
+"""The run form: `/runs/new` (page, or the fragment under a reader card) built from the
+catalog and starting on what a connected worker can do, and `POST /runs`, which queues
+the job through the one admission and lands on the run's own page."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.responses import Response
+
+from app.deps import AdmissionDep, DispatcherDep, StateDep
+from app.dispatch import Dispatcher
+from app.routes.common import connected_paths, is_htmx, render
+from app.routing import reads
+from app.runs.form import (
+    PATH_ONLY_PARAMS,
+    FormState,
+    choose_path,
+    measure_fields,
+    param_fields,
+    read_form,
+    target_note,
+    target_options,
+)
+from app.state import AppState
+from app.submission import form_errors, read_capped_body, validate_submission
+from workers.catalog import WORKLOADS
+from workers.protocol import PathId, StageId
+
+router = APIRouter(include_in_schema=False)
+"""Included before the run pages' router, so `/runs/new` is never read as a run id."""
+
+FORM_MAX_BYTES = 64 * 1024
+
+
+def _form_context(
+    state: AppState, dispatcher: Dispatcher, form: FormState, note: str | None = None
+) -> dict[str, Any]:
+    workload = WORKLOADS[form.workload]
+    connected = connected_paths(dispatcher)
+    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    options = target_options(form.workload, form.path, workers)
+    chosen = next((o for o in options if o.id == form.target), None)
+    return {
+        "targets": options,
+        "target_note": target_note(chosen.id, chosen.real) if chosen else None,
+        "form": form,
+        "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
+        "workload": workload,
+        "params": [
+            f
+            for f in param_fields(form.workload)
+            if PATH_ONLY_PARAMS.get(f.name, form.path) == form.path
+        ],
+        "measure": measure_fields(),
+        "paths": [p.value for p in workload.paths],
+        "connected": connected,
+        # As /workers lists them: cuda without a GPU that runs it is for compiling only.
+        "offered": [
+            f"{p} (compile only)"
+            if p == PathId.CUDA.value
+            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
+            else p
+            for p in connected
+        ],
+        "path_note": note,
+        "token_needed": state.settings.SUBMIT_TOKEN is not None,
+        "nav": "runs",
+    }
+
+
+@reads(router)("/runs/new", response_class=HTMLResponse)
+async def new_run(
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    *,
+    workload: Annotated[str, Query(max_length=64)] = "matmul",
+    path: Annotated[str | None, Query(max_length=16)] = None,
+    shown: Annotated[str | None, Query(max_length=64)] = None,
+    shown_path: Annotated[str | None, Query(max_length=16)] = None,
+    target: Annotated[str | None, Query(max_length=16)] = None,
+    shown_target: Annotated[str | None, Query(max_length=16)] = None,
+) -> HTMLResponse:
+    """The run form, generated from the catalog, starting on what a connected worker can do.
+
+    The form asks for itself again (htmx, or a plain GET without JavaScript) when the
+    workload or path changes: `shown` and `shown_path` say what it showed, so the values
+    typed so far are kept where they still apply.
+    """
+    if workload not in WORKLOADS:
+        workload = "matmul"
+    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    picked = shown_path is not None  # the user chose this path in the form itself
+    choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)
+    form = FormState(workload=workload, path=choice.path, stages=choice.stages)
+    for key, value in request.query_params.multi_items():
+        if key.startswith("measure.") or (key.startswith("param.") and shown == workload):
+            form.values[key] = value[:200]
+    if shown == workload and shown_path == choice.path:
+        form.stages = request.query_params.getlist("stages")  # nothing changed them
+    # A target goes with some paths only (jax-cpu takes none): another path clears it.
+    offered = {o.id for o in target_options(workload, choice.path, workers)}
+    form.target = target if target in offered else None
+    if target is None and choice.target in offered:
+        form.target = choice.target  # none asked for: start on one a worker compiles for
+    if form.target and form.target != shown_target:
+        form.stages = [StageId.COMPILE.value]  # a new target: compile only, and say why
+    elif shown_target and not form.target:
+        form.stages = choice.stages  # the target was cleared: the path's usual stages
+    ctx = _form_context(state, dispatcher, form, choice.note)
+    return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
+
+
+@router.post("/runs", response_class=HTMLResponse)
+async def submit_run(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
+) -> Response:
+    """Queue a job from the form; on a mistake, show the form again with every value kept."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/x-www-form-urlencoded":
+        raise HTTPException(status_code=415, detail="send the form as urlencoded fields")
+    body_bytes = await read_capped_body(request, FORM_MAX_BYTES, "form")
+    pairs = parse_qsl(body_bytes.decode("utf-8", "replace"), keep_blank_values=True)
+    form = {k: v for k, v in pairs if k != "stages"}
+    stages = [v for k, v in pairs if k == "stages"]
+    body, form_state = read_form(form, stages)
+    settings = state.settings
+
+    def again(status: int) -> HTMLResponse:
+        if form_state.workload not in WORKLOADS:
+            form_state.workload = "matmul"
+        ctx = _form_context(state, dispatcher, form_state)
+        return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx, status)
+
+    if form_state.errors and form_state.workload in WORKLOADS:
+        # A field that is not even a number is left out of `body`; the others are still
+        # checked now, so every field's problem shows at once, not one per attempt.
+        try:
+            validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
+        except HTTPException as exc:
+            for name, message in form_errors(exc).items():
+                if name != "general":
+                    form_state.errors.setdefault(name, message)
+    if form_state.errors:
+        return again(422)
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
+        form_state.errors["token"] = "this server needs its submission token"
+        return again(401)
+    try:
+        valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
+    except HTTPException as exc:
+        problems = form_errors(exc)
+        if "general" in problems:
+            form_state.general.append(problems.pop("general"))
+        form_state.errors.update(problems)
+        return again(exc.status_code)
+    try:
+        (job,) = admission.queue(admission.client(request), [valid])
+    except HTTPException as busy:
+        form_state.general.append(f"Not queued: {busy.detail}.")
+        response = again(busy.status_code)
+        response.headers.update(busy.headers or {})
+        return response
+    url = f"/runs/{job.id}"
+    if is_htmx(request):
+        # A whole page: its own URL, title and heading, and Back returns to the form.
+        return Response(status_code=200, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)
