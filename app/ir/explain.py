@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from app.ir.pipeline import origins
+from app.ir.pipeline import HLO_INSTRUCTION, origins
 from app.ir.sources import source_map
 from app.ir.view import Keys
 from workers.protocol import HloExplained, PipelineCapture, SourceText
@@ -14,9 +14,6 @@ from workers.protocol import HloExplained, PipelineCapture, SourceText
 MAX_EXPLAINED = 200
 """Instructions explained per run."""
 
-_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s(?P<op>[a-z][a-z0-9\-]*)\("
-)
 _EXPLAINED = re.compile(
     r"^(fusion|custom-call|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
     r"collective-broadcast|ragged-all-to-all)(-start)?$"
@@ -75,7 +72,7 @@ def explain(
         made = {o.name: o for o in origins(pipeline, hlo)}
     out: list[HloExplained] = []
     for i, line in enumerate(lines):
-        m = _INSTRUCTION.match(line)
+        m = HLO_INSTRUCTION.match(line)
         if not m or not _EXPLAINED.match(m.group("op")):
             continue
         name, op, shape = m.group("name"), m.group("op"), m.group("shape")
