@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from workers import harness
@@ -40,7 +39,6 @@ from workers.environment import (
     devices_by_platform,
 )
 from workers.ir import compiled_costs, summarize_hlo
-from workers.jaxtyped import shape_dtype_struct
 from workers.pipeline import capture_pipeline, max_bytes_from_env
 from workers.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.protocol import (
@@ -67,6 +65,7 @@ from workers.scale.prepare import Prepared
 from workers.scale.prepare import prepare as prepare_scale
 from workers.scale.report import attach_scale
 from workers.source import workload_source
+from workers.stages import single_device_inputs, trace_and_lower
 from workers.sweep import run_sweep
 from workers.workloads import JaxFunction, get_workload
 from workers.workloads.base import Workload
@@ -208,22 +207,17 @@ def _compile(
     scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
     if scaled is None:
         jitted = _jitted(job.workload, params)
-        sharding = jax.sharding.SingleDeviceSharding(devices[0])
-        abstract = [
-            shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding)
-            for s in workload.input_specs(params)
-        ]
+        abstract = single_device_inputs(workload, params, devices[0])
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     before = cache_counts()
-    t0 = clock()
-    traced = jitted.trace(*abstract)
-    trace_s = clock() - t0
-    emit("traced")
-    t0 = clock()
-    lowered = traced.lower()
-    lower_s = clock() - t0
-    emit("lowered")
+    staged = trace_and_lower(jitted, abstract, emit)
+    traced, lowered, trace_s, lower_s = (
+        staged.traced,
+        staged.lowered,
+        staged.trace_s,
+        staged.lower_s,
+    )
     t0 = clock()
     compiled = lowered.compile()
     compile_s = clock() - t0

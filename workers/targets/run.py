@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from workers.catalog.base import WorkloadParams
 from workers.compile_cache import apply_cache_policy, default_cache_dir
 from workers.environment import describe_devices, detect_environment, devices_by_platform
 from workers.ir import compiled_costs, summarize_hlo
-from workers.jaxtyped import shape_dtype_struct
 from workers.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.protocol import (
     Artifacts,
@@ -45,6 +43,7 @@ from workers.publish import Measured, Work
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
 from workers.source import workload_source
+from workers.stages import single_device_inputs, trace_and_lower
 from workers.targets.dump import kernels_ptx
 from workers.targets.topology import compiler_of, target_devices
 from workers.workloads import get_workload
@@ -191,20 +190,16 @@ def run_deviceless(
     scaled = prepare_scale(workload, params, devices)
     if scaled is None:
         jitted = jax.jit(workload.function(params))
-        sharding = jax.sharding.SingleDeviceSharding(devices[0])
-        abstract = [
-            shape_dtype_struct(s.shape, jnp.dtype(s.dtype), sharding=sharding) for s in specs
-        ]
+        abstract = single_device_inputs(workload, params, devices[0])
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
-    t0 = clock()
-    traced = jitted.trace(*abstract)
-    trace_s = clock() - t0
-    emit("traced")
-    t0 = clock()
-    lowered = traced.lower()
-    lower_s = clock() - t0
-    emit("lowered")
+    staged = trace_and_lower(jitted, abstract, emit)
+    traced, lowered, trace_s, lower_s = (
+        staged.traced,
+        staged.lowered,
+        staged.trace_s,
+        staged.lower_s,
+    )
     t0 = clock()
     try:
         compiled = lowered.compile()
