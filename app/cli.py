@@ -108,7 +108,7 @@ def _export(argv: list[str]) -> int:
     )
     parser.add_argument("directory", type=Path)
     args = parser.parse_args(argv)
-    from app.export import export_site
+    from app.reader.static_site import export_site
     from app.settings import get_settings
 
     written = export_site(args.directory, get_settings())
@@ -118,19 +118,19 @@ def _export(argv: list[str]) -> int:
 
 
 def _worker(argv: list[str]) -> int:
-    from workers.worker_cli import worker_command
+    from workers.cli.worker import worker_command
 
     return worker_command(argv)
 
 
 def _run(argv: list[str]) -> int:
-    from workers.cli import run_command
+    from workers.cli.run import run_command
 
     return run_command(argv)
 
 
 def _export_fn(argv: list[str]) -> int:
-    from workers.export_fn import export_command
+    from workers.cli.export_fn import export_command
 
     return export_command(argv)
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 
-from app.admission import Admission
 from app.dispatch import Dispatcher
+from app.queue.admission import Admission
 from app.settings import Settings
 from app.state import AppState
 
@@ -43,4 +43,4 @@ def get_admission(request: Request) -> Admission:
 
 
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
-"""The one gate for everything that queues work (app.admission)."""
+"""The one gate for everything that queues work (app.queue.admission)."""

@@ -2,7 +2,7 @@
 
 Layers, outermost first: FastPath (pre-rendered reader pages and static files from
 memory), SecurityHeaders (CSP and framing for everything else), then FastAPI routes,
-which `boundary serve` builds in the background (app.deferred) so it answers sooner.
+which `boundary serve` builds in the background (app.web.deferred) so it answers sooner.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp
 
-from app.assets import Asset, load_assets
-from app.deferred import Built, DeferredApp
-from app.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
 from app.reader.content import load_content
 from app.reader.site import Deferred, names_origin, render_site
-from app.security import SecurityHeaders, security_headers
 from app.settings import Settings, get_settings
 from app.state import AppState
-from app.templating import make_environment, pygments_css, server_linker
+from app.web.assets import Asset, load_assets
+from app.web.deferred import Built, DeferredApp
+from app.web.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
+from app.web.security import SecurityHeaders, security_headers
+from app.web.templating import make_environment, pygments_css, server_linker
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
     from fastapi import FastAPI
@@ -34,7 +34,7 @@ ASSET_CACHE = (b"cache-control", b"public, max-age=31536000, immutable")
 
 
 def build_assets() -> dict[str, Asset]:
-    from app.assets import STATIC_DIR
+    from app.web.assets import STATIC_DIR
 
     css = (STATIC_DIR / "app.css").read_bytes() + b"\n" + pygments_css().encode()
     return load_assets(extra={"app.css": css})
@@ -81,11 +81,11 @@ def build_api(state: AppState) -> Built:
     """The FastAPI app with every route, and the function that opens its lifespan."""
     from fastapi import FastAPI
 
-    from app.admission import Admission
-    from app.bodylimit import BodyLimit
     from app.dispatch import Dispatcher
+    from app.queue.admission import Admission
     from app.routes import pages
     from app.store import Store
+    from app.web.bodylimit import BodyLimit
 
     settings = state.settings
     dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)

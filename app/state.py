@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 from jinja2 import Environment
 
-from app.assets import Asset
 from app.reader.content import Content
 from app.settings import Settings
+from app.web.assets import Asset
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see app.main.build_api)
-    from app.admission import Admission
     from app.dispatch import Dispatcher
+    from app.queue.admission import Admission
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.jaxenv import apply_jax_environment
+from workers.compiler.jaxenv import apply_jax_environment
 
 apply_jax_environment()  # a GPU is found by its device files; JAX then uses it
 
@@ -52,7 +52,7 @@ def _size(workload: str, params: dict[str, Any]) -> str:
 
 def measure(samples: int, ladder: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per (case, subject): both medians, their gap and ratio."""
-    from workers.engine import run_job
+    from workers.run.engine import run_job
 
     rows: list[dict[str, Any]] = []
     for workload, params in ladder:

@@ -145,7 +145,7 @@ def main() -> None:
     try:
         wait_for(lambda: client.get("/readyz").status_code == 200, 30, "the server")
         worker = subprocess.Popen(
-            [PY, "-m", "workers.worker_cli", "--server", url, "--name", "bench"],
+            [PY, "-m", "workers.cli.worker", "--server", url, "--name", "bench"],
             cwd=ROOT, env=env, stdout=logs, stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_for(lambda: client.get("/api/v1/workers").json()["count"], 60, "the worker")

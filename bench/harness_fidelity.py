@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.jaxenv import apply_jax_environment
+from workers.compiler.jaxenv import apply_jax_environment
 
 apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
 
@@ -30,9 +30,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from workers.engine import run_job  # noqa: E402
-from workers.harness import CompiledCall, sample_latency  # noqa: E402
+from workers.measure.harness import CompiledCall, sample_latency  # noqa: E402
 from workers.protocol import JobSpec, MeasureOptions  # noqa: E402
+from workers.run.engine import run_job  # noqa: E402
 
 
 def bare_loop(call: CompiledCall, a: jax.Array, b: jax.Array, count: int) -> list[float]:

@@ -1,7 +1,7 @@
 """What capturing XLA's pass pipeline costs, as a ratio: (compile + capture) ÷ compile.
 
 For each program it alternates `--rounds` times between a plain `lowered.compile()` and
-a plain compile followed by the capture (`workers.pipeline.capture_pipeline`: a second
+a plain compile followed by the capture (`workers.compiler.pipeline.capture_pipeline`: a second
 compile with the per-pass dump, then reading the dump back), lowering afresh each time.
 In-memory caches are cleared before every compile and the persistent cache is off, so
 each compile does the full work. It prints the medians, the ratio and the capture's size.
@@ -55,7 +55,7 @@ def _lowered(workload: str, params: dict[str, Any], target: str | None = None) -
         devices = jax.devices()[:1]
     else:
         from workers.protocol.targets import parse_target
-        from workers.targets.topology import target_devices
+        from workers.xla_targets.topology import target_devices
 
         devices = list(target_devices(parse_target(target)))
     scaled = prepare(program, parsed, devices)
@@ -75,7 +75,7 @@ def measure(
     """Median seconds of a plain compile and of compile + capture, alternated."""
     import jax
 
-    from workers.pipeline import DEFAULT_MAX_BYTES, capture_pipeline
+    from workers.compiler.pipeline import DEFAULT_MAX_BYTES, capture_pipeline
 
     jax.config.update("jax_enable_compilation_cache", False)
     plain: list[float] = []

@@ -1,7 +1,7 @@
 """Compiling for targets without the hardware: our path's cost, and a newcomer's first HLO.
 
 1. Overhead (default). Per target, in one process: three cold compiles through the
-   worker's deviceless path (`workers.targets.run.run_deviceless`, its reported trace +
+   worker's deviceless path (`workers.run.deviceless.run_deviceless`, its reported trace +
    lower + compile) against three plain `jax.jit(f).lower(*args).compile()` of the same
    function, for the same target, from cleared caches with the persistent cache off,
    alternating (and swapping which goes first) so drift hits both alike, after one
@@ -57,20 +57,20 @@ CASES: dict[str, tuple[str, dict[str, Any], str]] = {
 
 
 def overhead(targets: list[str], rounds: int) -> None:
-    from workers.jaxenv import apply_jax_environment
+    from workers.compiler.jaxenv import apply_jax_environment
 
     apply_jax_environment()
     import jax
     import jax.numpy as jnp
 
     from workers.catalog import parse_params
-    from workers.catalog.targets import apply_target
-    from workers.jaxtyped import shape_dtype_struct
+    from workers.catalog.target_rules import apply_target
+    from workers.compiler.jaxtyped import shape_dtype_struct
     from workers.protocol import JobSpec, parse_target
+    from workers.run.deviceless import run_deviceless
     from workers.scale.prepare import prepare as prepare_scale
-    from workers.targets.run import run_deviceless
-    from workers.targets.topology import target_devices
     from workers.workloads import get_workload
+    from workers.xla_targets.topology import target_devices
 
     def plain(job: JobSpec, params: Any, devices: list[Any]) -> float:
         workload = get_workload(job.workload)

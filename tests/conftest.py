@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from workers.jaxenv import apply_jax_environment
+from workers.compiler.jaxenv import apply_jax_environment
 
 # Before any test imports jax, and inherited by every process a test starts: a machine
 # without a GPU or TPU runs JAX on the CPU, with libtpu quiet and shareable.

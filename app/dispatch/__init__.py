@@ -17,7 +17,7 @@ from app.dispatch.core import (
 )
 from app.dispatch.leasing import LeasingMixin
 from app.dispatch.reaper import START_ALLOWANCE_S, ReaperMixin
-from app.dispatch.reports import ReportsMixin
+from app.dispatch.worker_reports import ReportsMixin
 
 
 class Dispatcher(LeasingMixin, ReportsMixin, ReaperMixin):

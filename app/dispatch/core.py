@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.progress import ProgressHub
-from app.ratelimit import RateLimiter
-from app.requirements import describe_need, unmet
+from app.dispatch.progress import ProgressHub
+from app.dispatch.requirements import describe_need, unmet
+from app.queue.ratelimit import RateLimiter
 from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow, now
 from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus

@@ -16,7 +16,7 @@ import secrets
 import time
 
 from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
-from app.requirements import job_requirements, unmet
+from app.dispatch.requirements import job_requirements, unmet
 from app.store import JobRow, now
 from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus

@@ -9,7 +9,7 @@ import logging
 import time
 
 from app.dispatch.core import DispatcherCore
-from app.runs.profile import PROFILE_MEDIA
+from app.pages.runs.profile import PROFILE_MEDIA
 from app.store import Pruned, now
 from workers.protocol import JobStatus
 
@@ -25,7 +25,7 @@ class ReaperMixin(DispatcherCore):
     """reap() and the task that calls it every REAP_INTERVAL_S."""
 
     def prune(self) -> Pruned:
-        """Apply the retention settings now (app.store_retention)."""
+        """Apply the retention settings now (app.store.retention)."""
         s = self.settings
         at = now()
         self._next_prune = time.monotonic() + s.PRUNE_INTERVAL_S

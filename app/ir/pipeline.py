@@ -15,7 +15,7 @@ from html import escape
 
 from markupsafe import Markup
 
-from app.compare.diff import normalize
+from app.ir.diff import normalize
 from workers.protocol import PipelineCapture, PipelineStep, RunResult
 
 PIPELINE_ARTIFACT = "pipeline"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from workers.catalog import CatalogError, parse_params
-from workers.catalog.targets import apply_target, byte_cap
+from workers.catalog.target_rules import apply_target, byte_cap
 from workers.protocol import JobSpec
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Render every reader view once per content version.
 
-The server serves the result from memory (app.fastpath); `boundary export` writes the
+The server serves the result from memory (app.web.fastpath); `boundary export` writes the
 same renderings to disk with relative links. One function builds both.
 """
 
@@ -14,7 +14,6 @@ from typing import Any
 
 from jinja2 import Environment
 
-from app.assets import Asset
 from app.reader.content import READER_PATHS, READER_STAGES, Content
 from app.reader.views import (
     embed_url,
@@ -24,6 +23,7 @@ from app.reader.views import (
     reader_json,
     reader_url,
 )
+from app.web.assets import Asset
 from workers.protocol import PathId, StageId
 
 HTML = "text/html; charset=utf-8"

@@ -1,6 +1,6 @@
 """The public JSON API under /api/v1: submit and follow jobs, list workloads and workers.
 
-Reads answer GET and HEAD. Submission is strict (see app.submission). A job's run is
+Reads answer GET and HEAD. Submission is strict (see app.queue.submission). A job's run is
 returned inline with its artifacts capped; each artifact links to its full text.
 """
 
@@ -15,11 +15,12 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from app.admission import bearer_of
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
-from app.routing import reads
-from app.schemas import (
+from app.queue.admission import bearer_of
+from app.queue.submission import read_json_body, validate_submission
+from app.routes.routing import reads
+from app.routes.schemas import (
     JobPublic,
     JobsPublic,
     MessagePublic,
@@ -30,7 +31,6 @@ from app.schemas import (
     inline_schema,
 )
 from app.store import JobRow, now
-from app.submission import read_json_body, validate_submission
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 

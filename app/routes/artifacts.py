@@ -16,19 +16,19 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.responses import Response
 
-from app.admission import bearer_of, token_matches
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.common import connected_paths, is_htmx, render
-from app.routing import reads
-from app.schemas import MessagePublic, ValidationErrorPublic
-from app.submission import (
+from app.queue.admission import bearer_of, token_matches
+from app.queue.submission import (
     field_errors,
     form_errors,
     read_capped_body,
     validate_submission,
 )
-from app.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
+from app.queue.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
+from app.routes.common import connected_paths, is_htmx, render
+from app.routes.routing import reads
+from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
 

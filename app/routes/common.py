@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from app.state import AppState
-from app.templating import server_linker
+from app.web.templating import server_linker
 
 if TYPE_CHECKING:
     from app.dispatch import Dispatcher

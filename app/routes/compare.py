@@ -17,16 +17,16 @@ from fastapi.responses import (
 )
 from pydantic import ValidationError
 
-from app.admission import Admission
-from app.compare.decision import DecisionNotes, build_record, to_markdown
-from app.compare.stats import MIN_RUNS
-from app.compare.view import CompareInputError, compare_context, json_twin, read_request
-from app.compare.view import Request as Comparison
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
+from app.pages.compare.decision import DecisionNotes, build_record, to_markdown
+from app.pages.compare.stats import MIN_RUNS
+from app.pages.compare.view import CompareInputError, compare_context, json_twin, read_request
+from app.pages.compare.view import Request as Comparison
+from app.queue.admission import Admission
+from app.queue.submission import read_capped_body, validate_submission
 from app.routes.common import is_htmx, render
 from app.settings import Settings
-from app.submission import read_capped_body, validate_submission
 
 router = APIRouter(include_in_schema=False)
 
@@ -189,7 +189,7 @@ def _record_context(
 async def decision_json(
     request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
 ) -> Any:
-    """The decision record as JSON (reads back into app.compare.decision.DecisionRecord)."""
+    """The decision record as JSON (reads back into app.pages.compare.decision.DecisionRecord)."""
     found = _record_context(request, state, dispatcher, req)
     if isinstance(found, HTMLResponse):
         return found

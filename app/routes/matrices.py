@@ -18,18 +18,18 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.admission import Admission, bearer_of
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.matrices.spec import HOST, SHAPE, MatrixSpec, expand
-from app.matrices.store import CellRow, MatrixRow
-from app.matrices.views import cell_view, matrix_csv, matrix_public
+from app.pages.matrices import cell_view, matrix_csv, matrix_public
+from app.queue.admission import Admission, bearer_of
+from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
+from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, pydantic_problems, render
-from app.routing import reads
-from app.schemas import MessagePublic, ValidationErrorPublic, inline_schema
+from app.routes.routing import reads
+from app.routes.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
-from app.submission import field_errors, read_capped_body, read_json_body
+from app.store.matrices import CellRow, MatrixRow
 from workers.catalog import WORKLOADS
 from workers.catalog.values import parse_value
 from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId

@@ -14,7 +14,7 @@ from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
 from app.routes import errors
 from app.routes.common import request_problems
-from app.templating import server_linker
+from app.web.templating import server_linker
 from workers.protocol import PathId, StageId
 
 EMBED_WIDTH = 720

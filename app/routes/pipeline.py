@@ -20,7 +20,7 @@ from app.ir.pipeline import (
 )
 from app.ir.view import build_view
 from app.routes.common import render
-from app.routing import reads
+from app.routes.routing import reads
 
 router = APIRouter(include_in_schema=False)
 read_route = reads(router)

@@ -13,9 +13,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.routes.common import connected_paths, is_htmx, render
-from app.routing import reads
-from app.runs.form import (
+from app.pages.runs.form import (
     PATH_ONLY_PARAMS,
     FormState,
     choose_path,
@@ -25,8 +23,10 @@ from app.runs.form import (
     target_note,
     target_options,
 )
+from app.queue.submission import form_errors, read_capped_body, validate_submission
+from app.routes.common import connected_paths, is_htmx, render
+from app.routes.routing import reads
 from app.state import AppState
-from app.submission import form_errors, read_capped_body, validate_submission
 from workers.catalog import WORKLOADS
 from workers.protocol import PathId, StageId
 

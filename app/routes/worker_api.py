@@ -18,10 +18,10 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from app.bodylimit import WORKER_BODY_BYTES
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
-from app.schemas import (
+from app.queue.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
+from app.routes.schemas import (
     HeartbeatRequest,
     LeaseReply,
     LeaseRequest,
@@ -34,7 +34,7 @@ from app.schemas import (
     WorkerRegister,
     inline_schema,
 )
-from app.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
+from app.web.bodylimit import WORKER_BODY_BYTES
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 from workers.protocol.targets import TARGET_IDS

@@ -18,8 +18,8 @@ ATTENTION: dict[str, Any] = {
 
 def attention_result() -> dict[str, Any]:
     """A real attention run (trace, lower, compile, a few samples) as JSON."""
-    from workers.engine import run_job
     from workers.protocol import JobSpec
+    from workers.run.engine import run_job
 
     return run_job(JobSpec.model_validate(ATTENTION)).model_dump(mode="json")
 
@@ -102,8 +102,8 @@ def big_hlo(target_bytes: int = 4_000_000) -> str:
 
 def attention_with_pipeline() -> dict[str, Any]:
     """The attention run with `measure.pipeline` on: XLA's passes captured on the CPU."""
-    from workers.engine import run_job
     from workers.protocol import JobSpec
+    from workers.run.engine import run_job
 
     spec = {**ATTENTION, "measure": {**ATTENTION["measure"], "pipeline": True}}
     return run_job(JobSpec.model_validate(spec)).model_dump(mode="json")

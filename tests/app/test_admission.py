@@ -192,7 +192,7 @@ async def test_a_runnable_job_is_leased_wherever_it_sits_in_the_queue(connect: C
     # Before: the lease query looked at the first MAX_QUEUE queued jobs only.
     async with connect(MAX_QUEUE=3, MAX_WAITING=100) as (client, app):
         dispatcher = _state(app).dispatcher
-        from app.submission import validate_job
+        from app.queue.submission import validate_job
 
         cpu = validate_job(MATMUL, 2**30)
         for _ in range(3):  # jobs spanning more devices than the worker has, queued first

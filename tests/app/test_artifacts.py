@@ -14,7 +14,7 @@ import pytest
 
 from app.settings import Settings
 from tests.app.bench_fakes import AUTH, FakeWorker
-from workers.export_fn import export_function
+from workers.cli.export_fn import export_function
 from workers.files import FileCache
 from workers.protocol import JobSpec
 
@@ -53,7 +53,7 @@ async def upload(client: httpx.AsyncClient, data: bytes, kind: str = "exported")
 
 async def run_one(client: httpx.AsyncClient, files: FileCache) -> dict[str, Any]:
     """Be a worker for one job: lease it, fetch its files, run it for real, report it."""
-    from workers.engine import run_job
+    from workers.run.engine import run_job
 
     worker = FakeWorker(client)
     await worker.register()

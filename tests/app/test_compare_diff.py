@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.compare.diff import MAX_LINES, ir_diff, normalize
+from app.ir.diff import MAX_LINES, ir_diff, normalize
 
 HLO = """HloModule jit_matmul
 

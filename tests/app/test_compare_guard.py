@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from app.compare.guard import Guarded, guard, run_facts
-from workers.engine import run_job
-from workers.faults import perturbed
+from app.pages.compare.guard import Guarded, guard, run_facts
+from workers.measure.faults import perturbed
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 
 SPEC: dict[str, Any] = {
     "workload": "matmul",

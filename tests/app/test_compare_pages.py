@@ -17,11 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compare.decision import DecisionRecord
+from app.pages.compare.decision import DecisionRecord
 from tests.app.bench_fakes import FakeWorker, capabilities
-from workers.engine import run_job
+from workers.measure.stats import summarize
 from workers.protocol import JobSpec
-from workers.stats import summarize
+from workers.run.engine import run_job
 
 pytestmark = pytest.mark.anyio
 

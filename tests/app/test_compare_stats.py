@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from app.compare.stats import Interval, noise_floor, ratio_interval, verdict
+from app.pages.compare.stats import Interval, noise_floor, ratio_interval, verdict
 
 A = [1.00e-3, 1.04e-3, 0.97e-3, 1.01e-3]
 

@@ -94,7 +94,7 @@ async def test_a_compile_only_job_needs_cuda_compile(bench_client: httpx.AsyncCl
 async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     bench_client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    from workers.engine import run_job
+    from workers.run.engine import run_job
 
     worker = FakeWorker(bench_client, cpu_with_nvcc())
     await worker.register()

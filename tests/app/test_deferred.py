@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.deferred import DeferredApp
 from app.main import create_app
 from app.settings import Settings
+from app.web.deferred import DeferredApp
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.export import export_site
+from app.reader.static_site import export_site
 from app.settings import Settings
 
 

@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from app.assets import STATIC_DIR
 from app.ir.folds import block_folds, inline_folds
 from app.ir.lexers import lexer_for
 from app.ir.render import TOKEN_CLASSES, token_class
 from app.ir.sources import source_map
 from app.ir.view import MAX_HITS, PAGE_LINES, PART_LINES, build_view
+from app.web.assets import STATIC_DIR
 
 HLO = """HloModule jit_f, is_scheduled=true
 

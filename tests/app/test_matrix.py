@@ -21,7 +21,7 @@ SHAPES = [{"m": 16, "n": 16, "k": 16}, {"m": 32, "n": 24, "k": 16}, {"m": 48, "n
 
 async def work_off(client: httpx.AsyncClient, count: int) -> None:
     """A worker in this process: lease each job, run it for real with the engine, report."""
-    from workers.engine import run_job
+    from workers.run.engine import run_job
 
     worker = FakeWorker(client)
     await worker.register()

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.compare.guard import run_facts
+from app.pages.compare.guard import run_facts
 from tests.app.ir_runs import attention_with_pipeline, post_run
-from workers.pipeline import read_dump
+from workers.compiler.pipeline import read_dump
 
 pytestmark = pytest.mark.anyio
 
@@ -34,8 +34,8 @@ def test_the_capture_lists_passes_and_keeps_the_compile_time_plain(piped: dict[s
 
 
 def test_the_capture_compiles_after_the_timed_compile_has_stopped() -> None:
-    from workers.engine import run_job
     from workers.protocol import JobSpec, ProgressEvent
+    from workers.run.engine import run_job
 
     events: list[ProgressEvent] = []
     spec = {
@@ -113,8 +113,8 @@ async def test_a_run_without_a_pipeline_says_how_to_get_one(
 async def test_two_pipelines_side_by_side_aligned_by_pass(
     bench_client: httpx.AsyncClient, piped: dict[str, Any]
 ) -> None:
-    from workers.engine import run_job
     from workers.protocol import JobSpec
+    from workers.run.engine import run_job
 
     matmul = run_job(
         JobSpec.model_validate(

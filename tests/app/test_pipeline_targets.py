@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.app.ir_runs import post_run
-from workers.engine import run_job
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

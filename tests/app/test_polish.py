@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from app.charts import render_chart
-from app.compare.plot import RunSamples, distributions_svg
-from app.templating import CODE_BACKGROUND, contrast, plural, pygments_css, relative_time
+from app.pages.charts import render_chart
+from app.pages.compare.plot import RunSamples, distributions_svg
+from app.web.templating import CODE_BACKGROUND, contrast, plural, pygments_css, relative_time
 from tests.app.bench_fakes import MATMUL, FakeWorker, run_result
-from workers.stats import summarize
+from workers.measure.stats import summarize
 
 pytestmark = pytest.mark.anyio
 

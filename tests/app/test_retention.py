@@ -16,7 +16,7 @@ import pytest
 from bench_fakes import MATMUL, FakeWorker
 
 from app.main import create_app
-from app.runs.profile import PROFILE_FILE, PROFILE_MEDIA
+from app.pages.runs.profile import PROFILE_FILE, PROFILE_MEDIA
 from app.settings import Settings
 from workers.files import FileCache
 
@@ -92,7 +92,7 @@ async def test_stored_files_stay_under_their_cap(tmp_path: Path) -> None:
                     "path": "jax-cpu",
                     "params": {"artifact": "0" * 64, "inputs": shas[1]},
                 }
-                from app.submission import ValidJob
+                from app.queue.submission import ValidJob
                 from workers.protocol import JobSpec
 
                 valid = ValidJob(JobSpec.model_validate(spec), 1)

@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from app.charts import render_chart
-from app.runs.roofline import build_roofline, roofline_svg, roofline_view
-from app.runs.sweep_plot import sweep_svg
+from app.pages.charts import render_chart
+from app.pages.runs.roofline import build_roofline, roofline_svg, roofline_view
+from app.pages.runs.sweep_plot import sweep_svg
 from tests.app.bench_fakes import FakeWorker, capabilities
-from workers.engine import run_job
 from workers.protocol import Ceilings, JobSpec, RunResult
+from workers.run.engine import run_job
 
 CEILINGS = Ceilings(
     device_kind="cpu",

@@ -22,13 +22,13 @@ SMALL = {"m": 64, "n": 48, "k": 32, "dtype": "float32"}
 @pytest.fixture(scope="module")
 def real_results() -> dict[str, dict[str, Any]]:
     """A valid and a deliberately perturbed run of a small matmul, made by the engine."""
-    from workers.engine import run_job
+    from workers.run.engine import run_job
 
     spec = JobSpec.model_validate(
         {"workload": "matmul", "params": SMALL, "measure": {"samples": 12}}
     )
     good = run_job(spec).model_dump(mode="json")
-    from workers.faults import perturbed
+    from workers.measure.faults import perturbed
 
     with perturbed(0.5):
         bad = run_job(spec).model_dump(mode="json")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bench_fakes import capabilities
 
-from app.requirements import job_requirements, unmet
+from app.dispatch.requirements import job_requirements, unmet
 from app.store import SCHEMA_VERSION, NewRun, Store
 from workers.protocol import Capabilities, JobSpec, JobStatus
 

@@ -27,7 +27,7 @@ def test_files_are_kept_once_and_attached_by_name(tmp_path: Path) -> None:
 def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
     import sqlite3
 
-    from app.store_schema import MIGRATIONS
+    from app.store.schema import MIGRATIONS
 
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)

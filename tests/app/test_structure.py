@@ -97,7 +97,7 @@ def test_the_server_never_imports_the_workers_command_line() -> None:
         for path in APP.rglob("*.py")
         if path.name != "cli.py" or path.parent != APP
         for module, _ in _runtime_imports(path)
-        if module in ("workers.cli", "workers.worker_cli", "workers.agent")
+        if module in ("workers.cli", "workers.cli.worker", "workers.agent.agent")
     ]
     assert offenders == []
 

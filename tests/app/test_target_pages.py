@@ -13,11 +13,11 @@ import httpx
 import pytest
 from bench_fakes import FakeWorker, capabilities
 
-from app.charts import render_chart
-from app.compare.guard import guard, run_facts
 from app.main import create_app
+from app.pages.charts import render_chart
+from app.pages.compare.guard import guard, run_facts
+from app.pages.runs.memory_fit import memory_fit
 from app.reader.content import load_content
-from app.runs.memory_fit import memory_fit
 from app.settings import Settings
 from workers.protocol import TARGET_IDS
 

@@ -1,6 +1,6 @@
 """End to end: a real server (uvicorn) and real worker processes on 127.0.0.1.
 
-Every test stops what it started. The hang hook of workers.runner (BOUNDARY_TEST_HOOKS=1
+Every test stops what it started. The hang hook of workers.agent.runner (BOUNDARY_TEST_HOOKS=1
 with BOUNDARY_TEST_HANG_FILE) makes a job hang on demand.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from workers.cli.submit import submit_to_server
 from workers.protocol import JobSpec
-from workers.submit import submit_to_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -120,7 +120,7 @@ class Cluster:
 
     def start_worker(self, name: str, session: bool = False, **env: str) -> subprocess.Popen[bytes]:
         """A worker process; with `session`, in a process group of its own."""
-        args = [sys.executable, "-m", "workers.worker_cli", "--server", self.url, "--name", name]
+        args = [sys.executable, "-m", "workers.cli.worker", "--server", self.url, "--name", name]
         return self._spawn(args, {**self.env, **env}, f"worker-{name}.log", session)
 
     def wait_worker(self, name: str, timeout: float = 60) -> str:

@@ -15,8 +15,8 @@ import pytest
 
 from app.reader.card_jobs import check_claims
 from app.reader.content import CARD_JOB_PATHS, Card, load_content
-from workers.engine import run_job
 from workers.protocol import JobSpec, PathId, RunResult, StageId
+from workers.run.engine import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +103,7 @@ def test_gpu_cards_compile_for_a_b200() -> None:
 def test_a_tpu_program_that_does_not_fit_is_refused_plainly() -> None:
     """libtpu refuses temporaries past a chip's HBM; the run says so instead of crashing:
     16 × 32 × 8192² float32 scores are 137 GB against a v6e chip's 32 GB."""
-    from workers.engine import PathUnavailable
+    from workers.run.engine import PathUnavailable
 
     job = JobSpec.model_validate(
         {

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from workers.catalog import WORKLOADS, CatalogError, catalog_listing, parse_params
-from workers.cli import parse_assignments, parse_value
+from workers.cli.run import parse_assignments, parse_value
 
 
 def test_catalog_imports_without_jax_or_numpy() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax
 import pytest
 
-from workers.ceilings import MATMUL_DTYPES, copy_bandwidth, measure_ceilings
+from workers.agent.runner import CEILINGS_ENV, _capabilities
+from workers.measure.ceilings import MATMUL_DTYPES, copy_bandwidth, measure_ceilings
 from workers.protocol import Capabilities
-from workers.runner import CEILINGS_ENV, _capabilities
 
 
 def test_ceilings_are_measured_on_the_device() -> None:
@@ -38,7 +38,7 @@ def test_the_runner_reports_them_with_its_capabilities(monkeypatch: pytest.Monke
 
 
 def test_rounds_keep_the_best_of_each_figure() -> None:
-    from workers.ceilings import best_of
+    from workers.measure.ceilings import best_of
     from workers.protocol import Ceilings
 
     first = Ceilings(
@@ -66,7 +66,7 @@ def test_rounds_keep_the_best_of_each_figure() -> None:
 
 
 def test_the_runner_measures_another_round_on_request() -> None:
-    from workers.runner import _remeasure
+    from workers.agent.runner import _remeasure
 
     once = _capabilities(0)["ceilings"]
     again = _remeasure(once)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.cli import run_command
+from workers.cli.run import run_command
 from workers.protocol import BoundaryId, RunResult
 
 SMALL = ["m=32", "n=32", "k=32", "--samples", "3"]
@@ -88,7 +88,7 @@ def test_settings_come_from_the_environment(
 def test_invalid_run_exits_one_and_shows_no_speed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from workers.faults import perturbed
+    from workers.measure.faults import perturbed
 
     with perturbed(1.0):
         assert run_command(["matmul", *SMALL]) == 1
@@ -121,7 +121,7 @@ def test_measurement_flags_reach_the_job(capsys: pytest.CaptureFixture[str]) -> 
 def test_a_gpu_targets_reports_are_not_called_an_empty_pipeline() -> None:
     # A b200:1 compile without --pipeline keeps XLA's fusion report and launch order;
     # the report used to call that "pipeline  0 dumped steps, 0 distinct modules".
-    from workers.cli import pipeline_line
+    from workers.cli.printout import pipeline_line
     from workers.protocol import PipelineCapture
 
     reports = PipelineCapture(files={"thunk_sequence.txt": "t", "priority_fusion_dump.txt": "p"})

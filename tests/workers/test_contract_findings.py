@@ -20,15 +20,15 @@ import numpy as np
 import pytest
 
 from workers.catalog import CatalogError, check_live_outputs, parse_params
-from workers.compile_cache import apply_cache_policy
-from workers.correctness import check_output
-from workers.engine import run_job
-from workers.environment import detect_environment
-from workers.export_fn import export_function
-from workers.faults import perturbed
+from workers.cli.export_fn import export_function
+from workers.compiler.compile_cache import apply_cache_policy
+from workers.compiler.environment import detect_environment
 from workers.files import FileCache
+from workers.measure.correctness import check_output
+from workers.measure.faults import perturbed
+from workers.measure.publish import Measured
 from workers.protocol import CacheEvents, CachePolicy, JobSpec, MeasureOptions, PathId
-from workers.publish import Measured
+from workers.run.engine import run_job
 from workers.workloads.exported import ExportedFunction, declared_npz_bytes
 
 

@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from workers.catalog import CatalogError, parse_params
-from workers.cli import run_command
+from workers.cli.run import run_command
 from workers.cuda import env
 from workers.cuda.build import build
-from workers.cuda.job import COMPILE_ONLY_NOTE
 from workers.cuda.plan import SOURCES, plan_for, source_kernels
 from workers.cuda.sass import (
     disassemble,
@@ -30,8 +29,9 @@ from workers.cuda.sass import (
     ptx_kernels,
     resources,
 )
-from workers.engine import PathUnavailable, run_job
 from workers.protocol import CachePolicy, JobSpec, PathId, StageId
+from workers.run.cuda import COMPILE_ONLY_NOTE
+from workers.run.engine import PathUnavailable, run_job
 
 TOOLS = env.detect_tools()
 pytestmark = [
@@ -271,7 +271,7 @@ def test_capabilities_are_detected() -> None:
 async def test_a_runner_child_compiles_a_cuda_job_and_refuses_to_execute_it(
     tmp_path: Path,
 ) -> None:
-    from workers.runner_pool import RunnerPool
+    from workers.agent.runner_pool import RunnerPool
 
     pool = RunnerPool({**os.environ, "BOUNDARY_CUDA_CACHE_DIR": str(tmp_path / "cuda")})
     spec = {"workload": "elementwise", "path": "cuda", "params": {"n": 100}}

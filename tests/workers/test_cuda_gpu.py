@@ -14,9 +14,9 @@ from workers.catalog import CatalogError, parse_params
 from workers.cuda import env
 from workers.cuda.build import build
 from workers.cuda.plan import plan_for
-from workers.engine import SEED, run_job
-from workers.faults import perturbed
+from workers.measure.faults import perturbed
 from workers.protocol import BoundaryId, JobSpec, RunResult
+from workers.run.engine import SEED, run_job
 from workers.workloads import get_workload
 
 PROBE = env.probe_gpu()

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from workers.catalog import CatalogError
-from workers.compile_cache import apply_cache_policy
-from workers.engine import PathUnavailable, available_paths, run_job
-from workers.faults import perturbed
+from workers.compiler.compile_cache import apply_cache_policy
+from workers.measure.faults import perturbed
 from workers.protocol import (
     MODE_BOUNDARIES,
     BoundaryId,
@@ -25,6 +24,7 @@ from workers.protocol import (
     ProgressEvent,
     RunResult,
 )
+from workers.run.engine import PathUnavailable, available_paths, run_job
 
 
 @pytest.fixture

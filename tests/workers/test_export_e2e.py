@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
-from workers.export_fn import export_function
+from workers.cli.export_fn import export_function
 from workers.workloads.base import InputSpec
 from workers.workloads.exported import seeded_inputs
 
@@ -80,9 +80,9 @@ def test_a_real_worker_fetches_and_runs_an_uploaded_function(
 def test_on_a_gpu_the_cpu_run_of_the_artifact_checks_the_output(tmp_path: Any) -> None:
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("no NVIDIA GPU in this process: the jax-gpu path cannot run here")
-    from workers.engine import run_job
     from workers.files import FileCache
     from workers.protocol import JobSpec
+    from workers.run.engine import run_job
 
     data, _ = export_function(scaled_softmax, [("float32", (64, 256))], ["cpu", "cuda"])
     files = FileCache(tmp_path)

@@ -19,10 +19,10 @@ import pytest
 from workers.catalog import CatalogError
 from workers.catalog.exported import ExportedParams
 from workers.catalog.jaxexport import ArtifactError, read_header
-from workers.engine import run_job
-from workers.export_fn import export_function, resolve_file_params
+from workers.cli.export_fn import export_function, resolve_file_params
 from workers.files import FileCache
 from workers.protocol import JobSpec, PathId
+from workers.run.engine import run_job
 from workers.workloads.base import InputSpec
 from workers.workloads.exported import ExportedFunction, seeded_inputs
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from workers.catalog import CatalogError, parse_params
+from workers.compiler.environment import jaxlib_version
 from workers.cuda import ffi
-from workers.engine import run_job
-from workers.environment import jaxlib_version
-from workers.faults import perturbed
+from workers.measure.faults import perturbed
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 
 pytestmark = pytest.mark.skipif(
     shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler"

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
+from workers.compiler.environment import devices_by_platform
 from workers.cuda import ffi
 from workers.cuda.env import find_tool
-from workers.engine import run_job
-from workers.environment import devices_by_platform
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 
 GPUS = devices_by_platform().get("gpu", [])
 pytestmark = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.ir import library_of, shape_bytes, summarize_hlo
+from workers.compiler.hlo_summary import library_of, shape_bytes, summarize_hlo
 
 GPU_HLO = """\
 HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[256,256]{1,0})->f32[256,256]{1,0}}

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from tests.app.bench_fakes import FakeWorker
-from workers.engine import run_job
-from workers.profile import OVERHEAD_WARNING
+from workers.measure.profile import OVERHEAD_WARNING
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 
 SPEC: dict[str, Any] = {
     "workload": "matmul",

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 from tests.workers.conftest import SMALL
-from workers.engine import run_job
-from workers.environment import detect_environment
-from workers.export_fn import export_function
-from workers.faults import perturbed
+from workers.cli.export_fn import export_function
+from workers.compiler.environment import detect_environment
 from workers.files import FileCache
+from workers.measure.faults import perturbed
+from workers.measure.publish import Measured, RateBasis, Work, regroup
+from workers.measure.stats import summarize
 from workers.protocol import (
     BoundaryId,
     CachePolicy,
@@ -37,8 +38,7 @@ from workers.protocol import (
     ScalingPoint,
     ScalingSeries,
 )
-from workers.publish import Measured, RateBasis, Work, regroup
-from workers.stats import summarize
+from workers.run.engine import run_job
 
 SPEED_KEYS = frozenset(
     {

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from workers.runner import HANG_FILE_ENV, TEST_HOOKS_ENV
-from workers.runner_pool import RunnerFailed, RunnerPool
+from workers.agent.runner import HANG_FILE_ENV, TEST_HOOKS_ENV
+from workers.agent.runner_pool import RunnerFailed, RunnerPool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -134,7 +134,7 @@ def test_a_runner_dies_with_its_parent_even_on_sigkill(tmp_path: Path) -> None:
     parent = textwrap.dedent(
         """
         import asyncio, sys
-        from workers.runner_pool import RunnerPool
+        from workers.agent.runner_pool import RunnerPool
 
         async def main():
             pool = RunnerPool()

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from workers.catalog import CatalogError
-from workers.engine import PathUnavailable, run_job
 from workers.protocol import JobSpec, RunResult
+from workers.run.engine import PathUnavailable, run_job
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ JOBS: dict[str, dict[str, Any]] = {
 
 DRIVER = """
 import json, sys
-from workers.engine import run_job
+from workers.run.engine import run_job
 from workers.protocol import JobSpec
 for name, spec in json.loads(sys.stdin.read()).items():
     spec.setdefault("measure", {"samples": 3})
@@ -248,7 +248,7 @@ def test_a_job_never_runs_on_fewer_devices_than_asked(runs: dict[str, Any]) -> N
 def test_boundary_run_starts_a_child_with_enough_devices(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from workers.cli import run_command
+    from workers.cli.run import run_command
 
     argv = ["collective", "kind=all-gather", "bytes=256", "devices=4", "--samples", "2"]
     status = run_command([*argv, "--json"])

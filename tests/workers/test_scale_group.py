@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from workers.agent.group import GroupConfig, GroupConfigError, group_job
 from workers.catalog import CatalogError
 from workers.protocol import JobSpec, RunResult
-from workers.scale.group import GroupConfig, GroupConfigError, group_job
 
 ROOT = Path(__file__).resolve().parents[2]
 MM = {"m": 64, "n": 48, "k": 32}
@@ -92,14 +92,14 @@ def group_runs() -> dict[str, Any]:
     port = free_port()
     jobs = [json.dumps({**spec, "measure": {"samples": 3}}) for spec in JOBS.values()]
     follower = subprocess.Popen(
-        [sys.executable, "-m", "workers.scale.group", "follow"],
+        [sys.executable, "-m", "workers.agent.group", "follow"],
         cwd=ROOT,
         env=group_env(port, 1, 4),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
-        args = [sys.executable, "-m", "workers.scale.group", "run"]
+        args = [sys.executable, "-m", "workers.agent.group", "run"]
         for job in jobs:
             args += ["--job", job]
         leader = subprocess.run(
@@ -200,11 +200,11 @@ def test_a_refused_job_does_not_break_the_group(group_runs: dict[str, Any]) -> N
 @pytest.mark.anyio
 async def test_process_zeros_runner_leads_the_group() -> None:
     """The worker's runner (process 0) joins the group and reports one result for all."""
-    from workers.runner_pool import RunnerPool
+    from workers.agent.runner_pool import RunnerPool
 
     port = free_port()
     follower = subprocess.Popen(
-        [sys.executable, "-m", "workers.scale.group", "follow"],
+        [sys.executable, "-m", "workers.agent.group", "follow"],
         cwd=ROOT,
         env=group_env(port, 1, 2),
         stdout=subprocess.DEVNULL,
@@ -241,7 +241,7 @@ def test_a_worker_group_serves_a_real_server(tmp_path: Path) -> None:
     try:
         cluster.start_server()
         cluster._spawn(
-            [sys.executable, "-m", "workers.scale.group", "follow"],
+            [sys.executable, "-m", "workers.agent.group", "follow"],
             group_env(port, 1, 2),
             "follower.log",
         )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.harness import Stopper
+from workers.measure.harness import Stopper
+from workers.measure.stats import quartiles, relative_iqr, summarize
 from workers.protocol import MeasureOptions
-from workers.stats import quartiles, relative_iqr, summarize
 
 
 def test_quartiles_follow_pytest_benchmark() -> None:

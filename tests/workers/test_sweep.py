@@ -9,9 +9,9 @@ import pytest
 
 from workers.catalog import CatalogError, parse_params
 from workers.catalog.shape_sweep import ShapeSweepParams, bucket
-from workers.engine import run_job
-from workers.faults import perturbed
+from workers.measure.faults import perturbed
 from workers.protocol import JobSpec, RunResult
+from workers.run.engine import run_job
 
 SHAPES = [3, 5, 8, 3, 5]
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from workers.cli import EXIT_BAD_JOB, run_command
+from workers.cli.run import EXIT_BAD_JOB, run_command
 from workers.cuda import env as cuda_env
-from workers.engine import run_job
 from workers.protocol import JobSpec, RunResult
-from workers.targets.dump import SECTION
+from workers.run.engine import run_job
+from workers.xla_targets.ptx_dump import SECTION
 
 ROOT = Path(__file__).resolve().parents[2]
 

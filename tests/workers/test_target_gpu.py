@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workers.engine import PathUnavailable, run_job
-from workers.environment import devices_by_platform
+from workers.compiler.environment import devices_by_platform
 from workers.protocol import JobSpec
+from workers.run.engine import PathUnavailable, run_job
 
 GPUS = devices_by_platform().get("gpu", [])
 KIND = str(GPUS[0].device_kind) if GPUS else ""

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from workers.catalog import CatalogError
-from workers.catalog.targets import apply_target
-from workers.cli import EXIT_BAD_JOB, run_command
+from workers.catalog.target_rules import apply_target
+from workers.cli.run import EXIT_BAD_JOB, run_command
+from workers.compiler.jaxenv import PLATFORMS_ENV, jax_environment
 from workers.cuda import env
-from workers.jaxenv import PLATFORMS_ENV, jax_environment
 from workers.protocol import TARGET_IDS, JobSpec, StageId, TargetError, parse_target
 
 

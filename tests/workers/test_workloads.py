@@ -10,8 +10,8 @@ import pytest
 from tests.workers.conftest import SMALL
 from workers.catalog import WORKLOADS as CATALOG
 from workers.catalog import parse_params
-from workers.engine import run_job
 from workers.protocol import JobSpec
+from workers.run.engine import run_job
 from workers.workloads import WORKLOADS
 
 

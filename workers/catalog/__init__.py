@@ -40,7 +40,7 @@ WORKLOADS[FfiParams.workload] = FfiParams  # JAX calling a compiled handler thro
 WORKLOADS.update({cls.workload: cls for cls in (ShardedMatmulParams, CollectiveParams)})
 # A user's own function, brought as a jax.export artifact (workers.catalog.exported).
 WORKLOADS[ExportedParams.workload] = ExportedParams
-# Many shapes through one jitted function, without and with bucketing (workers.sweep).
+# Many shapes through one jitted function, without and with bucketing (workers.run.sweep).
 WORKLOADS[ShapeSweepParams.workload] = ShapeSweepParams
 
 

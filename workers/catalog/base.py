@@ -46,7 +46,7 @@ class WorkloadParams(BaseModel):
     paths: ClassVar[tuple[PathId, ...]] = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
     stages: ClassVar[tuple[StageId, ...]] = (StageId.COMPILE, StageId.EXECUTE)
     no_target: ClassVar[str | None] = None
-    """Why this workload takes no target (see workers.catalog.targets); None: it does."""
+    """Why this workload takes no target (see workers.catalog.target_rules); None: it does."""
 
     def input_bytes(self) -> int:
         """Bytes of inputs plus outputs the workload places on the device."""

@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workers.compiler.environment import devices_by_platform, jaxlib_version
+from workers.compiler.jaxtyped import shape_dtype_struct
 from workers.cuda.build import KERNELS_DIR
 from workers.cuda.env import check_arch, find_tool, target_arch
-from workers.environment import devices_by_platform, jaxlib_version
-from workers.jaxtyped import shape_dtype_struct
 
 TARGET = "boundary_scale_shift"
 """The custom-call target name: what StableHLO and the optimized HLO show."""

@@ -26,10 +26,10 @@ import numpy as np
 
 from workers.catalog.base import WorkloadParams
 from workers.catalog.matmul import MatmulParams
-from workers.correctness import check_output
 from workers.cuda.env import cublas_module
 from workers.cuda.plan import KernelPlan
-from workers.harness import ProgressSink, ProgressTicker, Stopper, measurement
+from workers.measure.correctness import check_output
+from workers.measure.harness import ProgressSink, ProgressTicker, Stopper, measurement
 from workers.protocol import BoundaryId, Correctness, Measurement, MeasureOptions, Mode
 from workers.workloads import HostArray, Workload
 
@@ -223,8 +223,8 @@ def _jax_subject(
     """The same workload through JAX on this GPU, timed like the jax-gpu path (host-sync)."""
     import jax
 
-    from workers import harness
-    from workers.jaxtyped import shape_dtype_struct
+    from workers.compiler.jaxtyped import shape_dtype_struct
+    from workers.measure import harness
 
     gpus = [d for d in jax.devices() if d.platform == "gpu"]
     if not gpus:

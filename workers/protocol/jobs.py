@@ -64,7 +64,7 @@ class JobSpec(StrictModel):
 
     With a target and no stages, the stages are `compile` alone: a target is usually
     compiled for without its hardware. How a target combines with the path, the workload
-    and its device count is checked by `workers.catalog.targets.apply_target`.
+    and its device count is checked by `workers.catalog.target_rules.apply_target`.
     """
 
     workload: str = Field(min_length=1, max_length=64)

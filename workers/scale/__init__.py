@@ -2,5 +2,5 @@
 and multi-process worker groups.
 
 Submodules import jax where they need it; this package's own import stays light, so
-`workers.workloads` and `workers.engine` can depend on its parts without cycles.
+`workers.workloads` and `workers.run.engine` can depend on its parts without cycles.
 """

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers import hlo_text
-from workers.ir import (
+from workers.compiler.hlo_summary import (
     COLLECTIVES,
     Computation,
     Instruction,
@@ -23,7 +22,7 @@ from workers.ir import (
     library_of,
     parse_computations,
 )
-from workers.protocol import HloCollective, Intermediate, PlacementKind
+from workers.protocol import HloCollective, Intermediate, PlacementKind, hlo
 
 PLUMBING = frozenset({"tuple", "get-tuple-element", "bitcast", "constant", "after-all"})
 """Instructions that move no data: never listed, only looked through."""
@@ -91,8 +90,8 @@ def operand_names(rest: str) -> list[str]:
         elif char in ")]}":
             depth -= 1
             if depth == 0:
-                return hlo_text.VALUE.findall(rest[:i])
-    return hlo_text.VALUE.findall(rest)
+                return hlo.VALUE.findall(rest[:i])
+    return hlo.VALUE.findall(rest)
 
 
 def _is_collective(op: str) -> bool:
@@ -101,7 +100,7 @@ def _is_collective(op: str) -> bool:
 
 def _sharding_spread(rest: str) -> bool | None:
     """Whether a `sharding={...}` attribute splits the value; None if there is none."""
-    found = hlo_text.SHARDING.search(rest)
+    found = hlo.SHARDING.search(rest)
     if found is None:
         return None
     text = found[1].strip()
@@ -119,15 +118,15 @@ def _sharding_spread(rest: str) -> bool | None:
 def _describe_op(ins: Instruction, bodies: dict[str, Computation]) -> str:
     if ins.op != "fusion":
         return ins.op
-    kind = hlo_text.KIND.search(ins.rest)
-    backend = hlo_text.BACKEND_KIND.search(ins.rest)
+    kind = hlo.KIND.search(ins.rest)
+    backend = hlo.BACKEND_KIND.search(ins.rest)
     label = f"fusion {kind[1] if kind else ''}".strip()
     if backend is not None:
         library = library_of(backend[1])
         label += f" ({library or backend[1]})"
     ops = [
         i.op
-        for name in hlo_text.called(ins.rest)
+        for name in hlo.called(ins.rest)
         if name in bodies
         for i in bodies[name].instructions
         if i.op not in PLUMBING and i.op != "parameter"
@@ -145,7 +144,7 @@ def analyse(text: str, input_names: list[str] | None = None) -> Flow:
     computations = parse_computations(text)
     bodies = {c.name: c for c in computations}
     entry = next((c for c in computations if c.entry), None)
-    found = hlo_text.NUM_PARTITIONS.search(text)
+    found = hlo.NUM_PARTITIONS.search(text)
     partitions = int(found[1]) if found else 1
     flow = Flow(partitions=partitions, nodes=[], collectives=[], _bodies=bodies)
     if entry is None:
@@ -182,7 +181,7 @@ def analyse(text: str, input_names: list[str] | None = None) -> Flow:
 
 def _parameter_label(ins: Instruction, input_names: list[str] | None) -> str:
     name = jax_op_name(ins.rest)
-    index = hlo_text.PARAMETER_INDEX.match(ins.rest)
+    index = hlo.PARAMETER_INDEX.match(ins.rest)
     if not name and index is not None and input_names:
         position = int(index[1])
         name = input_names[position] if position < len(input_names) else None
@@ -239,5 +238,5 @@ def trace_source(
 
 
 def _is_copy_fusion(ins: Instruction) -> bool:
-    kind = hlo_text.KIND.search(ins.rest)
+    kind = hlo.KIND.search(ins.rest)
     return bool(kind and kind[1] == "kLoop" and "copy" in ins.name)

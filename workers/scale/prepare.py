@@ -21,8 +21,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from workers.catalog.base import WorkloadParams
 from workers.catalog.mesh import ArrayLayout, MeshParams
-from workers.harness import block_all
-from workers.jaxtyped import shape_dtype_struct
+from workers.compiler.jaxtyped import shape_dtype_struct
+from workers.measure.harness import block_all
 from workers.scale.mesh import mesh_for, sharding_of
 from workers.workloads.base import HostArray, Workload
 from workers.workloads.scale_base import ScaleWorkload

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from workers.catalog.mesh import MeshError, MeshParams, SeriesMode, series_counts, shard_shape
-from workers.correctness import check_output
-from workers.ir import summarize_hlo
+from workers.compiler.hlo_summary import summarize_hlo
+from workers.measure.correctness import check_output
 from workers.protocol import MeasureOptions, ProgressEvent, ScalingPoint, ScalingSeries
 from workers.scale.prepare import prepare
 from workers.workloads.scale_base import ScaleWorkload

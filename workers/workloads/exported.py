@@ -28,8 +28,8 @@ from workers.catalog import CatalogError
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import JAX_PLATFORM, ExportedParams
 from workers.catalog.jaxexport import DTYPES
-from workers.correctness import check_output, unchecked
 from workers.files import FileCache
+from workers.measure.correctness import check_output, unchecked
 from workers.protocol import Correctness, PathId
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
 

@@ -1,5 +1,5 @@
 """`shape-sweep` on JAX: the one function every size goes through, its inputs, its float64
-reference and its work counts. The sweep's loop lives in `workers.sweep`.
+reference and its work counts. The sweep's loop lives in `workers.run.sweep`.
 
 Unlike the other workloads this is not a `Workload`: it has no single input shape. Each
 call takes x[rows, features]; under bucketing, rows are padded with zeros to the bucket's

@@ -1,0 +1,136 @@
+"""What workers report on the jobs they hold: heartbeats, progress, results, failures
+and leases given back. Posting the same result twice is harmless."""
+
+from __future__ import annotations
+
+from app.dispatch.core import DispatcherCore, Verdict, cap_text
+from app.ir.explain import explain
+from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
+from app.pages.runs.profile import keep_profile
+from app.store import NewRun, now
+from workers.protocol import (
+    ARTIFACT_NAMES,
+    JobStatus,
+    ProgressEvent,
+    RunResult,
+)
+
+
+class ReportsMixin(DispatcherCore):
+    """The dispatcher's answers to a worker's reports."""
+
+    def heartbeat(self, worker_id: str, job_id: str | None, lease_id: str | None) -> Verdict:
+        """Keep a worker, and its lease on `job_id`, alive (LeaseEnded once it has ended)."""
+        entry = self.worker(worker_id)
+        self._seen(entry)
+        if job_id is None:
+            return Verdict(True, JobStatus.QUEUED)
+        job = self._lease_of(worker_id, job_id, lease_id)
+        assert job.lease_id is not None
+        self.store.extend_lease(job_id, job.lease_id, now() + self.settings.LEASE_S)
+        self._hold(job_id, job.lease_id)
+        return Verdict(True, JobStatus.RUNNING)
+
+    def progress(
+        self, worker_id: str, job_id: str, lease_id: str | None, events: list[ProgressEvent]
+    ) -> Verdict:
+        """Pass on progress of a job under the worker's current lease; never stored."""
+        job = self._lease_of(worker_id, job_id, lease_id)
+        for event in events:
+            self.hub.publish_progress(job_id, event)
+        return Verdict(True, job.status)
+
+    def _ended(self, worker_id: str, job_id: str) -> None:
+        self._deadlines.pop(job_id, None)
+        self._worker_done(worker_id, job_id)
+        self._announce(job_id)
+
+    def complete(
+        self,
+        worker_id: str,
+        job_id: str,
+        lease_id: str | None,
+        result: RunResult,
+        run_s: float | None,
+    ) -> Verdict:
+        """Store the run of a job and mark it done. The attempt is the server's count, never
+        the report's; a second post of the same result finds the lease ended."""
+        job = self._lease_of(worker_id, job_id, lease_id)
+        attempt = job.attempts
+        settings = self.settings
+        artifacts: dict[str, tuple[str, bool]] = {}
+        inline: dict[str, str | None] = {}
+        truncated: list[str] = []
+        for name in ARTIFACT_NAMES:
+            text = getattr(result.artifacts, name)
+            if text is None:
+                inline[name] = None
+                continue
+            artifacts[name] = cap_text(text, settings.ARTIFACT_MAX_BYTES)
+            inline[name], cut = cap_text(text, settings.INLINE_ARTIFACT_BYTES)
+            if cut:
+                truncated.append(name)
+        capped = result.model_copy(update={"artifacts": result.artifacts.model_copy(update=inline)})
+        if result.artifacts.hlo:  # the summary that explains itself, from the run's own texts
+            explained = explain(result.artifacts.hlo, result.source, result.pipeline)
+            capped = capped.model_copy(update={"hlo_explained": explained})
+        if result.pipeline is not None:  # stored apart: the run's JSON keeps only the steps
+            stored, capped = split_pipeline(capped, settings.PIPELINE_MAX_BYTES)
+            if stored is not None:
+                artifacts[PIPELINE_ARTIFACT] = (stored, False)
+        capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
+        entry = self._workers.get(worker_id)
+        roofs = entry.capabilities.ceilings if entry is not None else None
+        if entry is not None and roofs is not None:  # the roofs of the run's roofline
+            named = roofs.model_copy(update={"worker": entry.name or entry.id})
+            capped = capped.model_copy(update={"ceilings": named})
+        run = NewRun(
+            result_json=capped.model_dump_json(),
+            truncated=truncated,
+            valid=result.valid,
+            stage_seconds=result.stage_seconds.model_dump(),
+            run_s=run_s,
+            artifacts=artifacts,
+        )
+        if not self.store.finish_job(job_id, attempt, worker_id, run, now()):
+            current = self.store.get_job(job_id)
+            return Verdict(False, current.status if current else JobStatus.CANCELLED)
+        self._ended(worker_id, job_id)
+        return Verdict(True, JobStatus.DONE)
+
+    def fail(
+        self,
+        worker_id: str,
+        job_id: str,
+        lease_id: str | None,
+        reason: str,
+        stderr_tail: str | None,
+    ) -> Verdict:
+        """Record that the worker could not run the job it holds."""
+        self._lease_of(worker_id, job_id, lease_id)
+        ended = self.store.end_job(
+            job_id,
+            JobStatus.FAILED,
+            reason[:2000],
+            now(),
+            from_statuses=(JobStatus.RUNNING,),
+            stderr_tail=stderr_tail,
+        )
+        self._ended(worker_id, job_id)
+        current = self.store.get_job(job_id)
+        return Verdict(ended, current.status if current else JobStatus.FAILED)
+
+    def release(self, worker_id: str, job_id: str, lease_id: str | None) -> Verdict:
+        """A worker gives a lease back (it is shutting down): the job is queued again,
+        without counting the attempt."""
+        job = self._lease_of(worker_id, job_id, lease_id)
+        self.store.requeue(
+            job_id,
+            now(),
+            f"given back by worker {worker_id}",
+            count_attempt=False,
+            lease_id=job.lease_id,
+        )
+        self._ended(worker_id, job_id)
+        self._notify()
+        return Verdict(True, JobStatus.QUEUED)

@@ -1,0 +1,135 @@
+"""Does it fit? A target run's memory per device against its chip's published HBM.
+
+The figures are the compiler's own (XLA's `memory_analysis()` of the per-device program):
+arguments, outputs, temporaries and generated code. What a device needs is XLA's peak
+(arguments, outputs and temporaries live at once, less what aliases) plus the code. It
+is set against the vendor's HBM figure in the vendor's unit, GB = 10^9 bytes (the same
+capacity in GiB = 2^30 bytes is shown beside it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.pages.charts import Chart, El, el
+
+GB = 10**9
+GIB = 2**30
+BAR_W, BAR_H = 640, 28
+PAD = 4
+"""Room right of the bars, so the HBM line's stroke is not clipped at full scale."""
+
+PARTS: tuple[tuple[str, str], ...] = (
+    ("argument_bytes", "arguments"),
+    ("output_bytes", "outputs"),
+    ("temp_bytes", "temporaries"),
+    ("generated_code_bytes", "generated code"),
+)
+
+
+def gb(value: float) -> str:
+    """Bytes in decimal units (GB, MB, kB: powers of 10), three significant digits."""
+    if value >= GB:
+        return f"{value / GB:.3g} GB"
+    if value >= 10**6:
+        return f"{value / 10**6:.3g} MB"
+    return f"{value / 10**3:.3g} kB" if value else "0 bytes"
+
+
+def needed_bytes(memory: dict[str, Any]) -> int | None:
+    """What one device needs: XLA's peak plus the generated code (None when unknown)."""
+    peak = memory.get("peak_bytes")
+    if peak is None:
+        parts = [memory.get(k) for k, _ in PARTS[:3]]
+        if any(p is None for p in parts):
+            return None
+        peak = sum(int(p) for p in parts if p is not None)
+    return int(peak) + int(memory.get("generated_code_bytes") or 0)
+
+
+def memory_fit(
+    memory: dict[str, Any] | None, model: str, count: int, chart_id: str = "memory-bars"
+) -> dict[str, Any] | None:
+    """The fit's figures, verdict and bar chart, or None without memory figures. `chart_id`
+    names the chart's title: give each fit on one page its own."""
+    if not memory:
+        return None
+    hbm = int(memory["hbm_bytes"])
+    needed = needed_bytes(memory)
+    rows = []
+    for key, label in PARTS:
+        value = memory.get(key)
+        rows.append(
+            {
+                "label": label,
+                "bytes": value,
+                "gb": gb(value) if value is not None else "not reported",
+                "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
+            }
+        )
+    fits = None if needed is None else needed <= hbm
+    if needed is None:
+        verdict = "Unknown: the compiler reported no peak"
+    elif fits:
+        verdict = f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+    else:
+        verdict = f"Does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
+    return {
+        "rows": rows,
+        "needed_bytes": needed,
+        "needed": gb(needed) if needed is not None else None,
+        "peak_bytes": memory.get("peak_bytes"),
+        "hbm_bytes": hbm,
+        "hbm": gb(hbm),
+        "hbm_gib": f"{hbm / GIB:.4g} GiB",
+        "hbm_label": memory.get("hbm_label"),
+        "source": memory.get("source"),
+        "fits": fits,
+        "verdict": verdict,
+        "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
+        "chart": _bars(memory, hbm, needed, model, count, chart_id=chart_id),
+        "scale": gb(max(hbm, needed or 0)),
+    }
+
+
+def _bars(
+    memory: dict[str, Any], hbm: int, needed: int | None, model: str, count: int, *, chart_id: str
+) -> Chart:
+    """One stacked bar per device: the program's parts, and the HBM capacity as a line."""
+    scale_to = max(hbm, needed or 0) or 1
+    x = 0.0
+    parts: list[El] = []
+    for i, (key, label) in enumerate(PARTS):
+        value = memory.get(key)
+        if not value:
+            continue
+        width = BAR_W * int(value) / scale_to
+        parts.append(
+            el(
+                "rect",
+                title=f"{label}: {gb(int(value))}",
+                class_=f"mem-part mem-{i}",
+                x=f"{x:.2f}",
+                y=8,
+                width=f"{max(width, 0.5):.2f}",
+                height=BAR_H,
+            )
+        )
+        x += width
+    line = BAR_W * hbm / scale_to
+    over = needed is not None and needed > hbm
+    title = (
+        f"Memory per device for {count} × {model}: "
+        f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
+    )
+    hbm_rect = el("rect", class_="mem-hbm", x=0, y=8, width=f"{line:.2f}", height=BAR_H)
+    limit = el(
+        "line",
+        class_="mem-limit",
+        x1=f"{line:.2f}",
+        x2=f"{line:.2f}",
+        y1=2,
+        y2=8 + BAR_H + 6,
+    )
+    cls = "memory-bars over" if over else "memory-bars"
+    return Chart(cls, BAR_W + PAD, 44, chart_id, title, [hbm_rect, *parts, limit])

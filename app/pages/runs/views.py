@@ -1,0 +1,204 @@
+"""Contexts for the run pages, built from the same job JSON the API returns.
+
+`job_public()` (app.routes.api) is the one source: the page, its htmx fragments and
+`/runs/{id}.json` all start from it, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import shlex
+from typing import Any, get_args
+
+from pydantic import ValidationError
+
+from app.pages.runs.memory_fit import memory_fit
+from app.pages.runs.placement import placement_view
+from app.pages.runs.plots import format_seconds, samples_svg
+from app.pages.runs.profile import profile_view
+from app.pages.runs.roofline import roofline_view
+from app.pages.runs.sweep_plot import sweep_view
+from workers.catalog import WORKLOADS
+from workers.protocol import (
+    ARTIFACT_NAMES,
+    FINAL_STATUSES,
+    BoundaryId,
+    JobStatus,
+    Measurement,
+    ProgressPhase,
+    RunResult,
+)
+
+PHASES: tuple[str, ...] = tuple(p for p in get_args(ProgressPhase) if p != "failed")
+"""The steps a job goes through, in order, as the progress panel lists them."""
+
+BOUNDARY_NOTES: dict[str, str] = {
+    BoundaryId.HOST_SYNC.value: "one call each; the timer stops when the result is ready",
+    BoundaryId.HOST_THROUGHPUT.value: "K calls enqueued, one sync; per-call time",
+    BoundaryId.HOST_DISPATCH.value: (
+        "call to return without waiting: a teaching demo of asynchronous dispatch, "
+        "NOT completion time and never a speed"
+    ),
+    BoundaryId.TRANSFER_IN.value: "host → device placement of the inputs",
+    BoundaryId.APPLICATION.value: "transfer-in + call + transfer-out: the whole trip",
+    BoundaryId.TRANSFER_OUT.value: "device → host copy of the output",
+    BoundaryId.DEVICE_EVENTS.value: "CUDA event pair in one stream: device time only",
+}
+
+STAT_ROWS: tuple[str, ...] = ("min", "q1", "median", "mean", "q3", "max", "stddev", "iqr")
+
+
+def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
+    """The exact `boundary run` command line for this job."""
+    parts = ["boundary", "run", job["workload"]]
+    for key, value in job.get("params", {}).items():
+        text = json.dumps(value) if isinstance(value, bool) else str(value)
+        parts.append(f"{key}={text.lower() if isinstance(value, bool) else text}")
+    parts += ["--path", job["path"]]
+    if job.get("target"):
+        parts += ["--target", job["target"]]
+    if job.get("stages"):
+        parts += ["--stages", ",".join(job["stages"])]
+    measure = job.get("measure") or {}
+    for option in ("mode", "samples", "cache"):
+        if option in measure:
+            parts += [f"--{option}", str(measure[option])]
+    if server:
+        parts += ["--server", server]
+    return shlex.join(parts)
+
+
+def job_request(job: dict[str, Any]) -> str:
+    """The job as the JSON a client would POST to /api/v1/jobs."""
+    keys = ("workload", "path", "target", "params", "stages", "measure")
+    body = {k: job[k] for k in keys if job.get(k) is not None}
+    return json.dumps(body, indent=2)
+
+
+def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
+    stats = m.stats
+    rows = []
+    if stats is not None:
+        rows = [(name, format_seconds(getattr(stats, name))) for name in STAT_ROWS]
+    return {
+        "boundary": m.boundary.value,
+        "subject": m.subject,
+        "note": BOUNDARY_NOTES.get(m.boundary.value, ""),
+        "rounds": len(m.samples_s),
+        "calls_per_sample": m.calls_per_sample,
+        "stats": stats,
+        "rows": rows,
+        "median": format_seconds(stats.median) if stats else None,
+        "outliers": stats.outliers if stats else None,
+        "wide": bool(stats and stats.wide_spread),
+        "stopped_because": m.stopped_because,
+        "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
+        "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
+    }
+
+
+def _cuda_view(run: RunResult) -> dict[str, Any] | None:
+    from app.pages.runs.cuda_view import cuda_view  # the cuda path's panel (None on other paths)
+
+    return cuda_view(run)
+
+
+def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
+    """Everything the run page shows for one job (its run may be absent)."""
+    status = JobStatus(job["status"])
+    run_json = job.get("run")
+    run: RunResult | None = RunResult.model_validate(run_json) if run_json else None
+    ctx: dict[str, Any] = {
+        "job": job,
+        "status": status.value,
+        "final": status in FINAL_STATUSES,
+        "phases": PHASES,
+        "progress": job.get("progress"),
+        "run": run,
+        "reproduce": reproduce_command(job),
+        "reproduce_server": reproduce_command(job, public_base or "http://127.0.0.1:8000"),
+        "job_request": job_request(job),
+        "links": {
+            "self": f"/runs/{job['id']}",
+            "json": f"/runs/{job['id']}.json",
+            "csv": f"/runs/{job['id']}/samples.csv",
+            "api": job["links"]["self"],
+        },
+    }
+    if run is not None:
+        artifact_links = (run_json or {}).get("artifact_links", {})
+        ctx.update(
+            measurements=[
+                measurement_view(m, i, run.valid) for i, m in enumerate(run.measurements)
+            ],
+            artifacts=[
+                {
+                    "name": name,
+                    "size": len(getattr(run.artifacts, name) or ""),
+                    "download": artifact_links.get(name),
+                }
+                for name in ARTIFACT_NAMES
+                if getattr(run.artifacts, name)
+            ],
+            truncated=(run_json or {}).get("artifacts_truncated", []),
+            stage_rows=[
+                (name, format_seconds(value))
+                for name, value in run.stage_seconds.model_dump().items()
+                if value is not None
+            ],
+            environment=run.environment.model_dump(mode="json"),
+            cuda=_cuda_view(run),
+            roofline=roofline_view(run),
+            sweep=sweep_view(run.sweep),
+            profile=profile_view(job["id"], run_json or {}),
+            compare_link=f"/compare?a={job['id']}",
+            placement_view=placement_view(run),
+            memory_fit=memory_fit(
+                ((run_json or {}).get("target") or {}).get("memory"),
+                run.target.model if run.target else "",
+                run.target.count if run.target else 0,
+            ),
+        )
+    return ctx
+
+
+def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
+    with the workload's defaults filled in for what the submission left out."""
+    params: dict[str, Any] = dict(job.get("params") or {})
+    cls = WORKLOADS.get(job.get("workload", ""))
+    if cls is not None:
+        with contextlib.suppress(ValidationError):  # else shown as submitted
+            params = cls.model_validate(params).model_dump(mode="json", by_alias=True)
+    sizes = [
+        f"{k}={v}"
+        for k, v in sorted(params.items())
+        if isinstance(v, int) and not isinstance(v, bool)
+    ]
+    dtype = params.get("dtype")
+    return (" ".join(sizes) or None), (str(dtype) if dtype else None)
+
+
+def samples_csv(job: dict[str, Any]) -> str:
+    """Every raw sample of a run: one row per sample, with its boundary and unit."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["job", "boundary", "index", "seconds", "calls_per_sample", "valid"])
+    run = job.get("run")
+    if run:
+        for m in run.get("measurements", []):
+            for i, value in enumerate(m["samples_s"]):
+                writer.writerow(
+                    [
+                        job["id"],
+                        m["boundary"],
+                        i,
+                        repr(value),
+                        m.get("calls_per_sample", 1),
+                        run.get("valid"),
+                    ]
+                )
+    return out.getvalue()

@@ -1,0 +1,190 @@
+"""Admission: the one gate every route that queues work goes through.
+
+`Admission.queue(client, jobs)` alone decides whether validated jobs may enter the queue,
+and queues them; nothing else calls the dispatcher's `submit`. It holds these rules, each
+counted per job (a matrix counts its cells):
+
+- the client's rate: SUBMIT_RATE jobs a minute;
+- the queue's room: MAX_QUEUE queued jobs in all;
+- the client's share: MAX_QUEUE_PER_CLIENT queued jobs per client, so one client cannot
+  fill the queue;
+- jobs no connected worker can run ("waiting") are capped apart, MAX_WAITING in all, so
+  that jobs for absent hardware cannot lock out jobs the connected workers would run.
+
+A refusal is 429 with Retry-After and a reason. The submission token is checked first,
+before a body is read, with `check_token`. The client is the peer's address;
+`X-Forwarded-For` counts only when the peer is one of FORWARDED_ALLOW_IPS.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from fastapi import HTTPException, Request
+
+from app.dispatch.requirements import job_requirements, unmet
+from app.queue.ratelimit import RateLimiter
+from app.settings import Settings
+from app.store import JobRow, now
+
+if TYPE_CHECKING:
+    from app.dispatch import Dispatcher
+    from app.queue.submission import ValidJob
+
+QUEUE_RETRY_S = 30
+"""Retry-After when the queue, a client's share or the waiting cap is full."""
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def token_matches(presented: str | None, expected: str) -> bool:
+    """Whether `presented` is the token, compared in constant time."""
+    if presented is None:
+        return False
+    return hmac.compare_digest(presented.strip().encode(), expected.encode())
+
+
+def bearer_of(request: Request) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return given if scheme.lower() == "bearer" else None
+
+
+def parse_networks(text: str) -> list[Network] | None:
+    """FORWARDED_ALLOW_IPS as networks; None for "*" (every peer is trusted)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if "*" in items:
+        return None
+    return [ipaddress.ip_network(item, strict=False) for item in items]
+
+
+def _busy(detail: str, retry_after: float) -> HTTPException:
+    return HTTPException(
+        status_code=429,
+        detail=detail,
+        headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
+
+
+class Admission:
+    """The gate: whose request this is, whether its token is right, and whether its jobs
+    may queue. One per app, beside the dispatcher it queues into."""
+
+    def __init__(self, dispatcher: Dispatcher, settings: Settings) -> None:
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.rate = RateLimiter(settings.SUBMIT_RATE)
+        self._trusted = parse_networks(settings.FORWARDED_ALLOW_IPS)
+
+    # --- who is asking ------------------------------------------------------------------
+
+    def _is_trusted(self, host: str) -> bool:
+        if self._trusted is None:
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in net for net in self._trusted)
+
+    def client(self, request: Request) -> str:
+        """The key jobs are counted under: the peer's address, or, when the peer is a
+        trusted proxy, the last address in X-Forwarded-For that is not a trusted proxy."""
+        peer = request.client.host if request.client else "?"
+        forwarded = request.headers.get("x-forwarded-for")
+        if not forwarded or not self._is_trusted(peer):
+            return peer
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        for hop in reversed(hops):
+            if not self._is_trusted(hop):
+                return hop[:64]
+        return (hops[0] if hops else peer)[:64]
+
+    def check_token(self, presented: str | None, what: str, *, bearer: bool = True) -> None:
+        """401 unless the server needs no submission token or `presented` is it."""
+        expected = self.settings.SUBMIT_TOKEN
+        if expected is None or token_matches(presented, expected):
+            return
+        missing = presented is None or not presented.strip()
+        message = "missing" if missing else "wrong"
+        headers = {"WWW-Authenticate": "Bearer"} if bearer else None
+        raise HTTPException(
+            status_code=401,
+            detail=f"{what}: {message} {'bearer ' if bearer else ''}token",
+            headers=headers,
+        )
+
+    def throttle(self, client: str) -> None:
+        """Count one request that stores something without queueing work (an upload)
+        against the client's rate; 429 with Retry-After when over it."""
+        wait = self.rate.retry_after(client, now(), 1)
+        if wait is not None:
+            raise _busy(
+                f"more than {self.rate.per_minute} submissions a minute from this client", wait
+            )
+
+    # --- whether jobs may queue -----------------------------------------------------------
+
+    def _runnable(self, requirements: dict[str, object]) -> bool:
+        connected = self.dispatcher.connected_workers()
+        return any(unmet(requirements, w.capabilities) is None for w in connected)
+
+    def _waiting_now(self) -> int:
+        """Queued jobs no connected worker can run."""
+        return sum(
+            count
+            for requirements, count in self.dispatcher.store.queued_requirements()
+            if not self._runnable(json.loads(requirements))
+        )
+
+    def check(self, client: str, jobs: Sequence[ValidJob]) -> None:
+        """429 (with Retry-After and the reason) unless every one of `jobs` may queue."""
+        settings = self.settings
+        store = self.dispatcher.store
+        n = len(jobs)
+        what = "the job" if n == 1 else f"{n} jobs"
+        wait = self.rate.retry_after(client, now(), n, record=False)
+        if wait is not None:
+            per = self.rate.per_minute
+            if n > per:
+                detail = f"{what} are more than the {per} submissions a minute one client may make"
+            else:
+                detail = f"more than {per} submissions a minute from this client"
+            raise _busy(detail, wait)
+        queued = store.count_queued()
+        if queued + n > settings.MAX_QUEUE:
+            head = "the queue is full" if n == 1 else f"the queue cannot take {n} more jobs"
+            raise _busy(
+                f"{head} ({settings.MAX_QUEUE} jobs at most); try again later", QUEUE_RETRY_S
+            )
+        mine = store.count_queued(client=client)
+        if mine + n > settings.MAX_QUEUE_PER_CLIENT:
+            raise _busy(
+                f"this client has {mine} jobs queued; {what} would pass the "
+                f"{settings.MAX_QUEUE_PER_CLIENT} one client may have queued",
+                QUEUE_RETRY_S,
+            )
+        unrunnable = sum(
+            1 for job in jobs if not self._runnable(dict(job_requirements(job.spec, job.devices)))
+        )
+        if unrunnable:
+            waiting = self._waiting_now()
+            if waiting + unrunnable > settings.MAX_WAITING:
+                raise _busy(
+                    f"no connected worker can run {'it' if n == 1 else 'them'}, and "
+                    f"{waiting} such jobs already wait ({settings.MAX_WAITING} at most); "
+                    "try again when a capable worker is connected",
+                    QUEUE_RETRY_S,
+                )
+
+    def queue(self, client: str, jobs: Sequence[ValidJob]) -> list[JobRow]:
+        """Queue `jobs` whole or not at all: `check`, count them against the client's rate,
+        and submit each. No `await` runs between the check and the last submission."""
+        self.check(client, jobs)
+        self.rate.retry_after(client, now(), len(jobs))
+        return [self.dispatcher.submit(job.spec, job.devices, client) for job in jobs]

@@ -1,0 +1,294 @@
+"""The agent's side of its runners: start, talk to, time-limit and kill them.
+
+A runner is `python -m workers.agent.runner` (see that module for the wire). The pool keeps
+one warm runner per device count: a jax-cpu job spanning N > 1 devices needs a runner
+started with XLA_FLAGS=--xla_force_host_platform_device_count=N, because the flag is
+read once when JAX starts. Only the agent's event loop thread starts runners, so the
+kernel's parent-death signal refers to the agent process for as long as it lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workers.agent.group import COORDINATOR_ENV
+from workers.agent.runner import PARENT_ENV
+from workers.compiler.jaxenv import jax_environment
+
+log = logging.getLogger("boundary.worker")
+
+STDERR_LINES = 40
+LINE_LIMIT = 512 * 1024 * 1024  # a result line carries every artifact's full text
+START_TIMEOUT_S = 180.0
+MAX_WARM = 2
+DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
+class RunnerFailed(RuntimeError):
+    """The runner died, hung past its limit or could not start; `stderr_tail` says more."""
+
+    def __init__(self, message: str, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.stderr_tail = stderr_tail
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a job came to on a runner: a result, or an error the engine reported."""
+
+    result: dict[str, Any] | None = None
+    run_s: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the runner stopped answering"
+    if code < 0:
+        name = {9: "SIGKILL (often the kernel's out-of-memory killer)", 11: "SIGSEGV"}.get(
+            -code, f"signal {-code}"
+        )
+        return f"the runner was killed by {name}"
+    return f"the runner exited with status {code}"
+
+
+class Runner:
+    """One runner child process."""
+
+    def __init__(self, devices: int, env: dict[str, str]) -> None:
+        self.devices = devices
+        self._env = env
+        self._proc: asyncio.subprocess.Process | None = None
+        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._stderr_task: asyncio.Task[None] | None = None
+        self.pid: int | None = None
+
+    async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the child and wait until JAX is imported; RunnerFailed if it cannot."""
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "workers.agent.runner",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**self._env, PARENT_ENV: str(os.getpid())},
+            limit=LINE_LIMIT,
+        )
+        self.pid = self._proc.pid
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        message = await self.receive(timeout_s)
+        if message.get("type") != "ready":
+            await self.kill()
+            raise RunnerFailed("the runner did not start properly", self.stderr_tail())
+        log.info("runner %s ready (%d device(s))", self.pid, self.devices)
+
+    async def _drain_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        async for raw in self._proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self._stderr.append(line)
+            print(f"[runner {self.pid}] {line}", file=sys.stderr, flush=True)
+
+    def stderr_tail(self) -> str:
+        return "\n".join(self._stderr)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def send(self, request: dict[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            await self._proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            await self._fail()
+
+    async def receive(self, timeout_s: float | None) -> dict[str, Any]:
+        """The next message; RunnerFailed on timeout (the runner is killed) or on exit."""
+        assert self._proc is not None and self._proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self._proc.stdout.readline(), timeout_s)
+        except TimeoutError:
+            await self.kill()
+            raise RunnerFailed(
+                f"the runner took longer than {timeout_s:g} s and was killed", self.stderr_tail()
+            ) from None
+        if not line:
+            await self._fail()
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    async def _fail(self) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._proc.wait(), 5.0)
+        if self._stderr_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+        code = self._proc.returncode
+        await self.kill()
+        raise RunnerFailed(_describe_exit(code), self.stderr_tail())
+
+    async def detect(self, max_virtual_devices: int) -> dict[str, Any]:
+        await self.send({"op": "detect", "max_virtual_devices": max_virtual_devices})
+        message = await self.receive(60.0)
+        data: dict[str, Any] = message["data"]
+        return data
+
+    async def ceilings(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Another round of the device's ceilings, merged with `previous` (best of)."""
+        await self.send({"op": "ceilings", "previous": previous})
+        message = await self.receive(60.0)
+        data: dict[str, Any] | None = message["data"]
+        return data
+
+    async def run(
+        self,
+        request: dict[str, Any],
+        timeout_s: float,
+        on_progress: Callable[[dict[str, Any]], None],
+    ) -> Outcome:
+        """Run one job; the time limit starts once the runner has taken the job."""
+        await self.send({"op": "run", **request})
+        first = await self.receive(30.0)
+        if first.get("type") != "started":
+            raise RunnerFailed(f"unexpected message {first.get('type')!r}", self.stderr_tail())
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                await self.kill()
+                raise RunnerFailed(
+                    f"the job ran past its time limit of {timeout_s:g} s; the runner was killed",
+                    self.stderr_tail(),
+                )
+            try:
+                message = await self.receive(remaining)
+            except RunnerFailed as exc:
+                if "took longer" in str(exc):
+                    raise RunnerFailed(
+                        f"the job ran past its time limit of {timeout_s:g} s; "
+                        "the runner was killed",
+                        exc.stderr_tail,
+                    ) from None
+                raise
+            kind = message.get("type")
+            if kind == "progress":
+                on_progress(message["event"])
+            elif kind == "result":
+                return Outcome(result=message["result"], run_s=message.get("run_s"))
+            elif kind == "error":
+                return Outcome(error=message.get("message"), error_kind=message.get("kind"))
+
+    async def kill(self) -> None:
+        """Kill the child and reap it (idempotent)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 10.0)
+        if proc.stdin is not None:
+            proc.stdin.close()
+        if self._stderr_task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._stderr_task, 1.0)
+
+
+class RunnerPool:
+    """Warm runners keyed by device count, at most MAX_WARM at a time."""
+
+    def __init__(self, base_env: dict[str, str] | None = None) -> None:
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._runners: dict[int, Runner] = {}
+        self._starting: dict[int, asyncio.Task[Runner]] = {}
+
+    def _env(self, devices: int) -> dict[str, str]:
+        env = dict(self._base_env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # JAX_PLATFORMS and libtpu's settings, decided before the runner imports jax.
+        env.update(jax_environment(env))
+        if devices > 1:
+            flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
+            flags.append(f"{DEVICE_FLAG}={devices}")
+            env["XLA_FLAGS"] = " ".join(flags)
+        return env
+
+    def _key(self, devices: int) -> int:
+        # A worker group has one runner, joined to the group's mesh once and for all.
+        return 1 if self._base_env.get(COORDINATOR_ENV) else devices
+
+    async def get(self, devices: int = 1) -> Runner:
+        """A live runner for `devices` virtual devices (1: the default), started if needed."""
+        devices = self._key(devices)
+        runner = self._runners.get(devices)
+        if runner is not None and runner.alive:
+            return runner
+        self._runners.pop(devices, None)
+        task = self._starting.get(devices)
+        if task is None:
+            task = self.warm(devices)
+        return await asyncio.shield(task)
+
+    def warm(self, devices: int = 1) -> asyncio.Task[Runner]:
+        """Start a runner for `devices` in the background (the next `get` waits for it)."""
+        devices = self._key(devices)
+        task = self._starting.get(devices)
+        if task is None:
+            task = asyncio.create_task(self._start(devices))
+            self._starting[devices] = task
+            task.add_done_callback(_quiet)
+        return task
+
+    async def _start(self, devices: int) -> Runner:
+        try:
+            while len(self._runners) >= MAX_WARM:  # keep the default runner warm if we can
+                key = next((k for k in self._runners if k != 1), next(iter(self._runners)))
+                await self._runners.pop(key).kill()
+            runner = Runner(devices, self._env(devices))
+            try:
+                await runner.start()
+            except BaseException:
+                await runner.kill()
+                raise
+            self._runners[devices] = runner
+            return runner
+        finally:
+            self._starting.pop(devices, None)
+
+    def forget(self, runner: Runner) -> None:
+        """Drop a runner that failed; `warm` or the next `get` starts a fresh one."""
+        if self._runners.get(runner.devices) is runner:
+            del self._runners[runner.devices]
+
+    def pids(self) -> list[int]:
+        return [r.pid for r in self._runners.values() if r.pid is not None and r.alive]
+
+    async def close(self) -> None:
+        for task in list(self._starting.values()):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        for runner in list(self._runners.values()):
+            await runner.kill()
+        self._runners.clear()
+
+
+def _quiet(task: asyncio.Task[Runner]) -> None:
+    """Mark a background start's failure as seen; whoever awaits it gets the error."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,96 @@
+"""How a target combines with a job's path, workload and device count. No jax here.
+
+Every rule refuses with the field at fault named, so the server answers 422 and
+`boundary run` exits 2 before anything is imported or compiled:
+
+- `v6e` goes only with `jax-tpu`; `b200`, `h100` and `h200` with `jax-gpu` or `cuda`
+  (where the target picks the SM architecture). Any other pairing names both.
+- A scale workload spans the target's devices: `devices` defaults to the target's count,
+  and a different count is refused naming both. Every other workload, and `cuda`, runs
+  on one device, so its target must have a count of 1.
+- A few workloads take no target at all (they say why).
+
+Whether a target is compiled without its hardware depends on where the job runs: that,
+and refusing to execute such a program, is the engine's part (workers.xla_targets).
+"""
+
+from __future__ import annotations
+
+from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog.mesh import MeshParams
+from workers.protocol import JobSpec, PathId, Target, parse_target
+
+__all__ = ["apply_target", "byte_cap", "job_target"]
+
+COMPILE_ONLY_CAP = 2**62
+"""The byte cap of a job that only compiles for a target: in effect none."""
+
+
+def job_target(job: JobSpec) -> Target | None:
+    """The parsed target of `job`, or None when it has none."""
+    return parse_target(job.target) if job.target else None
+
+
+def _pairing(target: Target, path: PathId) -> None:
+    if path in target.chip.paths:
+        return
+    goes_with = " or ".join(p.value for p in target.chip.paths)
+    raise CatalogError(
+        f"target: {target.id} does not go with path {path.value}; a {target.model.value} "
+        f"target goes with {goes_with}",
+        "target",
+    )
+
+
+def apply_target(job: JobSpec) -> JobSpec:
+    """`job` with its target's defaults filled in (a scale workload's `devices`).
+
+    Raises CatalogError naming the field when the target does not combine with the
+    path, the workload or its device count. A job without a target comes back as it is.
+    """
+    target = job_target(job)
+    if target is None:
+        return job
+    _pairing(target, job.path)
+    cls = WORKLOADS.get(job.workload)
+    if cls is None:
+        return job  # parse_params names the unknown workload
+    if cls.no_target is not None:
+        raise CatalogError(f"target: {job.workload} takes no target: {cls.no_target}", "target")
+    spans = issubclass(cls, MeshParams) and job.path is not PathId.CUDA
+    if not spans:
+        if target.count != 1:
+            one = f"{target.model.value}:1x1" if target.grid else f"{target.model.value}:1"
+            what = "the cuda path" if job.path is PathId.CUDA else job.workload
+            raise CatalogError(
+                f"target: {what} runs on one device and {target.id} has {target.count}; "
+                f"use {one}, or a scale workload (sharded-matmul, collective) to span several",
+                "target",
+            )
+        return job
+    given = job.params.get("devices")
+    if given is None:
+        params = {**job.params, "devices": target.count}
+        return job.model_copy(update={"params": params})
+    if given != target.count:
+        raise CatalogError(
+            f"params.devices: devices={given} does not match target {target.id}, which has "
+            f"{target.count} devices; leave devices out or set devices={target.count}",
+            "params.devices",
+        )
+    return job
+
+
+def byte_cap(job: JobSpec, max_bytes: int) -> int:
+    """The cap on `job`'s input and output bytes.
+
+    The cap keeps a job from exhausting a worker's memory with the arrays it places. A
+    job that only compiles for a target places no array anywhere (the engine makes inputs
+    only to execute), and whether its program fits is what it asks: the compiler's
+    memory_analysis() answers that, against the chip's HBM, so no cap applies.
+    """
+    from workers.protocol import StageId
+
+    if job.target and all(s is StageId.COMPILE for s in job.stages):
+        return COMPILE_ONLY_CAP
+    return max_bytes

@@ -1,0 +1,230 @@
+"""How `boundary run` prints a run: one JSON document, one artifact, or the readable
+report, a run result rendered as plain text; and the exit status that goes with it.
+
+Every number in the report carries its unit, its boundary and its sample count; an
+invalid run shows why it failed and no speed at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+
+from workers.protocol import (
+    HloSummary,
+    Measurement,
+    PipelineCapture,
+    RunResult,
+)
+
+EXIT_OK = 0
+EXIT_INVALID_RUN = 1
+
+DISPLAY_BOUNDARY_WIDTH = 16
+
+
+def seconds(value: float | None) -> str:
+    """A duration with a unit that keeps three significant digits readable."""
+    if value is None:
+        return "n/a"
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def quantity(value: float | None, unit: str) -> str:
+    """A count with a decimal SI prefix (G = 10^9), e.g. '9.4 GFLOP/s'."""
+    if value is None:
+        return "n/a"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def byte_size(value: int | float | None) -> str:
+    """Bytes in decimal units, saying so (1 MB = 10^6 bytes)."""
+    return quantity(None if value is None else float(value), "B")
+
+
+def _measurement_lines(m: Measurement) -> list[str]:
+    label = m.boundary.value.ljust(DISPLAY_BOUNDARY_WIDTH)
+    per = (
+        f", {m.calls_per_sample} calls per sample, time per call" if m.calls_per_sample > 1 else ""
+    )
+    if m.stats is None:
+        if not m.samples_s:  # withheld by the publish step: nothing to count either
+            return [f"  {label}{m.note or 'no samples'}"]
+        return [f"  {label}{len(m.samples_s)} samples{per}: {m.note or 'no statistics'}"]
+    s = m.stats
+    lines = [
+        f"  {label}median {seconds(s.median)}  IQR {seconds(s.q1)} – {seconds(s.q3)}  "
+        f"min {seconds(s.min)}  max {seconds(s.max)}",
+        f"  {'':{DISPLAY_BOUNDARY_WIDTH}}mean {seconds(s.mean)} ± {seconds(s.stddev)}  "
+        f"rounds {s.rounds}{per}  outliers {s.outliers}"
+        + ("  (wide spread)" if s.wide_spread else ""),
+    ]
+    if m.stopped_because:
+        lines.append(f"  {'':{DISPLAY_BOUNDARY_WIDTH}}stopped: {m.stopped_because}")
+    if m.note:
+        lines.append(f"  {'':{DISPLAY_BOUNDARY_WIDTH}}note: {m.note}")
+    return lines
+
+
+def _hlo_lines(summary: HloSummary) -> list[str]:
+    lines = [
+        f"  {summary.instructions} top-level instructions; {len(summary.fusions)} fusions; "
+        f"copies {summary.copies}, transposes {summary.transposes}"
+    ]
+    if summary.libraries:
+        lines.append(f"  libraries: {', '.join(summary.libraries)}")
+    for fusion in summary.fusions[:12]:
+        kind = fusion.kind + (f" {fusion.backend_kind}" if fusion.backend_kind else "")
+        library = f" → {fusion.library}" if fusion.library else ""
+        ops = ", ".join(fusion.ops[:10]) + (" …" if len(fusion.ops) > 10 else "")
+        lines.append(f"  fusion {fusion.name} ({kind}{library}): {ops}")
+    if len(summary.fusions) > 12:
+        lines.append(f"  … and {len(summary.fusions) - 12} more fusions")
+    for call in summary.custom_calls:
+        library = f" → {call.library}" if call.library else ""
+        lines.append(f"  custom call {call.target}{library}: {call.shape}")
+    for c in summary.collectives:
+        lines.append(f"  collective {c.kind} {c.shape} ({byte_size(c.bytes)})")
+    return lines
+
+
+def format_report(run: RunResult) -> str:
+    """The whole run as text: job, environment, stages, samples, correctness, HLO."""
+    job, env = run.job, run.environment
+    params = " ".join(f"{k}={v}" for k, v in run.params.items())
+    lines = [f"{job.workload} on {job.path.value}  {params}"]
+    if not run.valid:
+        lines.append("INVALID RUN: the output failed the correctness check; no speed is shown.")
+    lines.append(
+        f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
+        f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "
+        f"backend {env.backend_platform_version or 'n/a'}"
+    )
+    lines.append(f"host      {env.host_cpu or 'unknown CPU'}; {env.hostname}; {env.timestamp}")
+    lines.append(
+        f"settings  {env.precision}; x64 {'on' if env.x64 else 'off'}; "
+        f"XLA_FLAGS {env.xla_flags or '(none)'}"
+    )
+    events = env.cache_events
+    cache = f"cache     {env.cache.value}"
+    if events is not None and (events.hits or events.misses):
+        cache += f" (persistent cache: {events.hits} hits, {events.misses} misses"
+        if events.time_saved_s is not None:
+            cache += f", compile time saved {seconds(events.time_saved_s)}"
+        cache += ")"
+    lines.append(cache)
+    for key, value in env.extra.items():
+        lines.append(f"          {key}: {value}")
+    inputs = ", ".join(f"{i.name} {i.dtype}{i.shape}" for i in run.inputs)
+    lines.append(f"inputs    {inputs}")
+    st = run.stage_seconds
+    lines.append(
+        f"stages    trace {seconds(st.trace)} · lower {seconds(st.lower)} · "
+        f"compile {seconds(st.compile)}  (each timed alone, cache {env.cache.value})"
+    )
+    if run.measurements:
+        lines.append(
+            f"execute   mode {job.measure.mode.value}; warm-up of {job.measure.warmup} call(s) "
+            f"took {seconds(st.warm_up)}, first call included, and is not counted"
+        )
+        for m in run.measurements:
+            lines.extend(_measurement_lines(m))
+    if run.correctness is not None and not run.correctness.checked:
+        lines.append(f"correct   UNCHECKED: {run.correctness.detail}")
+    elif run.correctness is not None:
+        c = run.correctness
+        verdict = "passed" if c.passed else "FAILED"
+        error = f"{c.error:.3g}" if c.error is not None else "not finite"
+        lines.append(
+            f"correct   {verdict}: relative error {error}, tolerance {c.tolerance:.3g} "
+            f"({c.reference} reference)" + (f"; {c.detail}" if c.detail else "")
+        )
+    if run.rates is not None:
+        r = run.rates
+        counts = f"analytic work {quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
+        if r.source != "analytic":
+            counts = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)}: {r.source}"
+        if r.boundary is not None:
+            achieved = f"{quantity(r.flops_per_s, 'FLOP/s')}, {quantity(r.bytes_per_s, 'B/s')}"
+            lines.append(f"rates     {achieved} at the {r.boundary.value} median ({counts})")
+        else:
+            lines.append(f"rates     {counts}")
+    if run.cost_analysis is not None or run.memory_analysis is not None:
+        ca, ma = run.cost_analysis, run.memory_analysis
+        xla = []
+        if ca is not None:
+            xla.append(
+                f"cost {quantity(ca.flops, 'FLOP')}, {byte_size(ca.bytes_accessed)} accessed"
+            )
+        if ma is not None:
+            xla.append(
+                f"memory arguments {byte_size(ma.argument_bytes)}, output "
+                f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
+                f"peak {byte_size(ma.peak_bytes)}"
+            )
+        lines.append(f"XLA       {'; '.join(xla)}")
+    if run.hlo_summary is not None:
+        lines.append("HLO")
+        lines.extend(_hlo_lines(run.hlo_summary))
+    if run.harness_seconds is not None:
+        lines.append(f"harness   {seconds(run.harness_seconds)} outside the reported intervals")
+    if run.warnings:
+        lines.append("warnings")
+        lines.extend(f"  - {w}" for w in run.warnings)
+    return "\n".join(lines)
+
+
+def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
+    """Print a run as JSON, one artifact or the readable report; return the exit status."""
+    if as_json:
+        sys.stdout.write(result.model_dump_json() + "\n")
+    elif ir is not None:
+        text = getattr(result.artifacts, ir)
+        if text is None:
+            print(
+                f"no {ir} artifact: path {result.job.path.value} does not produce one",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID_RUN
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        print(format_report(result))
+        trace = result.profile
+        if trace is not None and trace.data_b64:
+            # The readable report cannot carry the archive: keep it beside the user.
+            target = Path(f"{result.job.workload}-{trace.sha256[:12]}.profile.tar.gz")
+            target.write_bytes(base64.b64decode(trace.data_b64))
+            print(f"profile   {trace.covers}; written to {target} (open in XProf or Perfetto)")
+        line = pipeline_line(result.pipeline)
+        if line is not None:
+            print(line)
+    return EXIT_OK if result.valid else EXIT_INVALID_RUN
+
+
+def pipeline_line(pipeline: PipelineCapture | None) -> str | None:
+    """The report's line on the pass pipeline. A GPU target's compile keeps XLA's fusion
+    report and launch order without --pipeline: that is named as such, never as a
+    pipeline of "0 dumped steps" nobody asked for."""
+    if pipeline is None:
+        return None
+    if not pipeline.steps:
+        if pipeline.cut:
+            return f"pipeline  none: {pipeline.cut}"
+        if pipeline.files:
+            return (
+                f"compiler  reports {', '.join(sorted(pipeline.files))} (in --json: pipeline.files)"
+            )
+        return None
+    changed = len({s.snapshot for s in pipeline.steps})
+    note = f"; {pipeline.cut}" if pipeline.cut else ""
+    return (
+        f"pipeline  {len(pipeline.steps)} dumped steps, {changed} distinct modules, "
+        f"{pipeline.bytes:,} bytes{note} (the run page shows them)"
+    )

@@ -1,0 +1,250 @@
+"""`boundary run`: build a job from the command line, run it in this process (or, with
+`--server URL`, submit it to that server and wait: `workers.cli.submit`), and print the
+run (`workers.cli.printout`).
+
+`app.cli` dispatches the `run` subcommand to `run_command`. jax is imported only when
+a run actually happens in this process, so argument errors are reported at once. A
+parameter given as `@FILE` is stored locally (or uploaded) and named by its SHA-256.
+
+Exit status: 0 for a valid run, 1 for a run whose output failed the correctness check
+(or an artifact that was not produced), 2 for a job that cannot run here (bad
+parameters, a path without its devices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from workers.catalog import DEFAULT_MAX_BYTES, WORKLOADS, CatalogError, describe_validation_error
+from workers.catalog.values import parse_value
+from workers.cli.printout import print_result
+from workers.protocol import (
+    ARTIFACT_NAMES,
+    MAX_SAMPLES,
+    CachePolicy,
+    JobSpec,
+    Mode,
+    PathId,
+    ProgressEvent,
+    StageId,
+)
+
+EXIT_BAD_JOB = 2
+
+CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
+MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
+
+
+class UsageError(ValueError):
+    """A command line that does not describe a job; the message names the culprit."""
+
+
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """`key=value` words as a parameter dict; a repeated or malformed key is an error."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"parameter {item!r}: expected key=value")
+        if key in params:
+            raise UsageError(f"params.{key}: given twice")
+        params[key] = parse_value(value)
+    return params
+
+
+def parse_samples(text: str) -> int | str:
+    """`--samples`: a count from 1 to MAX_SAMPLES, or 'auto'."""
+    if text == "auto":
+        return text
+    if not _INTEGER.match(text) or not 1 <= int(text) <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer from 1 to {MAX_SAMPLES}")
+    return int(text)
+
+
+def parse_stages(text: str) -> list[str]:
+    """`--stages`: a comma-separated list of stage names."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    allowed = [s.value for s in StageId]
+    for name in names:
+        if name not in allowed:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is no stage (allowed: {', '.join(allowed)})"
+            )
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one stage")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `boundary run` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="boundary run",
+        description="Run a workload through trace → lower → compile → execute and report it.",
+    )
+    parser.add_argument("workload", help=f"one of: {', '.join(WORKLOADS)}")
+    parser.add_argument("params", nargs="*", metavar="key=value", help="workload parameters")
+    parser.add_argument("--path", choices=[p.value for p in PathId], default=PathId.JAX_CPU.value)
+    parser.add_argument(
+        "--target",
+        metavar="TARGET",
+        help="compile for this target: v6e:1x1 … v6e:16x16, b200:N, h100:N, h200:N "
+        "(N = 1, 2, 4, 8); without its hardware it is compiled, never run",
+    )
+    parser.add_argument(
+        "--stages",
+        type=parse_stages,
+        default=None,
+        help="e.g. compile,execute (default: compile,execute; with --target: compile)",
+    )
+    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.LATENCY.value)
+    parser.add_argument("--samples", type=parse_samples, default=20, help="N or auto")
+    parser.add_argument(
+        "--cache", choices=[c.value for c in CachePolicy], default=CachePolicy.COLD.value
+    )
+    parser.add_argument("--calls-per-sample", type=int, default=None, help="K in throughput mode")
+    parser.add_argument("--max-seconds", type=float, default=None, help="time cap on sampling")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="capture a JAX profiler trace of the sampled calls (adds the profiler's cost)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="compile once more with XLA's per-pass dump and keep the pass pipeline "
+        "(the reported compile time excludes it)",
+    )
+    parser.add_argument(
+        "--flush-l2",
+        action="store_true",
+        help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
+    )
+    parser.add_argument("--server", metavar="URL", help="submit to this server instead")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the run result as JSON")
+    output.add_argument("--ir", choices=list(ARTIFACT_NAMES), help="print one artifact")
+    return parser
+
+
+def build_job(args: argparse.Namespace) -> JobSpec:
+    """The job the parsed command line describes, validated by the wire contract."""
+    measure: dict[str, Any] = {"mode": args.mode, "samples": args.samples, "cache": args.cache}
+    if args.calls_per_sample is not None:
+        measure["calls_per_sample"] = args.calls_per_sample
+    if args.max_seconds is not None:
+        measure["max_seconds"] = args.max_seconds
+    if args.profile:
+        measure["profile"] = True
+    if args.flush_l2:
+        measure["flush_l2"] = True
+    if args.pipeline:
+        measure["pipeline"] = True
+    raw: dict[str, Any] = {
+        "workload": args.workload,
+        "path": args.path,
+        "params": parse_assignments(args.params),
+        "measure": measure,
+    }
+    if args.stages is not None:  # left out, the job's own default applies (it follows target)
+        raw["stages"] = args.stages
+    if args.target is not None:
+        raw["target"] = args.target
+    try:
+        job = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        message, _ = describe_validation_error(exc)
+        raise UsageError(message) from None
+    from workers.catalog.target_rules import apply_target
+
+    try:
+        return apply_target(job)  # how the target combines with path, workload and devices
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _with_files(job: JobSpec, server: str | None) -> JobSpec:
+    """`job` with its `@FILE` parameters stored locally (or uploaded) and named by SHA-256."""
+    from workers.cli.export_fn import resolve_file_params
+
+    try:
+        params = resolve_file_params(
+            job.workload, job.params, server=server, token=os.environ.get("BOUNDARY_SUBMIT_TOKEN")
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return job.model_copy(update={"params": params})
+
+
+def _settings() -> tuple[Path | None, int]:
+    """The cache directory and byte cap from BOUNDARY_* environment variables."""
+    cache_dir = os.environ.get(CACHE_DIR_ENV)
+    raw_bytes = os.environ.get(MAX_BYTES_ENV)
+    max_bytes = DEFAULT_MAX_BYTES
+    if raw_bytes:
+        if not _INTEGER.match(raw_bytes) or int(raw_bytes) <= 0:
+            raise UsageError(f"{MAX_BYTES_ENV}: expected a positive integer, got {raw_bytes!r}")
+        max_bytes = int(raw_bytes)
+    return (Path(cache_dir).expanduser() if cache_dir else None), max_bytes
+
+
+def _progress_to_stderr(event: ProgressEvent) -> None:
+    count = f" {event.k}/{event.n if event.n is not None else 'auto'}" if event.k else ""
+    message = f" {event.message}" if event.message else ""
+    print(f"[{event.phase}]{count}{message}", file=sys.stderr, flush=True)
+
+
+def submit_to_server(job: JobSpec, server_url: str, as_json: bool) -> int:
+    """Submit `job` to the server at `server_url`, wait for its run and print it."""
+    from workers.cli import submit
+
+    return submit.submit_to_server(job, server_url, as_json)
+
+
+def run_command(argv: list[str]) -> int:
+    """`boundary run ARGV...`: parse, run here (or submit), print; return the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage or the help
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_JOB
+    try:
+        job = build_job(args)
+        if any(isinstance(v, str) and v.startswith("@") for v in job.params.values()):
+            job = _with_files(job, args.server)
+        if args.server:
+            return submit_to_server(job, args.server, args.json)
+        cache_dir, max_bytes = _settings()
+    except UsageError as exc:
+        print(f"boundary run: {exc}", file=sys.stderr)
+        return EXIT_BAD_JOB
+
+    from workers.compiler.jaxenv import apply_jax_environment
+    from workers.scale.devices import ensure_cpu_devices
+
+    apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
+    try:
+        # A jax-cpu job over N devices needs N virtual devices, fixed when JAX starts.
+        relaunched = ensure_cpu_devices(job, argv, max_bytes)
+    except CatalogError as exc:
+        print(f"boundary run: {exc}", file=sys.stderr)
+        return EXIT_BAD_JOB
+    if relaunched is not None:
+        return relaunched
+
+    from workers.run.engine import PathUnavailable, run_job
+
+    progress = _progress_to_stderr if sys.stderr.isatty() else None
+    try:
+        result = run_job(job, progress, cache_dir=cache_dir, max_bytes=max_bytes)
+    except (CatalogError, PathUnavailable) as exc:
+        print(f"boundary run: {exc}", file=sys.stderr)
+        return EXIT_BAD_JOB
+    return print_result(result, args.json, args.ir)

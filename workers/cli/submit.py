@@ -1,0 +1,139 @@
+"""`boundary run --server URL`: submit a job to a server, follow it, print its run.
+
+The run is printed exactly as a local `boundary run` prints it (one JSON document on
+stdout with --json); progress and errors go to stderr. Inline artifacts are capped by
+the server, so the full text of any cut artifact is fetched before printing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from workers.protocol import FINAL_STATUSES, JobSpec, JobStatus, RunResult
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+EXIT_INTERRUPTED = 130
+GIVE_UP_UNREACHABLE_S = 300.0
+SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return response.text[:500]
+    if isinstance(detail, list):
+        return "; ".join(f"{d.get('field') or 'body'}: {d.get('message')}" for d in detail)
+    return str(detail)
+
+
+def _follow_events(client: httpx.Client, job_id: str, show_progress: bool) -> None:
+    """Read the job's event stream until a final status (or the stream breaks)."""
+    event = ""
+    with client.stream("GET", f"/api/v1/jobs/{job_id}/events", timeout=None) as response:
+        if response.status_code != 200:
+            return
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                event = line.partition(":")[2].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line.partition(":")[2])
+                if event == "status":
+                    if show_progress:
+                        _say(f"[{data['status']}] job {job_id}")
+                    if data["status"] in FINAL_STATUSES:
+                        return
+                elif event == "progress" and show_progress:
+                    count = f" {data['k']}/{data.get('n') or 'auto'}" if data.get("k") else ""
+                    _say(f"[{data['phase']}]{count}")
+
+
+def _wait_final(client: httpx.Client, job_id: str, show_progress: bool) -> dict[str, Any]:
+    """The job once it reached a final status, surviving a server restart on the way."""
+    unreachable_since: float | None = None
+    delay = 0.25
+    while True:
+        try:
+            _follow_events(client, job_id, show_progress)
+            response = client.get(f"/api/v1/jobs/{job_id}")
+        except httpx.TransportError as exc:
+            unreachable_since = unreachable_since or time.monotonic()
+            if time.monotonic() - unreachable_since > GIVE_UP_UNREACHABLE_S:
+                raise
+            _say(f"server unreachable ({exc}); retrying")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        unreachable_since = None
+        if response.status_code == 200:
+            job: dict[str, Any] = response.json()
+            if job["status"] in FINAL_STATUSES:
+                return job
+        time.sleep(0.5)
+
+
+def _full_run(client: httpx.Client, job: dict[str, Any]) -> RunResult:
+    run = dict(job["run"])
+    artifacts = dict(run.get("artifacts") or {})
+    for name in run.get("artifacts_truncated", []):
+        link = run.get("artifact_links", {}).get(name)
+        if link:
+            response = client.get(link)
+            response.raise_for_status()
+            artifacts[name] = response.text
+    run["artifacts"] = artifacts
+    return RunResult.model_validate(run)
+
+
+def submit_to_server(job: JobSpec, server_url: str, as_json: bool, token: str | None = None) -> int:
+    """Submit `job` to `server_url`, wait for its run and print it; the exit status.
+
+    `token` (default: $BOUNDARY_SUBMIT_TOKEN) is sent as a bearer token when given.
+    Exit status: 0 for a valid run, 1 for a run that failed its check or a job that
+    failed, expired or was cancelled, 2 when the server refused the job.
+    """
+    from workers.cli.printout import print_result
+
+    token = token or os.environ.get(SUBMIT_TOKEN_ENV) or None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = server_url.rstrip("/")
+    with httpx.Client(base_url=base, headers=headers, timeout=30.0) as client:
+        try:
+            response = client.post("/api/v1/jobs", json=job.model_dump(mode="json"))
+        except httpx.TransportError as exc:
+            _say(f"boundary run: cannot reach {base}: {exc}")
+            return EXIT_REFUSED
+        if response.status_code != 202:
+            extra = ""
+            if response.status_code == 429:
+                extra = f" (retry after {response.headers.get('retry-after', '?')} s)"
+            _say(f"boundary run: the server refused the job: {_detail(response)}{extra}")
+            return EXIT_REFUSED
+        job_id = response.json()["id"]
+        _say(f"job {job_id} queued at {base}/api/v1/jobs/{job_id}")
+        try:
+            final = _wait_final(client, job_id, show_progress=sys.stderr.isatty())
+        except KeyboardInterrupt:
+            _say(f"stopped waiting; job {job_id} goes on at {base}/api/v1/jobs/{job_id}")
+            return EXIT_INTERRUPTED
+        except httpx.TransportError as exc:
+            _say(f"boundary run: lost the server while waiting for job {job_id}: {exc}")
+            return EXIT_FAILED
+        if final["status"] != JobStatus.DONE or final.get("run") is None:
+            _say(f"boundary run: job {job_id} {final['status']}: {final.get('reason')}")
+            if final.get("stderr_tail"):
+                _say(f"last lines of the runner's stderr:\n{final['stderr_tail']}")
+            return EXIT_FAILED
+        return print_result(_full_run(client, final), as_json, None)

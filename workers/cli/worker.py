@@ -1,0 +1,81 @@
+"""`boundary worker --server URL [--token T]`: attach this machine's devices to a server.
+
+`app.cli` dispatches the `worker` subcommand to `worker_command`. The token defaults to
+BOUNDARY_WORKER_TOKEN; capabilities are detected by the runner, never assumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from workers.agent.agent import Agent, AgentConfig
+from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
+from workers.compiler.jaxenv import apply_jax_environment
+
+TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
+PARENT_ENV = "BOUNDARY_WORKER_PARENT"
+"""Set by `boundary serve` for its local workers: they stop (SIGTERM) when it dies."""
+CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
+MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boundary worker",
+        description="Run jobs from a Boundary server on this machine's devices.",
+    )
+    parser.add_argument("--server", required=True, help="the server's URL, e.g. http://host:8000")
+    parser.add_argument("--token", help=f"the worker token (default: ${TOKEN_ENV})")
+    parser.add_argument("--name", help="a name shown in the worker list")
+    parser.add_argument(
+        "--max-virtual-devices",
+        type=int,
+        default=DEFAULT_MAX_VIRTUAL_DEVICES,
+        help="on a CPU host, the most virtual devices a jax-cpu job may span (default %(default)s)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    return parser
+
+
+def worker_command(argv: list[str]) -> int:
+    """Run the worker until SIGTERM or Ctrl-C; the exit status."""
+    args = build_parser().parse_args(argv)
+    apply_jax_environment()  # inherited by every runner this worker starts
+    if os.environ.get(PARENT_ENV):
+        # SIGUSR2, not SIGTERM: Linux sends it whenever the thread that started us exits,
+        # so the agent checks that the parent really died before it stops (workers.agent.agent).
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # until the agent handles it
+        die_with_parent(PARENT_ENV, signal.SIGUSR2)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s worker %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        print(f"boundary worker: give --token or set {TOKEN_ENV}", file=sys.stderr)
+        return 2
+    if not args.server.startswith(("http://", "https://")):
+        print("boundary worker: --server must be an http:// or https:// URL", file=sys.stderr)
+        return 2
+    cache_dir = os.environ.get(CACHE_DIR_ENV)
+    max_bytes = os.environ.get(MAX_BYTES_ENV, "")
+    config = AgentConfig(
+        server=args.server,
+        token=token,
+        name=args.name,
+        max_virtual_devices=max(0, args.max_virtual_devices),
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
+        max_job_bytes=int(max_bytes) if max_bytes.isdigit() else None,
+    )
+    return asyncio.run(Agent(config).run())
+
+
+if __name__ == "__main__":
+    sys.exit(worker_command(sys.argv[1:]))

@@ -1,0 +1,360 @@
+"""Summaries of optimized HLO text: what XLA chose to run. Pure text parsing, no jax.
+
+The optimized HLO printed by a Compiled stage lists computations, each a block of
+instructions `%name = shape opcode(operands), attributes`. The summary reports the
+fusions (and the library behind each custom fusion), custom calls and their targets,
+collectives with their payload sizes, and counts of copies, transposes and top-level
+instructions, so a reader can see, for example, that a chain of eight elementwise
+operations became one kernel, or that a dot went to cuBLAS on a GPU and YNNPACK on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.protocol import CostAnalysis, HloCollective, HloCustomCall, HloFusion, HloSummary, hlo
+
+COLLECTIVES = frozenset(
+    {
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-broadcast",
+        "ragged-all-to-all",
+    }
+)
+"""Communication opcodes; their asynchronous `-start` forms count once, `-done` not at all."""
+
+_PLUMBING = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+"""Opcodes that move no data worth listing among a fusion's operations."""
+
+_ELEMENT_BYTES: dict[str, int] = {
+    "pred": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
+
+# Markers in custom-call targets and custom fusion kinds, and the library each names.
+_LIBRARIES: tuple[tuple[str, str], ...] = (
+    ("__cublas$lt", "cuBLASLt"),
+    ("__cublas", "cuBLAS"),
+    ("__cudnn", "cuDNN"),
+    ("__triton", "Triton"),
+    ("__ynn", "YNNPACK"),
+    ("__xnn", "XNNPACK"),
+    ("onednn", "oneDNN"),
+    ("tpu_custom_call", "Mosaic TPU"),
+    ("mosaic_gpu", "Mosaic GPU"),
+    ("cusolver", "cuSOLVER"),
+    ("cufft", "cuFFT"),
+    ("lapack", "LAPACK"),
+    ("ducc", "DUCC FFT"),
+)
+
+
+def library_of(target: str) -> str | None:
+    """The library a custom-call target or custom fusion kind belongs to, if known."""
+    lowered = target.lower()
+    for marker, library in _LIBRARIES:
+        if marker.lower() in lowered:
+            return library
+    return None
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def parse_replica_groups(text: str) -> list[list[int]] | None:
+    """Device-id groups from any of HLO's replica-group spellings; None if unknown.
+
+    Explicit `{{0,1},{2,3}}`; iota `[G,S]<=[N]` or `[G,S]<=[A,B]T(1,0)` (device ids laid
+    out in the reshape dimensions, transposed, then cut into G groups of S); and the
+    mesh form `mesh['axis_0'=2,'axis_1'=4] {'axis_1'}`, whose groups vary the named axes
+    of a row-major mesh of device ids. `{}` (one group of every device) gives None.
+    """
+    text = text.strip()
+    if text.startswith("{{"):
+        return [_ints(group) for group in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
+    iota = hlo.IOTA_GROUPS.match(text)
+    if iota is not None:
+        shape, dims = _ints(iota[1]), _ints(iota[2])
+        order = _ints(iota[3]) if iota[3] else list(range(len(dims)))
+        ids = _transposed_iota(dims, order)
+        size = shape[-1] if shape else 1
+        return [ids[i : i + size] for i in range(0, len(ids), size)]
+    mesh = hlo.MESH_GROUPS.match(text)
+    if mesh is not None:
+        axes: list[tuple[str, int]] = []
+        for part in mesh[1].split(","):
+            found = hlo.MESH_AXIS.match(part.strip())
+            if found is None:
+                return None  # sub-axes and other refinements are left as text
+            axes.append((found[1], int(found[2])))
+        chosen = [name.strip().strip("'") for name in mesh[2].split(",") if name.strip()]
+        names = [name for name, _ in axes]
+        if any(name not in names for name in chosen):
+            return None
+        return _mesh_groups(axes, chosen)
+    return None
+
+
+def _transposed_iota(dims: list[int], order: list[int]) -> list[int]:
+    """Row-major ids over `dims`, read back in the axis order `order`."""
+    strides = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        strides[i] = strides[i + 1] * dims[i + 1]
+    out_dims = [dims[i] for i in order]
+    ids: list[int] = []
+    for coords in itertools.product(*(range(d) for d in out_dims)):
+        ids.append(sum(c * strides[axis] for c, axis in zip(coords, order, strict=True)))
+    return ids
+
+
+def _mesh_groups(axes: list[tuple[str, int]], chosen: list[str]) -> list[list[int]]:
+    """Groups of a row-major mesh of device ids that vary exactly the `chosen` axes."""
+    names = [name for name, _ in axes]
+    sizes = dict(axes)
+    strides: dict[str, int] = {}
+    stride = 1
+    for name, size in reversed(axes):
+        strides[name] = stride
+        stride *= size
+    fixed = [name for name in names if name not in chosen]
+    groups: list[list[int]] = []
+    for outer in itertools.product(*(range(sizes[n]) for n in fixed)):
+        base = sum(c * strides[n] for c, n in zip(outer, fixed, strict=True))
+        inner = itertools.product(*(range(sizes[n]) for n in chosen))
+        groups.append(
+            [base + sum(c * strides[n] for c, n in zip(at, chosen, strict=True)) for at in inner]
+        )
+    return groups
+
+
+def payload_shape(op: str, shape: str) -> str:
+    """The shape a collective delivers: async `-start` forms carry operands and scratch too.
+
+    `all-gather-start` returns (operands, results); `collective-permute-start` returns
+    (operand, result, context...); `all-reduce-start` returns its results directly.
+    """
+    if not shape.startswith("(") or not op.endswith("-start"):
+        return shape
+    parts = _top_level_parts(shape[1:-1])
+    if op == "all-gather-start" and len(parts) >= 2:
+        return ", ".join(parts[len(parts) // 2 :])
+    if op == "collective-permute-start" and len(parts) >= 2:
+        return parts[1]
+    return shape
+
+
+def _top_level_parts(text: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def jax_op_name(rest: str) -> str | None:
+    """The JAX operation an instruction came from, from its op_name metadata."""
+    found = hlo.OP_NAME.search(rest)
+    if found is None:
+        return None
+    # "jit(step)/dot_general" → "dot_general"; argument names ("a") stay as they are.
+    name = found[1]
+    return name.split(")/", 1)[1] if name.startswith("jit(") and ")/" in name else name
+
+
+def collective_of(ins: Instruction) -> HloCollective:
+    """The HloCollective an instruction (a collective or its -start form) describes."""
+    groups_match = hlo.REPLICA_GROUPS.search(ins.rest)
+    groups_text = groups_match[1] if groups_match else None
+    dims = hlo.DIMENSIONS.search(ins.rest)
+    payload = payload_shape(ins.op, ins.shape)
+    return HloCollective(
+        kind=ins.op.removesuffix("-start"),
+        shape=payload,
+        bytes=shape_bytes(payload),
+        replica_groups=groups_text,
+        groups=parse_replica_groups(groups_text) if groups_text else None,
+        name=ins.name,
+        jax_op=jax_op_name(ins.rest),
+        dimensions=_ints(dims[1]) if dims else None,
+        asynchronous=ins.op.endswith("-start"),
+    )
+
+
+def shape_bytes(shape: str) -> int | None:
+    """Bytes held by an HLO shape (tuples summed); None if an element type is unknown."""
+    total = 0
+    found = False
+    for element, dims in hlo.ARRAY_SHAPE.findall(shape):
+        size = _ELEMENT_BYTES.get(element)
+        if size is None and element.startswith("f8"):
+            size = 1
+        if size is None:
+            return None
+        count = 1
+        for dim in filter(None, dims.split(",")):
+            count *= int(dim)
+        total += size * count
+        found = True
+    return total if found else None
+
+
+@dataclass
+class Instruction:
+    """One parsed HLO instruction."""
+
+    name: str
+    shape: str
+    op: str
+    rest: str
+
+
+@dataclass
+class Computation:
+    """One HLO computation: a name and its instructions in order."""
+
+    name: str
+    entry: bool
+    instructions: list[Instruction] = field(default_factory=list)
+
+
+def parse_computations(text: str) -> list[Computation]:
+    """Every computation in an HLO module's text, with its instructions."""
+    computations: list[Computation] = []
+    current: Computation | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if current is None:
+            # Headers start at the margin; header blocks such as FileNames never end in "{".
+            if raw[:1] not in {" ", "\t"} and line.endswith("{"):
+                match = hlo.COMPUTATION.match(line)
+                if match is not None:
+                    current = Computation(match["name"], bool(match["entry"]))
+            continue
+        if line == "}":
+            computations.append(current)
+            current = None
+            continue
+        match = hlo.INSTRUCTION.match(line)
+        if match is not None:
+            current.instructions.append(
+                Instruction(match["name"], match["shape"], match["op"], match["rest"])
+            )
+    return computations
+
+
+def summarize_hlo(text: str) -> HloSummary:
+    """Summarize optimized HLO text (as printed by `Compiled.as_text()`)."""
+    computations = parse_computations(text)
+    by_name = {c.name: c for c in computations}
+    fused: set[str] = set()
+    helpers: set[str] = set()
+    for computation in computations:
+        for ins in computation.instructions:
+            if ins.op == "fusion":
+                fused.update(hlo.called(ins.rest))
+            applied = hlo.TO_APPLY.search(ins.rest)
+            if applied is not None:
+                helpers.add(applied[1])
+
+    summary = HloSummary()
+    libraries: list[str] = []
+    op_counts: Counter[str] = Counter()
+    for computation in computations:
+        top_level = computation.name not in fused and computation.name not in helpers
+        for ins in computation.instructions:
+            if top_level:
+                op_counts[ins.op] += 1
+            if ins.op in {"copy", "copy-start"}:
+                summary.copies += 1
+            elif ins.op == "transpose":
+                summary.transposes += 1
+            elif ins.op == "fusion":
+                summary.fusions.append(_fusion(ins, by_name))
+            elif ins.op == "custom-call":
+                target_match = hlo.CUSTOM_CALL_TARGET.search(ins.rest)
+                target = target_match[1] if target_match else "unknown"
+                summary.custom_calls.append(
+                    HloCustomCall(target=target, library=library_of(target), shape=ins.shape)
+                )
+            elif ins.op in COLLECTIVES or ins.op.removesuffix("-start") in COLLECTIVES:
+                summary.collectives.append(collective_of(ins))
+    for found in [f.library for f in summary.fusions] + [c.library for c in summary.custom_calls]:
+        if found is not None and found not in libraries:
+            libraries.append(found)
+    summary.op_counts = dict(op_counts.most_common())
+    summary.instructions = sum(op_counts.values())
+    summary.libraries = libraries
+    return summary
+
+
+def _fusion(ins: Instruction, by_name: dict[str, Computation]) -> HloFusion:
+    kind_match = hlo.KIND.search(ins.rest)
+    backend_match = hlo.BACKEND_KIND.search(ins.rest)
+    backend_kind = backend_match[1] if backend_match else None
+    calls = hlo.called(ins.rest)
+    ops: list[str] = []
+    for name in calls:
+        body = by_name.get(name)
+        for inner in body.instructions if body else []:
+            if inner.op not in _PLUMBING and inner.op not in ops:
+                ops.append(inner.op)
+    return HloFusion(
+        name=ins.name,
+        kind=kind_match[1] if kind_match else "unknown",
+        calls=calls,
+        backend_kind=backend_kind,
+        library=library_of(backend_kind) if backend_kind else None,
+        ops=ops,
+    )
+
+
+def compiled_costs(compiled: Any) -> CostAnalysis | None:
+    """The FLOPs and bytes XLA counted for a compiled program, or None where the backend
+    counts none (XLA:GPU). Only those two: a TPU's `optimal_seconds` is the compiler's
+    model, which must never read as a time."""
+    try:
+        raw = compiled.cost_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if isinstance(raw, list):  # older jax returned one dict per program
+        raw = raw[0] if raw else None
+    if not isinstance(raw, dict):
+        return None
+
+    def pick(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) and value >= 0 else None
+
+    return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))

@@ -1,0 +1,340 @@
+"""Timing: the execute stage's sampling loops, one per measurement mode.
+
+Every loop times only what its boundary names, with inputs already on the device and
+ready, after an uncounted warm-up. The loops are written out by hand, not built from
+shared callbacks, so the code inside each timed interval is as short as a bare loop's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import jax
+import numpy as np
+
+from workers.measure.stats import WIDE_SPREAD, relative_iqr, summarize
+from workers.protocol import (
+    MODE_BOUNDARIES,
+    BoundaryId,
+    Measurement,
+    MeasureOptions,
+    Mode,
+    ProgressEvent,
+)
+
+CompiledCall = Callable[..., jax.Array]
+"""A compiled function: calling it executes on the device and returns one array."""
+
+ProgressSink = Callable[[ProgressEvent], None]
+
+block_all = cast("Callable[[list[jax.Array]], list[jax.Array]]", jax.block_until_ready)
+"""jax.block_until_ready for a list of arrays: one wait for all of them."""
+
+AUTO_MIN_SAMPLES = 10
+"""Adaptive sampling never stops on spread before it has this many samples."""
+
+PROGRESS_INTERVAL_S = 0.1
+"""Sampling progress is reported at most this often (ten times a second)."""
+
+DISPATCH_NOTE = (
+    "host-dispatch times the call returning, not the work finishing: a teaching demo of "
+    "asynchronous dispatch, never a speed."
+)
+
+
+class Stopper:
+    """Decides when a sampling loop ends and records why.
+
+    A fixed count stops at exactly that many samples; 'auto' stops once IQR / median is
+    below the threshold, at the sample cap, or at the time cap. The time cap also bounds
+    a fixed count, and the reason then says how many of the requested samples were taken.
+    """
+
+    def __init__(self, options: MeasureOptions, start: float) -> None:
+        self.target = options.sample_count()
+        self.cap = self.target if self.target is not None else options.auto_max_samples
+        self.deadline = start + options.max_seconds
+        self.max_seconds = options.max_seconds
+        self.threshold = options.auto_rel_iqr
+        self.next_check = AUTO_MIN_SAMPLES
+        self.reason = ""
+
+    def done(self, samples: Sequence[float], now: float) -> bool:
+        """True when sampling should stop after `samples`; `now` is the last clock read."""
+        count = len(samples)
+        if count >= self.cap:
+            self.reason = (
+                f"took the {count} samples asked for"
+                if self.target is not None
+                else f"reached the cap of {count} samples"
+            )
+            return True
+        if now >= self.deadline:
+            wanted = f" of {self.target}" if self.target is not None else ""
+            self.reason = f"reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
+            return True
+        if self.target is None and count >= self.next_check:
+            # Sorting every sample would cost more than the samples on fast workloads, so
+            # the spread is checked on a schedule that grows by a tenth each time.
+            self.next_check = max(count + 5, int(count * 1.1))
+            spread = relative_iqr(samples)
+            if spread < self.threshold:
+                self.reason = (
+                    f"IQR/median {spread:.3f} fell below {self.threshold:g} after {count} samples"
+                )
+                return True
+        return False
+
+
+class ProgressTicker:
+    """Sends 'sampling' progress events, at most one per PROGRESS_INTERVAL_S."""
+
+    def __init__(self, sink: ProgressSink | None, total: int | None, start: float) -> None:
+        self.sink = sink
+        self.total = total
+        self.next_at = start + PROGRESS_INTERVAL_S
+
+    def tick(self, count: int, now: float) -> None:
+        """Report `count` samples taken if the last report is old enough."""
+        if self.sink is not None and now >= self.next_at:
+            self.next_at = now + PROGRESS_INTERVAL_S
+            self.sink(ProgressEvent(phase="sampling", k=count, n=self.total))
+
+    def finish(self, count: int) -> None:
+        """Report the final count, whatever the throttle says."""
+        if self.sink is not None:
+            self.sink(ProgressEvent(phase="sampling", k=count, n=self.total))
+
+
+@dataclass
+class Sampled:
+    """What a sampling loop produced: its measurements and the last output it computed."""
+
+    measurements: list[Measurement]
+    output: Any
+    warnings: list[str] = field(default_factory=list)
+    untimed_s: float = 0.0
+    """Work the loop did outside its intervals (waiting for dispatched calls, for example)."""
+    spread_warnings: list[str] = field(default_factory=list)
+    """Warnings about noisy samples: meaningful only if the output passes its check."""
+
+
+def warm_up(call: CompiledCall, args: Sequence[jax.Array], count: int) -> jax.Array:
+    """Run `call` `count` times, untimed, and return the last (ready) output."""
+    out = call(*args)
+    out.block_until_ready()
+    for _ in range(count - 1):
+        out = call(*args)
+        out.block_until_ready()
+    return out
+
+
+def warm_up_transfers(
+    call: CompiledCall, host_inputs: Sequence[Any], device: Any, count: int
+) -> list[str]:
+    """The application path's warm-up: `count` untimed rounds of transfer-in, the call
+    and transfer-out, so the first sample of each does not pay for allocating and
+    mapping transfer buffers. Returns what it warmed, in order."""
+    for _ in range(count):
+        placed = block_all(jax.device_put(list(host_inputs), device))
+        out = call(*placed)
+        out.block_until_ready()
+        np.asarray(out)
+        del placed, out
+    return [BoundaryId.TRANSFER_IN.value, "call", BoundaryId.TRANSFER_OUT.value]
+
+
+def measurement(
+    boundary: BoundaryId,
+    samples: list[float],
+    stopper: Stopper,
+    calls_per_sample: int = 1,
+    note: str | None = None,
+) -> Measurement:
+    """Wrap raw samples of one boundary with their statistics and stopping reason."""
+    return Measurement(
+        boundary=boundary,
+        samples_s=samples,
+        stats=summarize(samples),
+        calls_per_sample=calls_per_sample,
+        stopped_because=stopper.reason,
+        note=note,
+    )
+
+
+def sample_latency(
+    call: CompiledCall,
+    args: Sequence[jax.Array],
+    options: MeasureOptions,
+    progress: ProgressSink | None = None,
+) -> Sampled:
+    """`host-sync`: each sample is one call, stopped when its result is ready."""
+    clock = time.perf_counter
+    samples: list[float] = []
+    append = samples.append
+    stopper = Stopper(options, clock())
+    ticker = ProgressTicker(progress, stopper.target, clock())
+    while True:
+        t0 = clock()
+        # The result is dropped inside the interval, exactly as in a bare loop, so its
+        # memory is free for the next call to reuse.
+        call(*args).block_until_ready()
+        t1 = clock()
+        append(t1 - t0)
+        if stopper.done(samples, t1):
+            break
+        ticker.tick(len(samples), t1)
+    ticker.finish(len(samples))
+    t0 = clock()
+    out = call(*args)  # one more, untimed call gives the output to check
+    out.block_until_ready()
+    found = measurement(BoundaryId.HOST_SYNC, samples, stopper)
+    return Sampled([found], out, untimed_s=clock() - t0)
+
+
+def sample_throughput(
+    call: CompiledCall,
+    args: Sequence[jax.Array],
+    options: MeasureOptions,
+    progress: ProgressSink | None = None,
+) -> Sampled:
+    """`host-throughput`: each sample enqueues K calls, syncs once and is divided by K."""
+    clock = time.perf_counter
+    calls = options.calls_per_sample
+    samples: list[float] = []
+    append = samples.append
+    stopper = Stopper(options, clock())
+    ticker = ProgressTicker(progress, stopper.target, clock())
+    outs: list[jax.Array] = []
+    while True:
+        outs = []
+        t0 = clock()
+        for _ in range(calls):
+            outs.append(call(*args))
+        block_all(outs)
+        t1 = clock()
+        append((t1 - t0) / calls)
+        if stopper.done(samples, t1):
+            break
+        ticker.tick(len(samples), t1)
+    ticker.finish(len(samples))
+    found = measurement(BoundaryId.HOST_THROUGHPUT, samples, stopper, calls_per_sample=calls)
+    return Sampled([found], outs[-1])
+
+
+def sample_dispatch(
+    call: CompiledCall,
+    args: Sequence[jax.Array],
+    options: MeasureOptions,
+    progress: ProgressSink | None = None,
+) -> Sampled:
+    """`host-dispatch`: call to return, without waiting for the work (a teaching demo)."""
+    clock = time.perf_counter
+    samples: list[float] = []
+    append = samples.append
+    stopper = Stopper(options, clock())
+    ticker = ProgressTicker(progress, stopper.target, clock())
+    waited = 0.0
+    while True:
+        t0 = clock()
+        out = call(*args)
+        t1 = clock()
+        append(t1 - t0)
+        out.block_until_ready()  # outside the interval: the next sample starts idle
+        waited += clock() - t1
+        if stopper.done(samples, t1):
+            break
+        ticker.tick(len(samples), t1)
+    ticker.finish(len(samples))
+    found = measurement(BoundaryId.HOST_DISPATCH, samples, stopper, note=DISPATCH_NOTE)
+    return Sampled([found], out, warnings=[DISPATCH_NOTE], untimed_s=waited)
+
+
+def sample_application(
+    call: CompiledCall,
+    host_inputs: Sequence[Any],
+    device: Any,
+    options: MeasureOptions,
+    progress: ProgressSink | None = None,
+) -> Sampled:
+    """The application path: host arrays in, result back on the host.
+
+    Each sample times `transfer-in` (host → device, until ready) and `transfer-out`
+    (device → host, from a fresh output, since an array caches its host copy), then,
+    separately, `application`: the whole round trip as an application would write it.
+    """
+    clock = time.perf_counter
+    put = jax.device_put
+    ready = block_all
+    inward: list[float] = []
+    outward: list[float] = []
+    whole: list[float] = []
+    stopper = Stopper(options, clock())
+    ticker = ProgressTicker(progress, stopper.target, clock())
+    result: Any = None
+    untimed = 0.0
+    while True:
+        t0 = clock()
+        placed = ready(put(list(host_inputs), device))
+        t1 = clock()
+        inward.append(t1 - t0)
+        out = call(*placed)
+        out.block_until_ready()
+        t2 = clock()
+        untimed += t2 - t1
+        np.asarray(out)
+        t3 = clock()
+        outward.append(t3 - t2)
+        del placed, out
+        t4 = clock()
+        result = np.asarray(call(*put(list(host_inputs), device)))
+        t5 = clock()
+        whole.append(t5 - t4)
+        if stopper.done(whole, t5):
+            break
+        ticker.tick(len(whole), t5)
+    ticker.finish(len(whole))
+    order = MODE_BOUNDARIES[Mode.APPLICATION]
+    by_boundary = {
+        BoundaryId.TRANSFER_IN: inward,
+        BoundaryId.APPLICATION: whole,
+        BoundaryId.TRANSFER_OUT: outward,
+    }
+    found = [measurement(boundary, by_boundary[boundary], stopper) for boundary in order]
+    return Sampled(found, result, untimed_s=untimed)
+
+
+def sample(
+    mode: Mode,
+    call: CompiledCall,
+    *,
+    args: Sequence[jax.Array],
+    host_inputs: Sequence[Any],
+    device: Any,
+    options: MeasureOptions,
+    progress: ProgressSink | None = None,
+) -> Sampled:
+    """Run the sampling loop of `mode` and flag any measurement whose spread is wide."""
+    if mode is Mode.LATENCY:
+        found = sample_latency(call, args, options, progress)
+    elif mode is Mode.THROUGHPUT:
+        found = sample_throughput(call, args, options, progress)
+    elif mode is Mode.DISPATCH:
+        found = sample_dispatch(call, args, options, progress)
+    else:
+        found = sample_application(call, host_inputs, device, options, progress)
+    for m in found.measurements:
+        if m.stats is not None and m.stats.wide_spread:
+            spread = m.stats.iqr / m.stats.median
+            found.spread_warnings.append(
+                f"{m.boundary.value}: IQR/median is {spread:.0%}, above {WIDE_SPREAD:.0%}: "
+                "the machine was noisy; compare medians with care."
+            )
+    wanted = options.sample_count()
+    taken = len(found.measurements[0].samples_s)
+    if wanted is not None and taken < wanted:
+        found.warnings.append(f"sampling {found.measurements[0].stopped_because}.")
+    return found

@@ -1,0 +1,307 @@
+"""A job compiled for its target without the hardware: trace → lower → compile, no execute.
+
+The engine sends a job here when its target's devices are not attached to this process.
+The run carries what the real compiler produced (optimized HLO, StableHLO, the PTX of
+XLA's own kernels for GPU targets, the HLO summary, a scale workload's placement on the
+target's mesh, memory per device beside the chip's published HBM) and says plainly that
+nothing ran: no time, no speed, no correctness check.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from workers.catalog.base import WorkloadParams
+from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
+from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
+from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env, read_reports
+from workers.compiler.source import workload_source
+from workers.measure.publish import Measured, Work
+from workers.protocol import (
+    Artifacts,
+    CachePolicy,
+    InputInfo,
+    JobSpec,
+    MemoryAnalysis,
+    PipelineCapture,
+    Platform,
+    ProgressEvent,
+    ProgressPhase,
+    RunResult,
+    StageId,
+    StageSeconds,
+    Target,
+    TargetMemory,
+    TargetReport,
+)
+from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.scale.placement import placement_report
+from workers.scale.prepare import prepare as prepare_scale
+from workers.workloads import get_workload
+from workers.xla_targets.ptx_dump import kernels_ptx
+from workers.xla_targets.topology import compiler_of, target_devices
+
+DEVICELESS_WARNING = (
+    "Compiled without the hardware: XLA built this program for {id} ({count} × {name}) on a "
+    "machine that has no such device. The IR, fusions, library calls, collectives and "
+    "memory per device are the real compiler's output; nothing was executed, so this run "
+    "has no time, no speed and no correctness check."
+)
+AUTOTUNE_WARNING = (
+    "GEMM autotuning was skipped (it needs a real GPU), so XLA used its default GEMM "
+    "configuration: the GEMM backend (Triton or cuBLAS) and the tile sizes may differ on a "
+    "real {name}."
+)
+COLD_WARNING = (
+    "measure.cache={asked} was not applied: a compile without the hardware is always cold "
+    "(JAX's caches cleared, the persistent cache off), since a cache hit would skip the "
+    "compiler and leave no IR dump."
+)
+TPU_ESTIMATES_NOTE = (
+    "cost_analysis() flops and bytes are per device. Its optimal_seconds, and the "
+    "estimated_cycles in the HLO's backend configs, are the compiler's cost model, not a "
+    "time: they are not reported as one."
+)
+GPU_COUNTS_NOTE = (
+    "cost_analysis() gives nothing for a GPU compile without the device: the FLOP and "
+    "byte counts are the catalog's analytic ones."
+)
+COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
+
+Progress = Callable[[ProgressEvent], None]
+
+
+def _stat(stats: Any, name: str) -> int | None:
+    value = getattr(stats, name, None)
+    return int(value) if isinstance(value, int) and value >= 0 else None
+
+
+def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, TargetMemory, str]:
+    """The per-device program's memory, that memory beside the chip's HBM, and a note on
+    where the peak came from."""
+    try:
+        stats = compiled.memory_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        stats = None
+    argument = _stat(stats, "argument_size_in_bytes")
+    output = _stat(stats, "output_size_in_bytes")
+    temp = _stat(stats, "temp_size_in_bytes")
+    peak = _stat(stats, "peak_memory_in_bytes")
+    note = "peak: memory_analysis()'s own peak"
+    if peak is None and None not in (argument, output, temp):
+        alias = _stat(stats, "alias_size_in_bytes") or 0
+        peak = (argument or 0) + (output or 0) + (temp or 0) - alias
+        note = (
+            "peak: arguments + outputs + temporaries − aliased bytes, from memory_analysis(), "
+            "which gives no peak of its own for this target"
+        )
+    chip = target.chip
+    memory = TargetMemory(
+        peak_bytes=peak,
+        argument_bytes=argument,
+        output_bytes=output,
+        temp_bytes=temp,
+        generated_code_bytes=_stat(stats, "generated_code_size_in_bytes"),
+        hbm_bytes=chip.hbm_bytes,
+        hbm_label=chip.hbm_label,
+        source=chip.source,
+        fraction=peak / chip.hbm_bytes if peak is not None else None,
+    )
+    analysis = None
+    if stats is not None:
+        analysis = MemoryAnalysis(
+            argument_bytes=argument, output_bytes=output, temp_bytes=temp, peak_bytes=peak
+        )
+    return analysis, memory, note
+
+
+def refuse_execution(job: JobSpec, target: Target) -> str | None:
+    """Why `job` cannot run here when `target` is compiled without the hardware; None if
+    it only compiles."""
+    running = [s.value for s in job.stages if s in (StageId.EXECUTE, StageId.SCALE)]
+    if not running:
+        return None
+    return (
+        f"stages: {' and '.join(running)} {'needs' if len(running) == 1 else 'need'} the "
+        f"hardware; {target.id} would be compiled "
+        f"here without it (this process has {describe_devices()}). Running it needs "
+        f"{target.hardware_phrase()}: submit it to a server with such a worker, or ask for "
+        "--stages compile"
+    )
+
+
+def real_devices(target: Target) -> list[Any] | None:
+    """The target's devices when this process has them for real (model and count), else None."""
+    found = devices_by_platform().get(target.platform.value, [])
+    matching = [
+        d
+        for d in found
+        if any(m.lower() in str(d.device_kind).lower() for m in target.chip.kind_markers)
+    ]
+    return matching[: target.count] if len(matching) >= target.count else None
+
+
+def hardware_report(target: Target, device: Any) -> TargetReport:
+    """The target report of a run on real devices of the target's model."""
+    return TargetReport(
+        id=target.id,
+        model=target.model.value,
+        count=target.count,
+        compiler=f"XLA:{target.platform.value.upper()} ({device.client.platform})",
+        compiler_version=getattr(device.client, "platform_version", None),
+        deviceless=False,
+        arch=target.chip.cuda_arch,
+    )
+
+
+def run_deviceless(
+    job: JobSpec,
+    params: WorkloadParams,
+    target: Target,
+    progress: Progress | None = None,
+    *,
+    cache_dir: Path | None = None,
+) -> RunResult:
+    """Compile `job` for `target` without its hardware and return the run (never executed)."""
+    from workers.run.engine import PathUnavailable
+
+    started = time.perf_counter()
+    clock = time.perf_counter
+
+    def emit(phase: ProgressPhase, **fields: Any) -> None:
+        if progress is not None:
+            progress(ProgressEvent(phase=phase, **fields))
+
+    refusal = refuse_execution(job, target)
+    if refusal is not None:
+        raise PathUnavailable(refusal)
+    devices = list(target_devices(target))
+    workload = get_workload(job.workload)
+    specs = workload.input_specs(params)
+    # Always cold: a persistent-cache hit would skip the compiler and give no dump.
+    apply_cache_policy(CachePolicy.COLD, cache_dir or default_cache_dir())
+    scaled = prepare_scale(workload, params, devices)
+    if scaled is None:
+        jitted = jax.jit(workload.function(params))
+        abstract = single_device_inputs(workload, params, devices[0])
+    else:
+        jitted, abstract = scaled.jitted, scaled.abstract
+    staged = trace_and_lower(jitted, abstract, emit)
+    traced, lowered, trace_s, lower_s = (
+        staged.traced,
+        staged.lowered,
+        staged.trace_s,
+        staged.lower_s,
+    )
+    t0 = clock()
+    try:
+        compiled = lowered.compile()
+    except Exception as exc:
+        # libtpu refuses a program whose temporaries pass the chip's HBM: that is the
+        # answer to "does it fit?", said plainly rather than as a crash.
+        if "RESOURCE_EXHAUSTED" in str(exc):
+            message = str(exc).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
+            raise PathUnavailable(
+                f"does not fit: {target.compiler_phrase()} refused to compile for "
+                f"{target.id}: {message[:300]} (memory per device is what the compiler "
+                "reports; compare a larger slice, or smaller shapes)"
+            ) from None
+        raise
+    compile_s = clock() - t0
+    emit("compiled", message=f"for {target.id}, without the hardware")
+    hlo = compiled.as_text()
+    artifacts = Artifacts(
+        jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
+        stablehlo=lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
+    gpu = target.platform is Platform.GPU
+    reports: dict[str, str] = {}
+    notes: list[str] = []
+    unreported: dict[str, float] = {}
+    if gpu:
+        # The PTX is in the per-compile dump only; writing it is not part of the compile
+        # time reported above, so it comes from a second compile, timed apart.
+        t0 = clock()
+        with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
+            # The fusion pass writes its decisions only when its own pass is dumped.
+            options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
+            lowered.compile(compiler_options=options)
+            artifacts.ptx = kernels_ptx(Path(folder))
+            # The same dump holds the fusion pass's decisions and the launch order.
+            reports = read_reports(Path(folder), max_bytes_from_env())
+        unreported["dump_compile"] = clock() - t0
+        timing = COMPILE_TIMING.format(
+            extra="the PTX comes from a second compile that writes a dump, not counted"
+        )
+        notes.append(GPU_COUNTS_NOTE)
+        cost = None
+    else:
+        timing = COMPILE_TIMING.format(extra="no dump was written")
+        notes.append(TPU_ESTIMATES_NOTE)
+        cost = compiled_costs(compiled)
+    analysis, memory, memory_note = memory_of(compiled, target)
+    notes.append(memory_note)
+    name, version = compiler_of(target)
+    report = TargetReport(
+        id=target.id,
+        model=target.model.value,
+        count=target.count,
+        compiler=name,
+        compiler_version=version,
+        deviceless=True,
+        arch=target.chip.cuda_arch,
+        memory=memory,
+        compile_timing=timing,
+        notes=notes,
+    )
+    warnings = [DEVICELESS_WARNING.format(id=target.id, count=target.count, name=target.chip.name)]
+    if gpu:
+        warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
+    if job.measure.cache is not CachePolicy.COLD:
+        warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
+    pipeline = PipelineCapture(files=reports) if gpu and reports else None
+    if job.measure.pipeline:  # its own compile with the per-pass dump, after the timed one
+        t0 = clock()
+        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        unreported["pipeline_compile"] = clock() - t0
+    host = devices_by_platform().get("cpu") or jax.devices()
+    environment = detect_environment(host[0], CachePolicy.COLD, None, list(host))
+    environment.extra["compiled_for"] = f"{target.id} ({name} {version or ''})".strip()
+    measured = Measured(
+        job=job,
+        params=params.model_dump(mode="json"),
+        environment=environment,
+        started=started,
+        inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
+        stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
+        artifacts=artifacts,
+        hlo_summary=summarize_hlo(hlo) if hlo else None,
+        cost_analysis=cost,
+        memory_analysis=analysis,
+        work=Work(workload.flop_count(params), workload.byte_count(params)),
+        warnings=warnings,
+        extra={"compile_only": True},
+        unreported=unreported,
+        target=report,
+        source=workload_source(workload),
+        pipeline=pipeline,
+    )
+    if scaled is not None:
+        t0 = clock()
+        measured.placement = placement_report(scaled, compiled, hlo)
+        unreported["placement_report"] = clock() - t0
+        report.mesh = (
+            f"{' × '.join(f'{a}={n}' for a, n in scaled.mesh.shape.items())} over "
+            f"{scaled.mesh.size} {target.chip.name} devices (topology order)"
+        )
+    result = measured.check(None).publish()  # nothing executed: nothing to judge
+    emit("done")
+    return result
