@@ -18,7 +18,6 @@ before a body is read, with `check_token`. The client is the peer's address;
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import math
@@ -31,28 +30,16 @@ from app.dispatch.requirements import job_requirements, unmet
 from app.queue.ratelimit import RateLimiter
 from app.settings import Settings
 from app.store import JobRow, now
+from app.web.tokens import bearer_of, token_matches
 
 if TYPE_CHECKING:
     from app.dispatch import Dispatcher
-    from app.queue.submission import ValidJob
+    from app.queue.validation import ValidJob
 
 QUEUE_RETRY_S = 30
 """Retry-After when the queue, a client's share or the waiting cap is full."""
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def token_matches(presented: str | None, expected: str) -> bool:
-    """Whether `presented` is the token, compared in constant time."""
-    if presented is None:
-        return False
-    return hmac.compare_digest(presented.strip().encode(), expected.encode())
-
-
-def bearer_of(request: Request) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, or None."""
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return given if scheme.lower() == "bearer" else None
 
 
 def parse_networks(text: str) -> list[Network] | None:
@@ -104,6 +91,10 @@ class Admission:
             if not self._is_trusted(hop):
                 return hop[:64]
         return (hops[0] if hops else peer)[:64]
+
+    def check_bearer(self, request: Request, what: str) -> None:
+        """`check_token` with the request's `Authorization: Bearer` token."""
+        self.check_token(bearer_of(request.headers.get("authorization", "")), what)
 
     def check_token(self, presented: str | None, what: str, *, bearer: bool = True) -> None:
         """401 unless the server needs no submission token or `presented` is it."""

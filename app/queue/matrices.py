@@ -13,11 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import HTTPException
 from pydantic import Field, model_validator
 
-from app.queue.submission import ValidJob, validate_job
 from app.queue.uploads import check_job_files
+from app.queue.validation import JobRefused, ValidJob, validate_job
 from app.store import Store
 from workers.catalog.jaxexport import ArtifactError, read_header
 from workers.protocol import (
@@ -243,7 +242,7 @@ def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
             try:
                 valid = validate_job(body, max_job_bytes)
                 problems = check_job_files(valid.spec, store, max_job_bytes)
-            except HTTPException as exc:
+            except JobRefused as exc:
                 cell.reason = _reason(exc)
             else:
                 if problems:
@@ -254,13 +253,10 @@ def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
     return cells
 
 
-def _reason(exc: HTTPException) -> str:
-    detail = exc.detail
-    if isinstance(detail, list):
-        return "; ".join(
-            f"{d['field']}: {d['message']}"
-            if d.get("field") and not str(d["message"]).startswith(str(d["field"]))
-            else str(d["message"])
-            for d in detail
-        )
-    return str(detail)
+def _reason(exc: JobRefused) -> str:
+    return "; ".join(
+        f"{d['field']}: {d['message']}"
+        if d.get("field") and not str(d["message"]).startswith(str(d["field"]))
+        else str(d["message"])
+        for d in exc.detail()
+    )

@@ -1,5 +1,6 @@
 """A reader card's own example as a catalog job: its description, the form that queues it,
-and its claims checked against what the real compiler produced.
+and its claims checked against what the real compiler produced. (Whether the catalog
+takes the job is checked when the content loads: app.reader.content.)
 
 The card's "compile this for real" button is an ordinary run form (POST /runs) with the
 job's fields hidden in it, so it goes through the same checks and the one admission as
@@ -10,36 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import ValidationError
-
-from workers.catalog import CatalogError, parse_params
-from workers.catalog.target_rules import apply_target, byte_cap
-from workers.protocol import JobSpec
-
-if TYPE_CHECKING:
-    from app.reader.content import Card, CardJob, Content
-
-
-def job_problem(body: dict[str, Any]) -> str | None:
-    """Why the catalog refuses `body` ('field: message'), or None when it takes it.
-
-    The same checks the API makes (protocol, target rules, parameters, path), from the
-    jax-free catalog, so that loading content needs nothing of the server.
-    """
-    try:
-        spec = apply_target(JobSpec.model_validate(body))
-        params = parse_params(spec.workload, spec.params, byte_cap(spec, 2**62))
-    except CatalogError as exc:
-        text = str(exc)
-        return text if exc.field and text.startswith(exc.field) else f"{exc.field}: {text}"
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        return f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}"
-    if spec.path not in params.paths:
-        return f"path: {spec.workload} does not run on {spec.path.value}"
-    return None
+from app.reader.content import Card, CardJob, Content
 
 
 def describe(job: CardJob) -> str:

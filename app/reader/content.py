@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
 
+from app.queue.validation import JobRefused, validate_job
+from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.protocol import PathId, StageId
 
 CONTENT_DIR = Path(__file__).resolve().parent.parent / "content"
@@ -252,8 +254,6 @@ CARD_JOB_PATHS: tuple[PathId, ...] = (PathId.JAX_GPU, PathId.JAX_TPU)
 
 def _check_job(card: Card, card_file: Path) -> None:
     """A card's job must be one the API would accept, on the card's own path."""
-    from app.reader.card_jobs import job_problem
-
     if card.job is None:
         if card.path in CARD_JOB_PATHS:
             raise ContentError(f"{card_file}: field job: a {card.path.value} card names its job")
@@ -267,9 +267,13 @@ def _check_job(card: Card, card_file: Path) -> None:
             re.compile(claim.pattern)
         except re.error as exc:
             raise ContentError(f"{card_file}: field job.claims[{i}].pattern: {exc}") from None
-    problem = job_problem(card.job.body())
-    if problem is not None:
-        raise ContentError(f"{card_file}: field job.{problem}")
+    try:  # the same checks as a job submitted to the API, stages and samples included
+        validate_job(card.job.body(), COMPILE_ONLY_CAP)
+    except JobRefused as exc:
+        field, message = exc.problems[0]
+        field = field or "body"
+        said = message if message.startswith(field) else f"{field}: {message}"
+        raise ContentError(f"{card_file}: field job.{said}") from None
 
 
 def load_content(directory: Path = CONTENT_DIR) -> Content:

@@ -17,7 +17,6 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
-from app.queue.admission import bearer_of
 from app.queue.submission import read_json_body, validate_submission
 from app.routes.routing import reads
 from app.routes.schemas import (
@@ -142,7 +141,7 @@ async def submit_job(
     request: Request, settings: SettingsDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Queue a job: a workload with its parameters, a path, stages and measurement options."""
-    admission.check_token(bearer_of(request), "job submission")
+    admission.check_bearer(request, "job submission")
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     valid = validate_submission(data, dispatcher.store, settings.MAX_JOB_BYTES)
     (job,) = admission.queue(admission.client(request), [valid])
@@ -186,7 +185,7 @@ async def cancel_job(
     request: Request, job: ExistingJob, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Cancel a queued or running job (a running one stops at the worker's next heartbeat)."""
-    admission.check_token(bearer_of(request), "cancelling a job")
+    admission.check_bearer(request, "cancelling a job")
     if not dispatcher.cancel(job.id):
         current = _job_or_404(job.id, dispatcher)
         raise HTTPException(status_code=409, detail=f"the job has already ended ({current.status})")

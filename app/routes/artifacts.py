@@ -18,7 +18,6 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.queue.admission import bearer_of, token_matches
 from app.queue.submission import (
     field_errors,
     form_errors,
@@ -29,6 +28,7 @@ from app.queue.uploads import KINDS, UploadError, describe, kind_of, parse_multi
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
+from app.web.tokens import token_matches
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
 
@@ -100,7 +100,7 @@ async def upload_artifact(
 ) -> JSONResponse:
     """Store a file by its SHA-256 (the same bytes twice are stored once) and say what it
     holds: an exported function's platforms and shapes, or an archive's arrays."""
-    admission.check_token(bearer_of(request), "uploading")
+    admission.check_bearer(request, "uploading")
     admission.throttle(admission.client(request))
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/octet-stream":

@@ -21,15 +21,16 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.matrices import cell_view, matrix_csv, matrix_public
-from app.queue.admission import Admission, bearer_of
+from app.queue.admission import Admission
 from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
-from app.routes.common import connected_paths, is_htmx, pydantic_problems, render
+from app.routes.common import connected_paths, is_htmx, render
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
 from app.store import now
 from app.store.matrices import CellRow, MatrixRow
+from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
 from workers.catalog.values import parse_value
 from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
@@ -95,7 +96,7 @@ async def submit_matrix(
     request: Request, settings: SettingsDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> JSONResponse:
     """Run a workload over row values (a parameter, or whole shapes) × paths, as jobs."""
-    admission.check_token(bearer_of(request), "matrix submission")
+    admission.check_bearer(request, "matrix submission")
     client = admission.client(request)
     data = await read_json_body(request, settings.MAX_BODY_BYTES)
     if not isinstance(data, dict):

@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
 from app.routes import errors
-from app.routes.common import request_problems
+from app.web.problems import request_problems
 from app.web.templating import server_linker
 from workers.protocol import PathId, StageId
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
-from app.queue.submission import check_bearer, field_errors, parse_strict_json, read_capped_body
+from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
     HeartbeatRequest,
     LeaseReply,
@@ -35,6 +35,7 @@ from app.routes.schemas import (
     inline_schema,
 )
 from app.web.bodylimit import WORKER_BODY_BYTES
+from app.web.tokens import bearer_of, token_matches
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 from workers.protocol.targets import TARGET_IDS
@@ -43,8 +44,21 @@ HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for
 
 
 def require_worker_token(request: Request, settings: SettingsDep) -> None:
-    """Dependency: 401 unless the request carries the worker token."""
-    check_bearer(request, settings.WORKER_TOKEN, "worker endpoints")
+    """Dependency: 401 unless the request carries `Authorization: Bearer <WORKER_TOKEN>`."""
+    if settings.WORKER_TOKEN is None:
+        raise HTTPException(
+            status_code=401,
+            detail="worker endpoints needs a token, and none is configured on this server",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    header = request.headers.get("authorization", "")
+    if not token_matches(bearer_of(header), settings.WORKER_TOKEN):
+        message = "missing bearer token" if not header else "wrong bearer token"
+        raise HTTPException(
+            status_code=401,
+            detail=f"worker endpoints: {message}",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 router = APIRouter(

@@ -16,7 +16,6 @@ file; everything else (job, matrix and form submissions) MAX_BODY_BYTES.
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.settings import Settings
+from app.web.tokens import bearer_of, token_matches
 
 WORKER_PREFIX = "/api/v1/worker/"
 WORKER_BODY_BYTES = 1024 * 1024
@@ -113,12 +113,8 @@ class BodyLimit:
             await _answer(send, 413, str(exc.detail))
 
     def _worker_token_ok(self, headers: dict[bytes, bytes]) -> bool:
-        if self.worker_token is None:
-            return False
-        scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            given.strip().encode(), self.worker_token.encode()
-        )
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        return token_matches(bearer_of(authorization), self.worker_token)
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:

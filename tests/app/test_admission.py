@@ -70,7 +70,7 @@ async def test_only_admission_submits_to_the_dispatcher() -> None:
                 and node.func.attr == "submit"
             ):
                 callers.append(path.relative_to(APP).as_posix())
-    assert callers == ["admission.py"]
+    assert callers == ["queue/admission.py"]
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(

@@ -92,7 +92,7 @@ async def test_stored_files_stay_under_their_cap(tmp_path: Path) -> None:
                     "path": "jax-cpu",
                     "params": {"artifact": "0" * 64, "inputs": shas[1]},
                 }
-                from app.queue.submission import ValidJob
+                from app.queue.validation import ValidJob
                 from workers.protocol import JobSpec
 
                 valid = ValidJob(JobSpec.model_validate(spec), 1)

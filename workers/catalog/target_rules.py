@@ -20,7 +20,7 @@ from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.mesh import MeshParams
 from workers.protocol import JobSpec, PathId, Target, parse_target
 
-__all__ = ["apply_target", "byte_cap", "job_target"]
+__all__ = ["COMPILE_ONLY_CAP", "apply_target", "byte_cap", "job_target"]
 
 COMPILE_ONLY_CAP = 2**62
 """The byte cap of a job that only compiles for a target: in effect none."""
