@@ -20,11 +20,10 @@ from app.queue.validation import JobRefused, ValidJob, validate_job
 from app.store import Store
 from workers.catalog.jaxexport import ArtifactError, read_header
 from workers.protocol import (
-    MODE_BOUNDARIES,
+    MAIN_BOUNDARY,
     BoundaryId,
     Lax,
     MeasureOptions,
-    Mode,
     PathId,
     StageId,
     StrictModel,
@@ -39,15 +38,6 @@ SHAPE = "shape"
 
 Scalar = int | float | str | bool
 Value = Scalar | dict[str, Scalar]
-
-MAIN_BOUNDARY: dict[Mode, BoundaryId] = {
-    Mode.LATENCY: BoundaryId.HOST_SYNC,
-    Mode.THROUGHPUT: BoundaryId.HOST_THROUGHPUT,
-    Mode.APPLICATION: BoundaryId.APPLICATION,
-    Mode.DISPATCH: BoundaryId.HOST_DISPATCH,
-}
-"""The one boundary a matrix reports, by its measurement mode."""
-assert all(b in MODE_BOUNDARIES[m] for m, b in MAIN_BOUNDARY.items())
 
 
 class MatrixAxis(StrictModel):

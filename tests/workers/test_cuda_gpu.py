@@ -16,7 +16,8 @@ from workers.cuda.build import build
 from workers.cuda.plan import plan_for
 from workers.measure.faults import perturbed
 from workers.protocol import BoundaryId, JobSpec, RunResult
-from workers.run.engine import SEED, run_job
+from workers.run.base import SEED
+from workers.run.engine import run_job
 from workers.workloads import get_workload
 
 PROBE = env.probe_gpu()

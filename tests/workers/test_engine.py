@@ -13,6 +13,7 @@ import pytest
 
 from workers.catalog import CatalogError
 from workers.compiler.compile_cache import apply_cache_policy
+from workers.compiler.environment import available_paths
 from workers.measure.faults import perturbed
 from workers.protocol import (
     MODE_BOUNDARIES,
@@ -24,7 +25,7 @@ from workers.protocol import (
     ProgressEvent,
     RunResult,
 )
-from workers.run.engine import PathUnavailable, available_paths, run_job
+from workers.run.engine import PathUnavailable, run_job
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ workers); `workers.protocol` stays the one import path everyone uses.
 
 from workers.protocol.base import (
     FINAL_STATUSES,
+    MAIN_BOUNDARY,
     MAX_SAMPLES,
     MODE_BOUNDARIES,
     PATH_PLATFORM,
@@ -91,6 +92,7 @@ __all__ = [
     "ARTIFACT_NAMES",
     "CHIPS",
     "FINAL_STATUSES",
+    "MAIN_BOUNDARY",
     "MAX_SAMPLES",
     "MODE_BOUNDARIES",
     "PATH_PLATFORM",

@@ -122,6 +122,16 @@ MODE_BOUNDARIES: dict[Mode, tuple[BoundaryId, ...]] = {
 }
 """The boundaries each mode reports, in the order a reader should see them."""
 
+MAIN_BOUNDARY: dict[Mode, BoundaryId] = {
+    Mode.LATENCY: BoundaryId.HOST_SYNC,
+    Mode.THROUGHPUT: BoundaryId.HOST_THROUGHPUT,
+    Mode.APPLICATION: BoundaryId.APPLICATION,
+    Mode.DISPATCH: BoundaryId.HOST_DISPATCH,
+}
+"""The one boundary that stands for each mode: a matrix's cell shows it, and a run's
+achieved rates are computed from its median (never `host-dispatch`'s: no speed)."""
+assert all(b in MODE_BOUNDARIES[m] for m, b in MAIN_BOUNDARY.items())
+
 PATH_PLATFORM: dict[PathId, Platform] = {
     PathId.JAX_GPU: Platform.GPU,
     PathId.JAX_TPU: Platform.TPU,

@@ -1,4 +1,5 @@
 """A `cuda` job through its stages, as one run: the CUDA path's side of `run_job`.
+The toolchain it drives (kernel plans, builds, SASS, launches) is `workers.cuda`.
 
 compile (any machine with nvcc or NVRTC): the workload's kernel source is built for the
 target architecture; the run carries the chosen kernel's PTX, its SASS and the resource
@@ -15,7 +16,6 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,15 +40,13 @@ from workers.protocol import (
     InputInfo,
     JobSpec,
     Mode,
-    PathId,
-    ProgressEvent,
-    ProgressPhase,
     RunResult,
     StageId,
     StageSeconds,
     Target,
     TargetReport,
 )
+from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.workloads import get_workload
 
 DEVICELESS_NOTE = (
@@ -62,25 +60,6 @@ COMPILE_ONLY_NOTE = (
 )
 KERNEL_SUBJECT = "kernel"
 """The subject name of the workload's own hand-written kernel (its rates are the run's)."""
-
-
-def jax_path_notes(job: JobSpec) -> list[str]:
-    """Warnings for a JAX-path job that sets options only the cuda path reads."""
-    notes = []
-    if job.path is not PathId.CUDA and "kernel" in job.params:
-        notes.append(
-            f"params.kernel chooses a hand-written CUDA kernel and applies only to the cuda "
-            f"path; on {job.path.value} XLA chose its own kernels."
-        )
-    if job.path is not PathId.CUDA and job.measure.flush_l2:
-        notes.append("measure.flush_l2 applies only to the cuda path; no cache was flushed.")
-    return notes
-
-
-def _unavailable(message: str) -> Exception:
-    from workers.run.engine import PathUnavailable
-
-    return PathUnavailable(message)
 
 
 def _no_gpu_message(probe: env.GpuProbe, tools: env.CudaTools) -> str:
@@ -153,7 +132,7 @@ def _target_report(
 def run_cuda_job(
     job: JobSpec,
     params: WorkloadParams,
-    progress: Callable[[ProgressEvent], None] | None = None,
+    progress: Progress | None = None,
     *,
     cache_dir: Path | None = None,
     target: Target | None = None,
@@ -163,11 +142,7 @@ def run_cuda_job(
     A `target` picks the architecture (b200 → sm_100, h100 and h200 → sm_90); executing
     it needs a GPU of that model."""
     started = time.perf_counter()
-
-    def emit(phase: ProgressPhase, **fields: Any) -> None:
-        if progress is not None:
-            progress(ProgressEvent(phase=phase, **fields))
-
+    emit = emitter(progress)
     try:
         plan = plan_for(params)
     except NoKernel as exc:
@@ -185,20 +160,20 @@ def run_cuda_job(
             )
         probe = env.probe_gpu()
         if probe.count == 0:
-            raise _unavailable(_no_gpu_message(probe, tools))
+            raise PathUnavailable(_no_gpu_message(probe, tools))
         markers = target.chip.kind_markers if target is not None else ()
         if target is not None and not any(m in (probe.name or "") for m in markers):
-            raise _unavailable(
+            raise PathUnavailable(
                 f"stages: execute on target {target.id} needs {target.hardware_phrase()}; "
                 f"this machine's GPU is {probe.name}. Ask for --stages compile to compile "
                 "for it without the hardware"
             )
     if not tools.can_compile:
-        raise _unavailable(f"path cuda: no CUDA compiler on this machine ({tools.describe()})")
+        raise PathUnavailable(f"path cuda: no CUDA compiler on this machine ({tools.describe()})")
     try:
         arch = env.target_arch(target.chip.cuda_arch if target is not None else None)
     except ValueError as exc:
-        raise _unavailable(f"path cuda: {env.ARCH_ENV}: {exc}") from None
+        raise PathUnavailable(f"path cuda: {env.ARCH_ENV}: {exc}") from None
 
     # --- compile: PTX, cubin, SASS, resources ------------------------------------------
     try:
@@ -253,7 +228,6 @@ def run_cuda_job(
 
     # --- execute: CuPy on the GPU --------------------------------------------------------
     from workers.cuda.launch import execute
-    from workers.run.engine import SEED
 
     host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
     emit("warm-up")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,6 @@ from workers.protocol import (
     MemoryAnalysis,
     PipelineCapture,
     Platform,
-    ProgressEvent,
-    ProgressPhase,
     RunResult,
     StageId,
     StageSeconds,
@@ -41,6 +38,7 @@ from workers.protocol import (
     TargetMemory,
     TargetReport,
 )
+from workers.run.base import PathUnavailable, Progress, emitter
 from workers.run.stages import single_device_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
@@ -74,8 +72,6 @@ GPU_COUNTS_NOTE = (
     "byte counts are the catalog's analytic ones."
 )
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
-
-Progress = Callable[[ProgressEvent], None]
 
 
 def _stat(stats: Any, name: str) -> int | None:
@@ -170,15 +166,9 @@ def run_deviceless(
     cache_dir: Path | None = None,
 ) -> RunResult:
     """Compile `job` for `target` without its hardware and return the run (never executed)."""
-    from workers.run.engine import PathUnavailable
-
     started = time.perf_counter()
     clock = time.perf_counter
-
-    def emit(phase: ProgressPhase, **fields: Any) -> None:
-        if progress is not None:
-            progress(ProgressEvent(phase=phase, **fields))
-
+    emit = emitter(progress)
     refusal = refuse_execution(job, target)
     if refusal is not None:
         raise PathUnavailable(refusal)
@@ -194,12 +184,7 @@ def run_deviceless(
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     staged = trace_and_lower(jitted, abstract, emit)
-    traced, lowered, trace_s, lower_s = (
-        staged.traced,
-        staged.lowered,
-        staged.trace_s,
-        staged.lower_s,
-    )
+    traced, lowered = staged.traced, staged.lowered
     t0 = clock()
     try:
         compiled = lowered.compile()
@@ -281,7 +266,7 @@ def run_deviceless(
         environment=environment,
         started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
-        stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
+        stage_seconds=StageSeconds(trace=staged.trace_s, lower=staged.lower_s, compile=compile_s),
         artifacts=artifacts,
         hlo_summary=summarize_hlo(hlo) if hlo else None,
         cost_analysis=cost,

@@ -6,97 +6,45 @@ requested path checked against the devices actually present, each compile-side s
 timed on its own under a stated cache policy, inputs placed and ready before any timer
 starts, an uncounted warm-up, samples under exactly one boundary each, and an output
 checked against a float64 reference before any speed is presented.
+
+It hands a job to its runner: the cuda path to `workers.run.cuda`, a target whose
+devices are not here to `workers.run.deviceless`, a shape sweep to `workers.run.sweep`;
+the JAX path it runs itself, through `workers.run.program` and `workers.run.execute`.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import jax
-import numpy as np
 
 from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
 from workers.catalog.shape_sweep import ShapeSweepParams
-from workers.catalog.target_rules import byte_cap
-from workers.compiler.compile_cache import (
-    apply_cache_policy,
-    cache_counts,
-    default_cache_dir,
-    events_between,
-)
-from workers.compiler.environment import (
-    available_paths,
-    describe_devices,
-    detect_environment,
-    devices_by_platform,
-)
-from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
-from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
+from workers.catalog.target_rules import apply_target, byte_cap, job_target
+from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
+from workers.compiler.hlo_summary import compiled_costs
 from workers.compiler.source import workload_source
-from workers.measure import harness
-from workers.measure.correctness import check_output
-from workers.measure.profile import OVERHEAD_WARNING, ProfileCapture
-from workers.measure.publish import Measured, RateBasis, Work
+from workers.measure.publish import Measured, RateBasis
 from workers.protocol import (
+    MAIN_BOUNDARY,
     PATH_PLATFORM,
-    Artifacts,
     BoundaryId,
-    CacheEvents,
-    Correctness,
-    HloSummary,
     InputInfo,
     JobSpec,
-    MemoryAnalysis,
-    Mode,
     PathId,
-    PipelineCapture,
-    ProgressEvent,
-    ProgressPhase,
     RunResult,
     StageId,
-    StageSeconds,
 )
-from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.run.base import SEED, PathUnavailable, Progress, emitter
+from workers.run.execute import execute
+from workers.run.program import compile_program, memory_analysis, work_of
 from workers.run.sweep import run_sweep
 from workers.scale.attach import attach_scale
-from workers.scale.prepare import Prepared
-from workers.scale.prepare import prepare as prepare_scale
-from workers.workloads import JaxFunction, get_workload
+from workers.workloads import get_workload
 from workers.workloads.base import Workload
 
-__all__ = [
-    "DEFAULT_MAX_BYTES",
-    "SEED",
-    "CatalogError",
-    "PathUnavailable",
-    "available_paths",
-    "detect_environment",
-    "run_job",
-    "select_devices",
-]
-
-SEED = 0
-"""Seed of the input generator: the same job always sees the same inputs."""
-
-MAIN_BOUNDARY: dict[Mode, BoundaryId | None] = {
-    Mode.LATENCY: BoundaryId.HOST_SYNC,
-    Mode.THROUGHPUT: BoundaryId.HOST_THROUGHPUT,
-    Mode.APPLICATION: BoundaryId.APPLICATION,
-    Mode.DISPATCH: None,  # dispatch time is never a speed
-}
-"""The boundary whose median the achieved rates are computed from."""
-
-Progress = Callable[[ProgressEvent], None]
-
-
-class PathUnavailable(ValueError):
-    """The job's path needs devices (or tools) this process does not have."""
+__all__ = ["PathUnavailable", "jax_path_notes", "run_job", "select_devices"]
 
 
 def select_devices(path: PathId) -> list[Any]:
@@ -115,48 +63,6 @@ def select_devices(path: PathId) -> list[Any]:
             f"this process has: {describe_devices(found)}"
         )
     return devices
-
-
-@functools.lru_cache(maxsize=32)
-def _jitted(workload: str, params: WorkloadParams) -> Any:
-    """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
-    function: JaxFunction = get_workload(workload).function(params)
-    return jax.jit(function)
-
-
-def _memory_analysis(compiled: Any) -> MemoryAnalysis | None:
-    try:
-        stats = compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        return None
-    if stats is None:
-        return None
-
-    def size(name: str) -> int | None:
-        value = getattr(stats, name, None)
-        return int(value) if isinstance(value, int) and value >= 0 else None
-
-    return MemoryAnalysis(
-        argument_bytes=size("argument_size_in_bytes"),
-        output_bytes=size("output_size_in_bytes"),
-        temp_bytes=size("temp_size_in_bytes"),
-        peak_bytes=size("peak_memory_in_bytes"),
-    )
-
-
-@dataclass
-class _Program:
-    """The job's program, traced, lowered and compiled, with what the stages produced."""
-
-    compiled: Any
-    scaled: Prepared | None
-    stage_seconds: StageSeconds
-    cache_events: CacheEvents | None
-    artifacts: Artifacts
-    summary: HloSummary | None
-    artifacts_s: float
-    """Untimed: printing the IR and summarizing the optimized HLO."""
-    pipeline: PipelineCapture | None = None
 
 
 def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
@@ -192,141 +98,17 @@ def _bind(
     return workload
 
 
-def _compile(
-    job: JobSpec,
-    workload: Workload[Any],
-    params: WorkloadParams,
-    devices: list[Any],
-    *,
-    cache_dir: Path | None,
-    emit: Callable[..., None],
-) -> _Program:
-    """Trace, lower and compile under the job's cache policy, each stage timed alone."""
-    clock = time.perf_counter
-    apply_cache_policy(job.measure.cache, cache_dir or default_cache_dir())
-    scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
-    if scaled is None:
-        jitted = _jitted(job.workload, params)
-        abstract = single_device_inputs(workload, params, devices[0])
-    else:
-        jitted, abstract = scaled.jitted, scaled.abstract
-    before = cache_counts()
-    staged = trace_and_lower(jitted, abstract, emit)
-    traced, lowered, trace_s, lower_s = (
-        staged.traced,
-        staged.lowered,
-        staged.trace_s,
-        staged.lower_s,
-    )
-    t0 = clock()
-    compiled = lowered.compile()
-    compile_s = clock() - t0
-    cache_events = events_between(before, cache_counts())
-    emit("compiled")
-    t0 = clock()
-    hlo = compiled.as_text()
-    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
-    # page link each line to the source line it came from (the view folds them).
-    artifacts = Artifacts(
-        jaxpr=traced.jaxpr.pretty_print(source_info=True),
-        stablehlo=lowered.as_text(debug_info=True),
-        hlo=hlo,
-    )
-    summary = summarize_hlo(hlo) if hlo else None
-    artifacts_s = clock() - t0
-    pipeline = None
-    if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
-        pipeline = capture_pipeline(lowered, max_bytes_from_env())
-        emit("compiled", message="pass pipeline captured")
-    return _Program(
-        compiled=compiled,
-        scaled=scaled,
-        stage_seconds=StageSeconds(trace=trace_s, lower=lower_s, compile=compile_s),
-        cache_events=cache_events,
-        artifacts=artifacts,
-        summary=summary,
-        artifacts_s=artifacts_s,
-        pipeline=pipeline,
-    )
-
-
-def _work(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> Work:
-    """The work one call does: analytic counts, or XLA's where the workload has none."""
-    moved = workload.byte_count(params)
-    if getattr(workload, "counts_from_xla", False):
-        cost = compiled_costs(compiled)
-        flops = cost.flops if cost is not None and cost.flops is not None else 0.0
-        return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
-    return Work(workload.flop_count(params), moved)
-
-
-def _execute(
-    measured: Measured,
-    program: _Program,
-    workload: Workload[Any],
-    params: WorkloadParams,
-    *,
-    device: Any,
-    progress: Progress | None,
-) -> Correctness:
-    """Place the inputs, warm up, sample under the job's mode, then judge the output."""
-    clock = time.perf_counter
-    options, scaled, compiled = measured.job.measure, program.scaled, program.compiled
-    unreported = measured.unreported if measured.unreported is not None else {}
-    emit = _emitter(progress)
-    t0 = clock()
-    host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
-    unreported["inputs"] = clock() - t0
-    t0 = clock()
-    if scaled is None:
-        args = harness.block_all(jax.device_put(host_inputs, device))
-    else:
-        args = scaled.place(host_inputs)
-    unreported["placement"] = clock() - t0
-    emit("warm-up")
-    t0 = clock()
-    harness.warm_up(compiled, args, options.warmup)
-    warmed = ["call"]
-    if options.mode is Mode.APPLICATION:  # the transfers are sampled too: warm them as well
-        target = device if scaled is None else scaled.in_shardings
-        warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
-    measured.stage_seconds.warm_up = clock() - t0
-    measured.extra["warmed"] = {"calls": options.warmup, "covers": warmed}
-    capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
-    sampled = harness.sample(
-        options.mode,
-        compiled,
-        args=args,
-        host_inputs=host_inputs,
-        device=device if scaled is None else scaled.in_shardings,
-        options=options,
-        progress=progress,
-    )
-    measured.profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
-    measured.warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if measured.profile else []))
-    measured.measurements = sampled.measurements
-    measured.warnings.extend(sampled.warnings)
-    measured.spread_warnings.extend(sampled.spread_warnings)
-    unreported["untimed_work"] = sampled.untimed_s
-    t0 = clock()
-    output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
-    judge = getattr(workload, "judge", None)
-    if judge is not None:  # a workload that picks its own reference, or has none
-        correctness: Correctness = judge(params, host_inputs, output)
-    else:
-        reference = workload.reference(params, host_inputs)
-        correctness = check_output(output, reference, workload.tolerance(params))
-    unreported["check"] = clock() - t0
-    emit("checked", message="passed" if correctness.passed else correctness.detail)
-    return correctness
-
-
-def _emitter(progress: Progress | None) -> Callable[..., None]:
-    def emit(phase: ProgressPhase, **fields: Any) -> None:
-        if progress is not None:
-            progress(ProgressEvent(phase=phase, **fields))
-
-    return emit
+def jax_path_notes(job: JobSpec) -> list[str]:
+    """Warnings for a JAX-path job that sets options only the cuda path reads."""
+    notes = []
+    if job.path is not PathId.CUDA and "kernel" in job.params:
+        notes.append(
+            f"params.kernel chooses a hand-written CUDA kernel and applies only to the cuda "
+            f"path; on {job.path.value} XLA chose its own kernels."
+        )
+    if job.path is not PathId.CUDA and job.measure.flush_l2:
+        notes.append("measure.flush_l2 applies only to the cuda path; no cache was flushed.")
+    return notes
 
 
 def run_job(
@@ -346,9 +128,7 @@ def run_job(
     exported function's artifact and .npz archives; see workers.workloads.exported).
     """
     started = time.perf_counter()
-    emit = _emitter(progress)
-    from workers.catalog.target_rules import apply_target, job_target
-
+    emit = emitter(progress)
     job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
     target = job_target(job)
     params = _validate(job, max_bytes)
@@ -375,13 +155,11 @@ def run_job(
             f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
         )
     workload = _bind(job, params, files_dir, max_bytes)
-    program = _compile(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
-    memory = _memory_analysis(program.compiled)
+    program = compile_program(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
+    memory = memory_analysis(program.compiled)
     if params.output_bytes() is None and memory is not None:
         # The parameters could not say how big an output is; the compiled program can.
         check_live_outputs(params, job.measure, max_bytes, memory.output_bytes)
-    from workers.run.cuda import jax_path_notes  # options that only the cuda path reads
-
     boundary = MAIN_BOUNDARY[job.measure.mode]
     measured = Measured(
         job=job,
@@ -397,8 +175,9 @@ def run_job(
         hlo_summary=program.summary,
         cost_analysis=compiled_costs(program.compiled),
         memory_analysis=memory,
-        work=_work(workload, params, program.compiled),
-        rate_basis=RateBasis(boundary) if boundary is not None else None,
+        work=work_of(workload, params, program.compiled),
+        # Dispatch time is never a speed: no rates from it.
+        rate_basis=RateBasis(boundary) if boundary is not BoundaryId.HOST_DISPATCH else None,
         warnings=jax_path_notes(job),
         extra={"seed": SEED},
         unreported={"artifacts": program.artifacts_s},
@@ -407,9 +186,7 @@ def run_job(
     )
     correctness = None
     if StageId.EXECUTE in job.stages:
-        correctness = _execute(
-            measured, program, workload, params, device=device, progress=progress
-        )
+        correctness = execute(measured, program, workload, params, device=device, progress=progress)
     if program.scaled is not None:
         assert measured.unreported is not None
         t0 = time.perf_counter()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 
 from workers.catalog.base import WorkloadParams
 from workers.compiler.jaxtyped import shape_dtype_struct
+from workers.run.base import Emit
 from workers.workloads.base import Workload
 
 
@@ -33,7 +33,7 @@ def single_device_inputs(workload: Workload[Any], params: WorkloadParams, device
     ]
 
 
-def trace_and_lower(jitted: Any, abstract: list[Any], emit: Callable[..., None]) -> Lowered:
+def trace_and_lower(jitted: Any, abstract: list[Any], emit: Emit) -> Lowered:
     """Trace, then lower, `jitted` for `abstract` inputs, each timed alone."""
     clock = time.perf_counter
     t0 = clock()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -53,14 +52,12 @@ from workers.protocol import (
     SweepPolicy,
     SweepResult,
 )
+from workers.run.base import SEED, Progress
 from workers.workloads import shape_sweep as op
 
-SEED = 0
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-
-Progress = Callable[[ProgressEvent], None]
 
 
 @dataclass

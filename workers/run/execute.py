@@ -1,0 +1,82 @@
+"""The JAX path's execute stage: inputs placed on the device and ready, an uncounted
+warm-up, samples under the job's mode (profiled when the job asks), then the output
+judged against its float64 reference before any speed is presented."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from workers.catalog.base import WorkloadParams
+from workers.measure import harness
+from workers.measure.correctness import check_output
+from workers.measure.profile import OVERHEAD_WARNING, ProfileCapture
+from workers.measure.publish import Measured
+from workers.protocol import Correctness, Mode
+from workers.run.base import SEED, Progress, emitter
+from workers.run.program import Program
+from workers.workloads.base import Workload
+
+
+def execute(
+    measured: Measured,
+    program: Program,
+    workload: Workload[Any],
+    params: WorkloadParams,
+    *,
+    device: Any,
+    progress: Progress | None,
+) -> Correctness:
+    """Place the inputs, warm up, sample under the job's mode, then judge the output."""
+    clock = time.perf_counter
+    options, scaled, compiled = measured.job.measure, program.scaled, program.compiled
+    unreported = measured.unreported if measured.unreported is not None else {}
+    emit = emitter(progress)
+    t0 = clock()
+    host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
+    unreported["inputs"] = clock() - t0
+    t0 = clock()
+    if scaled is None:
+        args = harness.block_all(jax.device_put(host_inputs, device))
+    else:
+        args = scaled.place(host_inputs)
+    unreported["placement"] = clock() - t0
+    emit("warm-up")
+    t0 = clock()
+    harness.warm_up(compiled, args, options.warmup)
+    warmed = ["call"]
+    if options.mode is Mode.APPLICATION:  # the transfers are sampled too: warm them as well
+        target = device if scaled is None else scaled.in_shardings
+        warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
+    measured.stage_seconds.warm_up = clock() - t0
+    measured.extra["warmed"] = {"calls": options.warmup, "covers": warmed}
+    capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
+    sampled = harness.sample(
+        options.mode,
+        compiled,
+        args=args,
+        host_inputs=host_inputs,
+        device=device if scaled is None else scaled.in_shardings,
+        options=options,
+        progress=progress,
+    )
+    measured.profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
+    measured.warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if measured.profile else []))
+    measured.measurements = sampled.measurements
+    measured.warnings.extend(sampled.warnings)
+    measured.spread_warnings.extend(sampled.spread_warnings)
+    unreported["untimed_work"] = sampled.untimed_s
+    t0 = clock()
+    output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
+    judge = getattr(workload, "judge", None)
+    if judge is not None:  # a workload that picks its own reference, or has none
+        correctness: Correctness = judge(params, host_inputs, output)
+    else:
+        reference = workload.reference(params, host_inputs)
+        correctness = check_output(output, reference, workload.tolerance(params))
+    unreported["check"] = clock() - t0
+    emit("checked", message="passed" if correctness.passed else correctness.detail)
+    return correctness

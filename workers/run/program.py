@@ -1,0 +1,146 @@
+"""The JAX path's compile stage: a job's program traced, lowered and compiled under the
+job's cache policy, each stage timed alone, with the IR and HLO summary it produced (and
+XLA's pass pipeline when the job asks). A `Program` is compiled and ready to execute
+(`workers.run.execute`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from workers.catalog.base import WorkloadParams
+from workers.compiler.compile_cache import (
+    apply_cache_policy,
+    cache_counts,
+    default_cache_dir,
+    events_between,
+)
+from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
+from workers.measure.publish import Work
+from workers.protocol import (
+    Artifacts,
+    CacheEvents,
+    HloSummary,
+    JobSpec,
+    MemoryAnalysis,
+    PipelineCapture,
+    StageSeconds,
+)
+from workers.run.base import Emit
+from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.scale.prepare import Prepared
+from workers.scale.prepare import prepare as prepare_scale
+from workers.workloads import JaxFunction, get_workload
+from workers.workloads.base import Workload
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted(workload: str, params: WorkloadParams) -> Any:
+    """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
+    function: JaxFunction = get_workload(workload).function(params)
+    return jax.jit(function)
+
+
+def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
+    """What XLA says the compiled program holds in memory, or None where it says nothing."""
+    try:
+        stats = compiled.memory_analysis()
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if stats is None:
+        return None
+
+    def size(name: str) -> int | None:
+        value = getattr(stats, name, None)
+        return int(value) if isinstance(value, int) and value >= 0 else None
+
+    return MemoryAnalysis(
+        argument_bytes=size("argument_size_in_bytes"),
+        output_bytes=size("output_size_in_bytes"),
+        temp_bytes=size("temp_size_in_bytes"),
+        peak_bytes=size("peak_memory_in_bytes"),
+    )
+
+
+@dataclass
+class Program:
+    """The job's program, traced, lowered and compiled, with what the stages produced."""
+
+    compiled: Any
+    scaled: Prepared | None
+    stage_seconds: StageSeconds
+    cache_events: CacheEvents | None
+    artifacts: Artifacts
+    summary: HloSummary | None
+    artifacts_s: float
+    """Untimed: printing the IR and summarizing the optimized HLO."""
+    pipeline: PipelineCapture | None = None
+
+
+def compile_program(
+    job: JobSpec,
+    workload: Workload[Any],
+    params: WorkloadParams,
+    devices: list[Any],
+    *,
+    cache_dir: Path | None,
+    emit: Emit,
+) -> Program:
+    """Trace, lower and compile under the job's cache policy, each stage timed alone."""
+    clock = time.perf_counter
+    apply_cache_policy(job.measure.cache, cache_dir or default_cache_dir())
+    scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
+    if scaled is None:
+        jitted = _jitted(job.workload, params)
+        abstract = single_device_inputs(workload, params, devices[0])
+    else:
+        jitted, abstract = scaled.jitted, scaled.abstract
+    before = cache_counts()
+    staged = trace_and_lower(jitted, abstract, emit)
+    t0 = clock()
+    compiled = staged.lowered.compile()
+    compile_s = clock() - t0
+    cache_events = events_between(before, cache_counts())
+    emit("compiled")
+    t0 = clock()
+    hlo = compiled.as_text()
+    # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
+    # page link each line to the source line it came from (the view folds them).
+    artifacts = Artifacts(
+        jaxpr=staged.traced.jaxpr.pretty_print(source_info=True),
+        stablehlo=staged.lowered.as_text(debug_info=True),
+        hlo=hlo,
+    )
+    summary = summarize_hlo(hlo) if hlo else None
+    artifacts_s = clock() - t0
+    pipeline = None
+    if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
+        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env())
+        emit("compiled", message="pass pipeline captured")
+    return Program(
+        compiled=compiled,
+        scaled=scaled,
+        stage_seconds=StageSeconds(trace=staged.trace_s, lower=staged.lower_s, compile=compile_s),
+        cache_events=cache_events,
+        artifacts=artifacts,
+        summary=summary,
+        artifacts_s=artifacts_s,
+        pipeline=pipeline,
+    )
+
+
+def work_of(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> Work:
+    """The work one call does: analytic counts, or XLA's where the workload has none."""
+    moved = workload.byte_count(params)
+    if getattr(workload, "counts_from_xla", False):
+        cost = compiled_costs(compiled)
+        flops = cost.flops if cost is not None and cost.flops is not None else 0.0
+        return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
+    return Work(workload.flop_count(params), moved)
