@@ -20,23 +20,26 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from workers.agent.link import (
+    Fatal,
+    ProgressForwarder,
+    ServerLink,
+    StopState,
+    cap_artifacts,
+    detail,
+)
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
-from workers.catalog import WORKLOADS
 from workers.files import FileCache
 
 log = logging.getLogger("boundary.worker")
 
-API = "/api/v1/worker"
-MAX_BACKOFF_S = 10.0
-PROGRESS_INTERVAL_S = 0.25
 ESCALATE_AFTER_S = 1.0
 """A second stop signal sooner than this after the first is part of the same burst."""
 PARENT_ENV = "BOUNDARY_WORKER_PARENT"
@@ -44,10 +47,6 @@ CEILINGS_REFRESH_S = 900.0
 """An idle worker measures its ceilings again at most this often."""
 CEILINGS_CHEAP_S = 5.0
 """…and only when the last round took at most this long (a CPU's takes about 2 s)."""
-
-
-class Fatal(RuntimeError):
-    """The server refused us for good (wrong token, incompatible versions)."""
 
 
 @dataclass
@@ -62,91 +61,26 @@ class AgentConfig:
     """Where fetched files (exported functions, .npz) are kept; beside cache_dir if unset."""
 
 
-class ProgressForwarder:
-    """Batches a job's progress events and sends them at most every PROGRESS_INTERVAL_S.
-
-    Within one phase only the latest event is kept (k/N counts supersede each other);
-    every change of phase is sent.
-    """
-
-    def __init__(self, send: Callable[[list[dict[str, Any]]], Awaitable[None]]) -> None:
-        self._send = send
-        self._pending: list[dict[str, Any]] = []
-
-    def add(self, event: dict[str, Any]) -> None:
-        if self._pending and self._pending[-1].get("phase") == event.get("phase"):
-            self._pending[-1] = event
-        else:
-            self._pending.append(event)
-            del self._pending[:-50]
-
-    async def flush(self) -> None:
-        if self._pending:
-            batch, self._pending = self._pending, []
-            await self._send(batch)
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(PROGRESS_INTERVAL_S)
-            await self.flush()
-
-
 class Agent:
     """One worker process attached to the devices its runners find."""
 
     def __init__(self, config: AgentConfig, pool: RunnerPool | None = None) -> None:
         self.config = config
         self.pool = pool or RunnerPool()
-        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
-        self.client = httpx.AsyncClient(
-            base_url=config.server.rstrip("/"), headers=headers, timeout=30.0
-        )
+        self.stop = StopState()
+        self.link = ServerLink(config.server, config.token, self.stop)
         self.worker_id: str | None = None
         self.worker_key: str | None = None
         self.capabilities: dict[str, Any] = {}
         self.heartbeat_s = 5.0
         self.poll_s = 25.0
         self.artifact_max_bytes = 4 * 1024 * 1024
-        self.stopping = False
         self._stop_at = 0.0
-        self._stop_requested = asyncio.Event()
-        self._abort = asyncio.Event()
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
         self.ceilings_at = time.monotonic()
 
     # --- talking to the server ---------------------------------------------------------
-
-    async def _post(
-        self, path: str, body: dict[str, Any], *, timeout: float | None = None, retry: bool = True
-    ) -> httpx.Response:
-        """POST, retrying with backoff while the server is unreachable or restarting."""
-        delay = 0.25
-        while True:
-            try:
-                response = await self.client.post(
-                    f"{API}{path}", json=body, timeout=timeout or 30.0
-                )
-            except httpx.TransportError as exc:
-                # Asked to stop while idle: nothing is owed to the server, so do not wait
-                # for it to come back (results and releases still retry).
-                idle = self.stopping and path in ("/register", "/lease")
-                if not retry or self._abort.is_set() or idle:
-                    raise
-                log.warning("server unreachable (%s); retrying in %.1f s", exc, delay)
-            else:
-                if response.status_code == 401:
-                    raise Fatal(f"the server refused the worker token: {_detail(response)}")
-                if response.status_code not in (502, 503, 504) or not retry:
-                    return response
-                log.warning("server answered %d; retrying in %.1f s", response.status_code, delay)
-            if path in ("/register", "/lease"):
-                # Idle: a stop request ends the wait at once.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
-            else:
-                await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def register(self) -> None:
         # The server assigns the id; with the key it gave, registering again keeps it.
@@ -156,11 +90,11 @@ class Agent:
             "worker_id": self.worker_id,
             "worker_key": self.worker_key,
         }
-        response = await self._post("/register", body)
+        response = await self.link.post("/register", body)
         if response.status_code == 409:
-            raise Fatal(_detail(response))
+            raise Fatal(detail(response))
         if response.status_code != 200:
-            raise Fatal(f"registration failed ({response.status_code}): {_detail(response)}")
+            raise Fatal(f"registration failed ({response.status_code}): {detail(response)}")
         reply = response.json()
         self.worker_id = reply["worker_id"]
         self.worker_key = reply.get("worker_key")
@@ -179,7 +113,7 @@ class Agent:
 
     async def _lease(self) -> dict[str, Any] | None:
         body = {"worker_id": self.worker_id, "wait_s": self.poll_s}
-        response = await self._post("/lease", body, timeout=self.poll_s + 15.0)
+        response = await self.link.post("/lease", body, timeout=self.poll_s + 15.0)
         if response.status_code == 204:
             return None
         if response.status_code == 404:
@@ -187,7 +121,7 @@ class Agent:
             await self.register()
             return None
         if response.status_code != 200:
-            log.warning("lease failed (%d): %s", response.status_code, _detail(response))
+            log.warning("lease failed (%d): %s", response.status_code, detail(response))
             await asyncio.sleep(1.0)
             return None
         grant: dict[str, Any] = response.json()
@@ -210,12 +144,12 @@ class Agent:
             runner = await self.pool.get(1)
             self.capabilities = await runner.detect(self.config.max_virtual_devices)
             await self.register()
-            while not self.stopping:
+            while not self.stop.stopping:
                 self._poll_task = asyncio.create_task(self._lease())
                 try:
                     grant = await self._poll_task
                 except asyncio.CancelledError:
-                    if self.stopping:
+                    if self.stop.stopping:
                         break
                     raise
                 finally:
@@ -226,7 +160,7 @@ class Agent:
                     await self._refresh_ceilings()
             return 0
         except httpx.TransportError:
-            if self.stopping:
+            if self.stop.stopping:
                 log.info("stopped while the server was unreachable")
                 return 0
             raise
@@ -240,13 +174,13 @@ class Agent:
             for sig in handlers:
                 loop.remove_signal_handler(sig)
             await self.pool.close()
-            await self.client.aclose()
+            await self.link.aclose()
 
     async def _refresh_ceilings(self) -> None:
         """Idle (a long poll came back empty): measure the ceilings again when a round is
         cheap and the last is old, keep the best of every round, and tell the server."""
         ceilings = self.capabilities.get("ceilings")
-        if not ceilings or self.stopping:
+        if not ceilings or self.stop.stopping:
             return
         now = time.monotonic()
         cheap = float(ceilings.get("seconds") or 0.0) <= CEILINGS_CHEAP_S
@@ -266,7 +200,7 @@ class Agent:
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. A later one (not of the same
         burst): kill the runner and give the lease back."""
-        if self.stopping:
+        if self.stop.stopping:
             if time.monotonic() - self._stop_at >= ESCALATE_AFTER_S:
                 self.abort()
             return
@@ -274,10 +208,10 @@ class Agent:
 
     def abort(self) -> None:
         """Stop at once: the current job's runner is killed and its lease given back."""
-        if not self._abort.is_set():
+        if not self.stop.abort.is_set():
             log.warning("stopping now: the current job's lease is given back")
         self.drain()
-        self._abort.set()
+        self.stop.abort.set()
 
     def parent_gone(self) -> None:
         """The parent-death signal: stop at once if `boundary serve` really died; Linux
@@ -290,12 +224,11 @@ class Agent:
 
     def drain(self) -> None:
         """Finish the current job (and report it), take no more, then exit. Idempotent."""
-        if self.stopping:
+        if self.stop.stopping:
             return
         log.info("stopping after the current job (signal again to stop at once)")
         self._stop_at = time.monotonic()
-        self.stopping = True
-        self._stop_requested.set()
+        self.stop.requested.set()
         if self._poll_task is not None:
             self._poll_task.cancel()
 
@@ -337,7 +270,7 @@ class Agent:
     ) -> dict[str, Any] | None:
         job_id = grant["job_id"]
         files = self._files()
-        missing = await self._fetch_files(grant["spec"], files)
+        missing = await self.link.fetch_files(grant["spec"], files)
         if missing is not None:
             return {"failure": {"reason": missing}}
         request = {
@@ -353,7 +286,7 @@ class Agent:
                 runner.run(request, float(grant["timeout_s"]), forwarder.add)
             )
             stop = asyncio.create_task(cancelled.wait())
-            abort = asyncio.create_task(self._abort.wait())
+            abort = asyncio.create_task(self.stop.abort.wait())
             done, _ = await asyncio.wait({work, stop, abort}, return_when=asyncio.FIRST_COMPLETED)
             for task in (stop, abort):
                 task.cancel()
@@ -366,7 +299,7 @@ class Agent:
                 self.pool.warm(devices)
                 if abort in done:
                     body = {"worker_id": self.worker_id, "job_id": job_id}
-                    await self._post("/release", {**body, "lease_id": grant["lease_id"]})
+                    await self.link.post("/release", {**body, "lease_id": grant["lease_id"]})
                     log.info("job %s given back", job_id)
                 else:
                     log.info("job %s abandoned: the server cancelled it or its lease", job_id)
@@ -383,7 +316,7 @@ class Agent:
             return {"failure": {"reason": reason, "stderr_tail": runner.stderr_tail() or None}}
         self.jobs_done += 1
         return {
-            "result": _cap_artifacts(outcome.result, self.artifact_max_bytes),
+            "result": cap_artifacts(outcome.result, self.artifact_max_bytes),
             "run_seconds": outcome.run_s,
         }
 
@@ -393,31 +326,12 @@ class Agent:
             configured = self.config.cache_dir.parent / "files"
         return FileCache(configured)
 
-    async def _fetch_files(self, spec: dict[str, Any], files: FileCache) -> str | None:
-        """Fetch the stored files a job names that are not here yet; why not, or None."""
-        cls = WORKLOADS.get(str(spec.get("workload")))
-        params = spec.get("params") or {}
-        for name in getattr(cls, "file_fields", {}):
-            sha = params.get(name)
-            if not isinstance(sha, str) or files.has(sha):
-                continue
-            try:
-                response = await self.client.get(f"{API}/files/{sha}", timeout=120.0)
-            except httpx.TransportError as exc:
-                return f"params.{name}: could not fetch file {sha[:12]}… from the server ({exc})"
-            if response.status_code != 200:
-                return f"params.{name}: the server has no file {sha[:12]}… ({response.status_code})"
-            if files.put(response.content) != sha:
-                return f"params.{name}: file {sha[:12]}… arrived damaged (its SHA-256 differs)"
-            log.info("fetched %s %s… (%d bytes)", name, sha[:12], len(response.content))
-        return None
-
     async def _heartbeats(self, job_id: str, lease_id: str, cancelled: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
             body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
             try:
-                response = await self._post("/heartbeat", body, timeout=10.0, retry=False)
+                response = await self.link.post("/heartbeat", body, timeout=10.0, retry=False)
             except httpx.TransportError as exc:
                 log.warning("heartbeat failed (%s); the job goes on", exc)
                 continue
@@ -431,19 +345,19 @@ class Agent:
         body: dict[str, Any] = {"worker_id": self.worker_id, "job_id": job_id}
         body.update(lease_id=lease_id, events=batch)
         with contextlib.suppress(httpx.TransportError):
-            await self._post("/progress", body, timeout=10.0, retry=False)
+            await self.link.post("/progress", body, timeout=10.0, retry=False)
 
     async def _report(self, body: dict[str, Any]) -> None:
         """Post a result or failure until the server has an answer for it."""
-        response = await self._post("/result", body, timeout=120.0)
-        if response.status_code == 404 and "worker" in _detail(response):
+        response = await self.link.post("/result", body, timeout=120.0)
+        if response.status_code == 404 and "worker" in detail(response):
             # Forgotten by the server: this lease is gone with it. Register again for the
             # next job; the report itself cannot be accepted any more.
             await self.register()
         if response.status_code == 422 and "result" in body:
-            failure = {"reason": f"the server refused the run: {_detail(response)[:1500]}"}
+            failure = {"reason": f"the server refused the run: {detail(response)[:1500]}"}
             keys = ("worker_id", "job_id", "lease_id")
-            response = await self._post(
+            response = await self.link.post(
                 "/result", {**{k: body[k] for k in keys}, "failure": failure}
             )
         if response.status_code != 200:
@@ -451,26 +365,7 @@ class Agent:
                 "report on %s refused (%d): %s",
                 body["job_id"],
                 response.status_code,
-                _detail(response),
+                detail(response),
             )
         else:
             log.info("job %s reported: %s", body["job_id"], response.json().get("status"))
-
-
-def _cap_artifacts(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """Cut IR text the server would not store anyway, so the upload stays small."""
-    artifacts = result.get("artifacts") or {}
-    for name, text in list(artifacts.items()):
-        if isinstance(text, str) and len(text) > max_bytes:
-            data = text.encode()
-            if len(data) > max_bytes:
-                artifacts[name] = data[:max_bytes].decode(errors="ignore")
-    return result
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        return response.text[:500]
-    return detail if isinstance(detail, str) else str(detail)[:500]
