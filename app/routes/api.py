@@ -6,9 +6,7 @@ returned inline with its artifacts capped; each artifact links to its full text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -17,6 +15,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
+from app.pages.jobs import PREFIX, iso, job_links, job_public, job_summary
 from app.queue.submission import read_json_body, validate_submission
 from app.routes.routing import reads
 from app.routes.schemas import (
@@ -33,15 +32,9 @@ from app.store import JobRow, now
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 
-PREFIX = "/api/v1"
-
 router = APIRouter(prefix=PREFIX, tags=["jobs"])
 
 read_route = reads(router)
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 JOB_BODY = {
@@ -57,61 +50,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
     429: {"model": MessagePublic, "description": "Queue full or rate exceeded; see Retry-After."},
 }
-
-
-def job_links(job_id: str) -> dict[str, str]:
-    base = f"{PREFIX}/jobs/{job_id}"
-    return {"self": base, "events": f"{base}/events", "cancel": f"{base}/cancel"}
-
-
-def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
-    """The JSON of a job without its run."""
-    spec = job.spec
-    progress = dispatcher.hub.latest(job.id) if job.status == JobStatus.RUNNING else None
-    return {
-        "id": job.id,
-        "status": job.status.value,
-        "reason": dispatcher.waiting_reason(job),
-        "attempts": job.attempts,
-        "workload": job.workload,
-        "path": job.path,
-        "params": spec.get("params", {}),
-        "stages": spec.get("stages", []),
-        "measure": spec.get("measure", {}),
-        "target": spec.get("target"),
-        "created_at": iso(job.created_at),
-        "updated_at": iso(job.updated_at),
-        "worker_id": job.worker_id,
-        "worker_name": _worker_name(job.worker_id, dispatcher),
-        "progress": progress.model_dump(exclude_none=True) if progress else None,
-        "stderr_tail": job.stderr_tail,
-        "links": job_links(job.id),
-    }
-
-
-def _worker_name(worker_id: str | None, dispatcher: Dispatcher) -> str | None:
-    return dispatcher.worker_name(worker_id)
-
-
-def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
-    """The JSON of a job with its run inline (artifacts capped, linked in full)."""
-    out = job_summary(job, dispatcher)
-    run = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
-    if run is None:
-        out["run"] = None
-        return out
-    result: dict[str, Any] = json.loads(run.result)
-    base = f"{PREFIX}/jobs/{job.id}/artifacts"
-    result.update(
-        attempt=run.attempt,
-        worker_id=run.worker_id,
-        stored_at=iso(run.created_at),
-        artifact_links={name: f"{base}/{name}" for name in run.artifact_names},
-        artifacts_truncated=run.truncated,
-        run_seconds=run.run_s,
-    )
-    out["run"] = result
-    return out
 
 
 def _job_or_404(job_id: str, dispatcher: Dispatcher) -> JobRow:

@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.compare.decision import DecisionNotes, build_record, to_markdown
+from app.pages.compare.request import CompareInputError, Comparison, read_comparison
 from app.pages.compare.stats import MIN_RUNS
-from app.pages.compare.view import CompareInputError, compare_context, json_twin, read_request
-from app.pages.compare.view import Request as Comparison
+from app.pages.compare.view import compare_context, json_twin
 from app.queue.admission import Admission
 from app.queue.submission import read_capped_body, validate_submission
 from app.routes.common import is_htmx, render
@@ -53,7 +53,7 @@ def asked(  # noqa: PLR0917 - one parameter per query field
     the decision record (which answer 422).
     """
     try:
-        return read_request(a, b, runs, boundary, subject_a, subject_b, ir)
+        return read_comparison(a, b, runs, boundary, subject_a, subject_b, ir)
     except CompareInputError as exc:
         return exc
 

@@ -17,11 +17,11 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.ir.view import SourceText, build_view
+from app.pages.jobs import job_public
 from app.pages.runs.profile import profile_response
 from app.pages.runs.views import run_context, samples_csv, shape_and_dtype
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
-from app.routes.api import job_public
 from app.routes.common import is_htmx, render
 from app.routes.errors import MissingPart
 from app.routes.routing import Endpoint, reads

@@ -1,7 +1,9 @@
 """Comparisons of runs that respect boundaries, and the decision records made from them.
 
-guard: which variables are held fixed and which one is the experiment; stats: ratio of
-medians with a bootstrap interval over independent runs; diff: two IR texts side by
-side; view: the comparison's context (page, fragment and JSON alike); decision: the
-record a team keeps of what it measured and decided.
+request: what the query asks to compare (`Comparison`); guard: which variables are held
+fixed and which one is the experiment; stats: ratio of medians with a bootstrap interval
+over independent runs; sides: each side's runs, stage times, compiler output and the
+runs side B may be picked from; plot: the distributions; view: the comparison's context
+(page, fragment and JSON alike); decision: the record a team keeps of what it measured
+and decided. The IR diff is app.ir.diff.
 """

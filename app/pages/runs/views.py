@@ -1,6 +1,6 @@
 """Contexts for the run pages, built from the same job JSON the API returns.
 
-`job_public()` (app.routes.api) is the one source: the page, its htmx fragments and
+`job_public()` (app.pages.jobs) is the one source: the page, its htmx fragments and
 `/runs/{id}.json` all start from it, so they cannot disagree.
 """
 
