@@ -9,8 +9,8 @@ import logging
 import time
 
 from app.dispatch.core import DispatcherCore
-from app.pages.runs.profile import PROFILE_MEDIA
 from app.store import Pruned, now
+from app.store.profiles import PROFILE_MEDIA
 from workers.protocol import JobStatus
 
 log = logging.getLogger("boundary.dispatch")

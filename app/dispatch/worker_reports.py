@@ -6,8 +6,8 @@ from __future__ import annotations
 from app.dispatch.core import DispatcherCore, Verdict, cap_text
 from app.ir.explain import explain
 from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
-from app.pages.runs.profile import keep_profile
 from app.store import NewRun, now
+from app.store.profiles import keep_profile
 from workers.protocol import (
     ARTIFACT_NAMES,
     JobStatus,

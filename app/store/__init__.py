@@ -20,17 +20,14 @@ a database at version v gets migrations v+1.. applied, each in its own transacti
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from app.store.files import FilesMixin
-from app.store.jobs import JobsMixin, now
-from app.store.matrices import MatricesMixin
-from app.store.retention import Pruned, RetentionMixin
-from app.store.runs import RunsMixin
+from app.store.base import DEFAULT_RETAIN_RUNS, StoreBase, now
+from app.store.files import Files
+from app.store.jobs import Jobs
+from app.store.matrices import Matrices
+from app.store.retention import Pruned, Retention
+from app.store.runs import Runs
 from app.store.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -42,19 +39,25 @@ from app.store.schema import (
 
 WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
-__all__ = ["SCHEMA_VERSION", "JobRow", "NewRun", "Pruned", "RunRow", "Store", "WorkerRow", "now"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "JobRow",
+    "NewRun",
+    "Pruned",
+    "RunRow",
+    "Store",
+    "StoreBase",
+    "WorkerRow",
+    "now",
+]
 
 
-class Store(JobsMixin, RunsMixin, RetentionMixin, FilesMixin, MatricesMixin):
-    """The SQLite job store. Create with `Store.open(path)`; close when done."""
-
-    def __init__(self, db: sqlite3.Connection, retain_runs: int) -> None:
-        self._db = db
-        self._lock = threading.Lock()
-        self.retain_runs = retain_runs
+class Store(Jobs, Runs, Retention, Files, Matrices):
+    """The SQLite job store: every part's queries over one connection (see
+    app.store.base). Create with `Store.open(path)`; close when done."""
 
     @classmethod
-    def open(cls, path: Path, retain_runs: int = 5000) -> Store:
+    def open(cls, path: Path, retain_runs: int = DEFAULT_RETAIN_RUNS) -> Store:
         """Open (creating if needed) the database at `path` and bring its schema up to date."""
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
@@ -75,22 +78,6 @@ class Store(JobsMixin, RunsMixin, RetentionMixin, FilesMixin, MatricesMixin):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the lock."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
 
     def _migrate(self) -> None:
         with self._lock:

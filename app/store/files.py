@@ -1,17 +1,16 @@
 """Content-addressed files in the job store: each distinct byte string is kept once.
 
-A mixin of `app.store.Store`, kept apart so the store module stays readable.
+A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+
+from app.store.base import StoreBase
 
 
 @dataclass(frozen=True)
@@ -24,15 +23,10 @@ class StoredFile:
     size: int
 
 
-class _StoreInternals(Protocol):
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]: ...
-
-
-class FilesMixin:
+class Files(StoreBase):
     """put_file / get_file / attach_file / job_file / job_files on the store."""
 
-    def put_file(self: _StoreInternals, data: bytes, media_type: str) -> str:
+    def put_file(self, data: bytes, media_type: str) -> str:
         """Keep `data` (once, whatever the number of callers); return its sha256."""
         digest = hashlib.sha256(data).hexdigest()
         with self._tx() as db:
@@ -44,7 +38,7 @@ class FilesMixin:
             )
         return digest
 
-    def get_file(self: _StoreInternals, sha256: str) -> StoredFile | None:
+    def get_file(self, sha256: str) -> StoredFile | None:
         rows = self._read(
             "SELECT sha256, data, media_type, size FROM files WHERE sha256 = ?", (sha256,)
         )
@@ -53,7 +47,7 @@ class FilesMixin:
         r = rows[0]
         return StoredFile(r[0], bytes(r[1]), r[2], r[3])
 
-    def attach_file(self: _StoreInternals, job_id: str, name: str, sha256: str) -> None:
+    def attach_file(self, job_id: str, name: str, sha256: str) -> None:
         """Name a stored file on a job (replacing an earlier file of that name)."""
         with self._tx() as db:
             db.execute(
@@ -61,7 +55,7 @@ class FilesMixin:
                 (job_id, name, sha256),
             )
 
-    def job_file(self: _StoreInternals, job_id: str, name: str) -> StoredFile | None:
+    def job_file(self, job_id: str, name: str) -> StoredFile | None:
         rows = self._read(
             "SELECT f.sha256, f.data, f.media_type, f.size FROM job_files j "
             "JOIN files f ON f.sha256 = j.sha256 WHERE j.job_id = ? AND j.name = ?",
@@ -72,7 +66,7 @@ class FilesMixin:
         r = rows[0]
         return StoredFile(r[0], bytes(r[1]), r[2], r[3])
 
-    def job_files(self: _StoreInternals, job_id: str) -> Iterator[tuple[str, str, int]]:
+    def job_files(self, job_id: str) -> Iterator[tuple[str, str, int]]:
         """(name, sha256, size) of every file attached to a job."""
         rows = self._read(
             "SELECT j.name, j.sha256, f.size FROM job_files j JOIN files f "

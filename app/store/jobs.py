@@ -1,31 +1,20 @@
 """The job store's jobs: queueing, leases, state changes and their events.
 
-A mixin of `app.store.Store`, which holds the connection and its lock.
+A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
-from contextlib import AbstractContextManager
 from typing import Any
 
+from app.store.base import StoreBase
 from app.store.schema import JOB_COLUMNS, JobRow
 from workers.protocol import JobStatus
 
 
-class StoreBase:
-    """What the mixins call on the store: one write transaction, one read."""
-
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        raise NotImplementedError
-
-
-class JobsMixin(StoreBase):
+class Jobs(StoreBase):
     """insert_job, claim, extend_lease, requeue, end_job and the queries on jobs."""
 
     def insert_job(
@@ -285,8 +274,3 @@ def end_in_tx(  # noqa: PLR0917 - mirrors Store.end_job inside a transaction
     _clear_worker_job(db, owner[0], job_id)
     _event(db, job_id, status, now, reason or status.value)
     return True
-
-
-def now() -> float:
-    """Wall-clock seconds: stored times must survive a restart, so no monotonic clock."""
-    return time.time()

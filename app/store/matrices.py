@@ -1,13 +1,13 @@
-"""Matrices in the job store: the submission and its cells. A mixin of `app.store.Store`."""
+"""Matrices in the job store: the submission and its cells. A part of `app.store.Store`."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from app.store.base import StoreBase
 
 
 @dataclass(frozen=True)
@@ -29,16 +29,11 @@ class CellRow:
     reason: str | None
 
 
-class _StoreInternals(Protocol):
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]: ...
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]: ...
-
-
-class MatricesMixin:
+class Matrices(StoreBase):
     """insert_matrix / get_matrix / matrix_cells / list_matrices on the store."""
 
     def insert_matrix(
-        self: _StoreInternals,
+        self,
         matrix_id: str,
         spec: dict[str, Any],
         cells: Sequence[CellRow],
@@ -55,13 +50,13 @@ class MatricesMixin:
                 [(matrix_id, c.row, c.col, c.job_id, c.reason) for c in cells],
             )
 
-    def get_matrix(self: _StoreInternals, matrix_id: str) -> MatrixRow | None:
+    def get_matrix(self, matrix_id: str) -> MatrixRow | None:
         rows = self._read("SELECT id, spec, created_at FROM matrices WHERE id = ?", (matrix_id,))
         if not rows:
             return None
         return MatrixRow(rows[0][0], json.loads(rows[0][1]), rows[0][2])
 
-    def matrix_cells(self: _StoreInternals, matrix_id: str) -> list[CellRow]:
+    def matrix_cells(self, matrix_id: str) -> list[CellRow]:
         rows = self._read(
             "SELECT row, col, job_id, reason FROM matrix_cells WHERE matrix_id = ? "
             "ORDER BY row, col",
@@ -69,7 +64,7 @@ class MatricesMixin:
         )
         return [CellRow(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def list_matrices(self: _StoreInternals, limit: int = 50) -> list[MatrixRow]:
+    def list_matrices(self, limit: int = 50) -> list[MatrixRow]:
         rows = self._read(
             "SELECT id, spec, created_at FROM matrices ORDER BY created_at DESC LIMIT ?", (limit,)
         )

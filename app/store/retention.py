@@ -1,6 +1,6 @@
 """Retention: what the store forgets, so that a long-running server stays within bounds.
 
-A mixin of `app.store.Store`. `prune` removes, in one transaction each:
+A part of `app.store.Store`. `prune` removes, in one transaction each:
 
 - finished jobs (done, failed, expired, cancelled) beyond the newest `keep_jobs`, or
   finished before `finished_before`, with everything they own: their events, runs,
@@ -22,7 +22,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-from app.store.jobs import StoreBase
+from app.store.base import StoreBase
 from workers.protocol import FINAL_STATUSES, JobStatus
 
 BATCH = 500
@@ -55,7 +55,7 @@ def _active_files(db: sqlite3.Connection) -> set[str]:
     return needed
 
 
-class RetentionMixin(StoreBase):
+class Retention(StoreBase):
     """prune() and touch_files() on the store."""
 
     def touch_files(self, shas: list[str], at: float) -> None:

@@ -1,6 +1,6 @@
 """The job store's runs, their artifacts and the workers.
 
-A mixin of `app.store.Store`, which holds the connection and its lock.
+A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
 """
 
 from __future__ import annotations
@@ -8,15 +8,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.store.jobs import StoreBase, end_in_tx
+from app.store.base import StoreBase
+from app.store.jobs import end_in_tx
 from app.store.schema import NewRun, RunRow, WorkerRow
 from workers.protocol import JobStatus
 
 
-class RunsMixin(StoreBase):
+class Runs(StoreBase):
     """finish_job (a run in, its job done), runs and artifacts out, and the workers."""
-
-    retain_runs: int
 
     def finish_job(
         self, job_id: str, attempt: int, worker_id: str, run: NewRun, now: float

@@ -16,8 +16,8 @@ import pytest
 from bench_fakes import MATMUL, FakeWorker
 
 from app.main import create_app
-from app.pages.runs.profile import PROFILE_FILE, PROFILE_MEDIA
 from app.settings import Settings
+from app.store.profiles import PROFILE_FILE, PROFILE_MEDIA
 from workers.files import FileCache
 
 pytestmark = pytest.mark.anyio
