@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 
-from app.ir.pipeline import HLO_INSTRUCTION, origins
+from app.ir.pipeline import origins
 from app.ir.sources import source_map
 from app.ir.view import Keys
 from workers.protocol import HloExplained, PipelineCapture, SourceText
+from workers.protocol.hlo import BACKEND_KIND, CUSTOM_CALL_TARGET, INSTRUCTION, KIND, shape_bytes
 
 MAX_EXPLAINED = 200
 """Instructions explained per run."""
@@ -18,27 +19,6 @@ _EXPLAINED = re.compile(
     r"^(fusion|custom-call|all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|"
     r"collective-broadcast|ragged-all-to-all)(-start)?$"
 )
-_KIND = re.compile(r"\bkind=(\w+)")
-_BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
-_TARGET = re.compile(r'custom_call_target="([^"]+)"')
-_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[sufc]\d+)\[([\d,]*)\]")
-_BITS = {"pred": 8, "bf16": 16}
-
-
-def shape_bytes(shape: str) -> int | None:
-    """Bytes of every array in an HLO shape (a tuple's members summed); None if none parse."""
-    total, found = 0, False
-    for dtype, dims in _ARRAY.findall(shape):
-        bits = _BITS.get(dtype)
-        if bits is None:
-            digits = re.sub(r"\D", "", dtype.split("e")[0]) or "8"
-            bits = int(digits)
-        count = 1
-        for d in filter(None, dims.split(",")):
-            count *= int(d)
-        total += count * max(bits, 8) // 8
-        found = True
-    return total if found else None
 
 
 def _computation_of(lines: list[str]) -> dict[int, str]:
@@ -72,17 +52,17 @@ def explain(
         made = {o.name: o for o in origins(pipeline, hlo)}
     out: list[HloExplained] = []
     for i, line in enumerate(lines):
-        m = HLO_INSTRUCTION.match(line)
+        m = INSTRUCTION.match(line)
         if not m or not _EXPLAINED.match(m.group("op")):
             continue
         name, op, shape = m.group("name"), m.group("op"), m.group("shape")
         kind = op.removesuffix("-start")
         if op == "fusion":
-            backend = _BACKEND_KIND.search(line)
-            plain = _KIND.search(line)
+            backend = BACKEND_KIND.search(line)
+            plain = KIND.search(line)
             kind = backend.group(1) if backend else (plain.group(1) if plain else "fusion")
         elif op == "custom-call":
-            target = _TARGET.search(line)
+            target = CUSTOM_CALL_TARGET.search(line)
             kind = target.group(1) if target else "custom-call"
         sources: list[str] = []
         if i in smap.positions:

@@ -16,7 +16,7 @@ from html import escape
 from markupsafe import Markup
 
 from app.ir.diff import normalize
-from workers.protocol import PipelineCapture, PipelineStep, RunResult
+from workers.protocol import PipelineCapture, PipelineStep, RunResult, hlo
 
 PIPELINE_ARTIFACT = "pipeline"
 """The stored artifact's name (not an IR: the API's artifact routes do not list it)."""
@@ -25,10 +25,6 @@ MAX_DIFF_LINES = 3000
 MAX_ORIGINS = 300
 """Final-HLO instructions traced back at most."""
 
-HLO_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s(?P<op>[a-z][a-z0-9\-]*)\("
-)
-"""One HLO instruction line: its name, result shape and op (the IR pages' one reading)."""
 _TRACED_OPS = re.compile(
     r"^(fusion|custom-call|copy|copy-start|all-reduce|all-gather|reduce-scatter|all-to-all|"
     r"collective-permute|collective-broadcast|ragged-all-to-all)(-start)?$"
@@ -174,7 +170,7 @@ def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
     ordered = sorted(first_seen.items(), key=lambda item: item[1])
     renames = _Renames(capture, [snapshot for snapshot, _ in ordered])
     for line in final_hlo.splitlines():
-        m = HLO_INSTRUCTION.match(line)
+        m = hlo.INSTRUCTION.match(line)
         if not m or not _TRACED_OPS.match(m.group("op")) or m.group("op").endswith("-done"):
             continue
         name, op = m.group("name"), m.group("op")
@@ -233,7 +229,7 @@ class _Renames:
         if snapshot not in self._parsed:
             rows = []
             for line in self._capture.snapshots[snapshot].splitlines():
-                m = HLO_INSTRUCTION.match(line)
+                m = hlo.INSTRUCTION.match(line)
                 if m:
                     rows.append((m.group("name"), m.group("shape"), m.group("op")))
             self._parsed[snapshot] = rows

@@ -124,7 +124,7 @@ async def test_the_summary_explains_each_fusion_with_its_source_lines(
 
 
 def test_shape_bytes_counts_every_array() -> None:
-    from app.ir.explain import shape_bytes
+    from workers.protocol.hlo import shape_bytes
 
     assert shape_bytes("f32[2,64]{1,0}") == 512
     assert shape_bytes("(bf16[8]{0}, pred[3]{0})") == 19

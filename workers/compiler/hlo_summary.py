@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.protocol import CostAnalysis, HloCollective, HloCustomCall, HloFusion, HloSummary, hlo
+from workers.protocol.hlo import shape_bytes
 
 COLLECTIVES = frozenset(
     {
@@ -33,26 +34,6 @@ COLLECTIVES = frozenset(
 
 _PLUMBING = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 """Opcodes that move no data worth listing among a fusion's operations."""
-
-_ELEMENT_BYTES: dict[str, int] = {
-    "pred": 1,
-    "s4": 1,
-    "u4": 1,
-    "s8": 1,
-    "u8": 1,
-    "s16": 2,
-    "u16": 2,
-    "f16": 2,
-    "bf16": 2,
-    "s32": 4,
-    "u32": 4,
-    "f32": 4,
-    "s64": 8,
-    "u64": 8,
-    "f64": 8,
-    "c64": 8,
-    "c128": 16,
-}
 
 # Markers in custom-call targets and custom fusion kinds, and the library each names.
 _LIBRARIES: tuple[tuple[str, str], ...] = (
@@ -210,24 +191,6 @@ def collective_of(ins: Instruction) -> HloCollective:
         dimensions=_ints(dims[1]) if dims else None,
         asynchronous=ins.op.endswith("-start"),
     )
-
-
-def shape_bytes(shape: str) -> int | None:
-    """Bytes held by an HLO shape (tuples summed); None if an element type is unknown."""
-    total = 0
-    found = False
-    for element, dims in hlo.ARRAY_SHAPE.findall(shape):
-        size = _ELEMENT_BYTES.get(element)
-        if size is None and element.startswith("f8"):
-            size = 1
-        if size is None:
-            return None
-        count = 1
-        for dim in filter(None, dims.split(",")):
-            count *= int(dim)
-        total += size * count
-        found = True
-    return total if found else None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 from workers.protocol import SourceText
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The directory holding the `workers` package: source paths are given relative to it."""
 
 

@@ -1,8 +1,11 @@
-"""The regular expressions that read HLO text, in one place. Pure text, no jax.
+"""How HLO text is read, in one place for both sides: the regular expressions for its
+syntax and the bytes of a shape. Pure text, no jax.
 
-Both readers of optimized HLO use these: `workers.compiler.hlo_summary` (what XLA chose: fusions,
-library calls, collectives) and `workers.scale.hlo_flow` (how values are placed
-across a mesh). Keeping one copy keeps them reading the same syntax.
+The worker's readers of optimized HLO use these (`workers.compiler.hlo_summary`: what XLA
+chose, fusions, library calls, collectives; `workers.scale.hlo_flow`: how values are
+placed across a mesh), and so do the server's IR pages (`app.ir`: each instruction's
+origins, the explained summary, the pass pipeline's renames). Keeping one copy keeps
+them reading the same syntax.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ COMPUTATION = re.compile(
 """A computation header: `ENTRY %name (params) -> shape {` or `%name {`."""
 
 INSTRUCTION = re.compile(
-    r"^(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\((?P<rest>.*)$"
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+"
+    r"(?P<op>[a-z][a-z0-9\-]*)\((?P<rest>.*)$"
 )
-"""One instruction: `[ROOT] %name = shape opcode(operands), attributes`."""
+"""One instruction: `[ROOT] %name = shape opcode(operands), attributes` (indented or not)."""
 
 KIND = re.compile(r"\bkind=(\w+)")
 """A fusion's kind: kLoop, kInput, kOutput, kCustom."""
@@ -71,9 +75,48 @@ VALUE = re.compile(r"%([\w.\-]+)")
 """A value named as an operand: `%name`."""
 
 
+_ELEMENT_BYTES: dict[str, int] = {
+    "pred": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
+
+
 def called(rest: str) -> list[str]:
     """Every computation an instruction's attributes say it calls, in order."""
     match = CALLS.search(rest)
     if match is None:
         return []
     return [part.strip().lstrip("%") for part in match[1].strip("{}").split(",") if part.strip()]
+
+
+def shape_bytes(shape: str) -> int | None:
+    """Bytes held by an HLO shape (tuples summed); None if an element type is unknown."""
+    total = 0
+    found = False
+    for element, dims in ARRAY_SHAPE.findall(shape):
+        size = _ELEMENT_BYTES.get(element)
+        if size is None and element.startswith("f8"):
+            size = 1
+        if size is None:
+            return None
+        count = 1
+        for dim in filter(None, dims.split(",")):
+            count *= int(dim)
+        total += size * count
+        found = True
+    return total if found else None
