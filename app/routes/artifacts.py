@@ -26,6 +26,7 @@ from app.queue.submission import (
 )
 from app.queue.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
 from app.routes.common import connected_paths, is_htmx, render
+from app.routes.forms import FormValueError, number, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from app.web.tokens import token_matches
@@ -263,19 +264,22 @@ async def run_artifact(
             params[name] = form[name].strip()
     if form.get("tolerance", "").strip():
         try:
-            params["tolerance"] = float(form["tolerance"])
-        except ValueError:
-            errors["params.tolerance"] = f"{form['tolerance'][:20]!r} is not a number"
-    samples = form.get("samples", "20").strip()
+            params["tolerance"] = number("tolerance", form["tolerance"])
+        except FormValueError as exc:
+            errors["params.tolerance"] = str(exc)
+    measure: dict[str, Any] = {
+        "mode": form.get("mode", "latency"),
+        "cache": form.get("cache", "cold"),
+    }
+    try:
+        measure["samples"] = sample_count(form.get("samples", "20"))
+    except FormValueError as exc:
+        errors["measure.samples"] = str(exc)
     body = {
         "workload": "exported",
         "path": form.get("path", "jax-cpu"),
         "params": params,
-        "measure": {
-            "mode": form.get("mode", "latency"),
-            "cache": form.get("cache", "cold"),
-            "samples": "auto" if samples == "auto" else int(samples) if samples.isdigit() else 0,
-        },
+        "measure": measure,
     }
     settings = state.settings
     status = 422

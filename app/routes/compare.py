@@ -26,6 +26,7 @@ from app.pages.compare.view import compare_context, json_twin
 from app.queue.admission import Admission
 from app.queue.submission import read_capped_body, validate_submission
 from app.routes.common import is_htmx, render
+from app.routes.forms import FormValueError, number
 from app.settings import Settings
 
 router = APIRouter(include_in_schema=False)
@@ -134,10 +135,10 @@ def _notes(request: Request) -> DecisionNotes:
             fields.pop(key, None)
             continue
         try:
-            fields[key] = float(raw)  # type: ignore[assignment]
-        except ValueError:
+            fields[key] = number(key, raw)  # type: ignore[assignment]
+        except FormValueError as exc:
             raise HTTPException(
-                status_code=422, detail=[{"field": key, "message": f"{raw[:20]!r} is no number"}]
+                status_code=422, detail=[{"field": key, "message": str(exc)}]
             ) from None
     try:
         return DecisionNotes.model_validate(fields)

@@ -25,6 +25,7 @@ from app.queue.admission import Admission
 from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, render
+from app.routes.forms import FormValueError, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
@@ -190,12 +191,14 @@ def read_matrix_form(
             "name": column_name,
             "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
         }
-    samples = form.get("samples", "20").strip()
     body["measure"] = {
         "mode": form.get("mode", Mode.LATENCY.value),
         "cache": form.get("cache", CachePolicy.COLD.value),
-        "samples": "auto" if samples == "auto" else int(samples) if samples.isdigit() else 0,
     }
+    try:
+        body["measure"]["samples"] = sample_count(form.get("samples", "20"))
+    except FormValueError as exc:
+        errors["measure.samples"] = str(exc)
     if form.get("title", "").strip():
         body["title"] = form["title"].strip()
     return body, errors

@@ -19,12 +19,12 @@ from app.pages.runs.form import (
     choose_path,
     measure_fields,
     param_fields,
-    read_form,
     target_note,
     target_options,
 )
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.routes.common import connected_paths, is_htmx, render
+from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
 from app.state import AppState
 from workers.catalog import WORKLOADS
@@ -34,6 +34,59 @@ router = APIRouter(include_in_schema=False)
 """Included before the run pages' router, so `/runs/new` is never read as a run id."""
 
 FORM_MAX_BYTES = 64 * 1024
+
+
+def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], FormState]:
+    """The job body from form fields, or errors naming each bad field."""
+    workload = form.get("workload", "")
+    state = FormState(workload=workload, path=form.get("path", PathId.JAX_CPU.value))
+    state.target = form.get("target", "").strip()[:16] or None
+    state.values = {k: v for k, v in form.items() if k not in ("workload", "path", "target")}
+    state.stages = stages
+    if workload not in WORKLOADS:
+        state.errors["workload"] = f"unknown workload (known: {', '.join(sorted(WORKLOADS))})"
+        return {}, state
+    params: dict[str, Any] = {}
+    for f in param_fields(workload):
+        if PATH_ONLY_PARAMS.get(f.name, state.path) != state.path:
+            continue  # e.g. kernel= on a JAX path, where XLA chooses
+        raw = form.get(f"param.{f.name}")
+        if f.kind == "checkbox":
+            params[f.name] = raw is not None
+            continue
+        if raw is None or raw.strip() == "":
+            continue  # the workload's default applies
+        try:
+            if f.kind == "integer":
+                params[f.name] = whole_number(f.name, raw)
+            elif f.kind == "number":
+                params[f.name] = number(f.name, raw)
+            else:
+                params[f.name] = raw.strip()
+        except FormValueError as exc:
+            state.errors[f"params.{f.name}"] = str(exc)
+    measure: dict[str, Any] = {}
+    for key in ("mode", "cache"):
+        if form.get(f"measure.{key}"):
+            measure[key] = form[f"measure.{key}"]
+    samples = form.get("measure.samples", "").strip()
+    if samples:
+        try:
+            measure["samples"] = sample_count(samples)
+        except FormValueError as exc:
+            state.errors["measure.samples"] = str(exc)
+    body = {
+        "workload": workload,
+        "path": state.path,
+        "params": params,
+        "stages": [s.value for s in StageId if s.value in stages],
+        "measure": measure,
+    }
+    if state.target:
+        body["target"] = state.target
+    if not body["stages"]:
+        state.errors["stages"] = "choose at least one stage"
+    return body, state
 
 
 def _form_context(

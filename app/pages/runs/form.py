@@ -1,7 +1,6 @@
-"""The run form: built from the catalog's JSON Schemas, read back into a job.
-
-HTML forms send strings; this is the one place where "512" becomes 512, using each
-parameter's declared type. Everything after that goes through the API's strict checks.
+"""The run form: its fields built from the catalog's JSON Schemas, the path and stages it
+starts on for the connected workers, and the targets it offers. What the form sends is
+read back into a job by app.routes.run_form.read_form.
 """
 
 from __future__ import annotations
@@ -133,71 +132,6 @@ def measure_fields() -> list[Field]:
             options=tuple(c.value for c in CachePolicy),
         ),
     ]
-
-
-def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], FormState]:
-    """The job body from form fields, or errors naming each bad field."""
-    workload = form.get("workload", "")
-    state = FormState(workload=workload, path=form.get("path", PathId.JAX_CPU.value))
-    state.target = form.get("target", "").strip()[:16] or None
-    state.values = {k: v for k, v in form.items() if k not in ("workload", "path", "target")}
-    state.stages = stages
-    if workload not in WORKLOADS:
-        state.errors["workload"] = f"unknown workload (known: {', '.join(sorted(WORKLOADS))})"
-        return {}, state
-    params: dict[str, Any] = {}
-    for f in param_fields(workload):
-        if PATH_ONLY_PARAMS.get(f.name, state.path) != state.path:
-            continue  # e.g. kernel= on a JAX path, where XLA chooses
-        raw = form.get(f"param.{f.name}")
-        if f.kind == "checkbox":
-            params[f.name] = raw is not None
-            continue
-        if raw is None or raw.strip() == "":
-            continue  # the workload's default applies
-        raw = raw.strip()
-        if f.kind == "integer":
-            try:
-                params[f.name] = int(raw)
-            except ValueError:
-                state.errors[f"params.{f.name}"] = (
-                    f"{f.name} must be a whole number ({raw[:20]!r} is not one)"
-                )
-        elif f.kind == "number":
-            try:
-                params[f.name] = float(raw)
-            except ValueError:
-                state.errors[f"params.{f.name}"] = (
-                    f"{f.name} must be a number ({raw[:20]!r} is not one)"
-                )
-        else:
-            params[f.name] = raw
-    measure: dict[str, Any] = {}
-    for key in ("mode", "cache"):
-        if form.get(f"measure.{key}"):
-            measure[key] = form[f"measure.{key}"]
-    samples = form.get("measure.samples", "").strip()
-    if samples:
-        if samples == "auto":
-            measure["samples"] = "auto"
-        elif samples.isdigit():
-            measure["samples"] = int(samples)
-        else:
-            state.errors["measure.samples"] = (
-                f"samples must be a count or auto ({samples[:20]!r} is neither)"
-            )
-    body = {
-        "workload": workload,
-        "path": state.path,
-        "params": params,
-        "stages": [s.value for s in StageId if s.value in stages],
-        "measure": measure,
-    }
-    if state.target:
-        body["target"] = state.target
-    if not body["stages"]:
-        state.errors["stages"] = "choose at least one stage"
-    return body, state
 
 
 def _can(path: str, executes: bool, workers: list[Capabilities]) -> bool:
