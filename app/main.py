@@ -18,26 +18,19 @@ from app.reader.content import load_content
 from app.reader.site import Deferred, names_origin, render_site
 from app.settings import Settings, get_settings
 from app.state import AppState
-from app.web.assets import Asset, load_assets
+from app.web.assets import build_assets
 from app.web.deferred import Built, DeferredApp
 from app.web.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
 from app.web.security import SecurityHeaders, security_headers
-from app.web.templating import make_environment, pygments_css, server_linker
+from app.web.templating import make_environment, server_linker
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
     from fastapi import FastAPI
 
-__all__ = ["AppState", "build_api", "build_assets", "create_app"]
+__all__ = ["AppState", "build_api", "create_app"]
 
 PAGE_CACHE = (b"cache-control", b"no-cache")
 ASSET_CACHE = (b"cache-control", b"public, max-age=31536000, immutable")
-
-
-def build_assets() -> dict[str, Asset]:
-    from app.web.assets import STATIC_DIR
-
-    css = (STATIC_DIR / "app.css").read_bytes() + b"\n" + pygments_css().encode()
-    return load_assets(extra={"app.css": css})
 
 
 def build_resources(state: AppState) -> Resources:

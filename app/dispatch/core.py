@@ -12,7 +12,6 @@ from typing import Any
 
 from app.dispatch.progress import ProgressHub
 from app.dispatch.requirements import describe_need, unmet
-from app.queue.ratelimit import RateLimiter
 from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow, now
 from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
@@ -95,7 +94,6 @@ class DispatcherCore:
         self.store = store
         self.settings = settings
         self.hub = hub or ProgressHub()
-        self.rate = RateLimiter(settings.SUBMIT_RATE)
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._workers: dict[str, WorkerEntry] = {}

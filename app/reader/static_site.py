@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.main import build_assets
 from app.reader.content import load_content
 from app.reader.site import render_site
 from app.settings import Settings
+from app.web.assets import build_assets
 from app.web.templating import export_file, export_linker, make_environment
 
 

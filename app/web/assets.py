@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.settings import REPO_ROOT
+from app.web.templating import pygments_css
 
 STATIC_DIR = REPO_ROOT / "static"
 
@@ -49,3 +50,9 @@ def load_assets(
         ctype = _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
         assets[name] = Asset(name, body, ctype, hashlib.sha256(body).hexdigest()[:12])
     return assets
+
+
+def build_assets() -> dict[str, Asset]:
+    """The site's static files, with app.css followed by the IR highlighting's styles."""
+    css = (STATIC_DIR / "app.css").read_bytes() + b"\n" + pygments_css().encode()
+    return load_assets(extra={"app.css": css})

@@ -304,7 +304,7 @@ def _strip(run: RunResult) -> RunResult:
     return run.model_copy(update=update)
 
 
-def _main(measurements: list[Measurement], basis: RateBasis) -> float | None:
+def _basis_median(measurements: list[Measurement], basis: RateBasis) -> float | None:
     """The median per call of the basis measurement, if it has one."""
     for m in measurements:
         if m.boundary is basis.boundary and m.subject == basis.subject and m.stats is not None:
@@ -314,7 +314,7 @@ def _main(measurements: list[Measurement], basis: RateBasis) -> float | None:
 
 def _rates(work: Work, basis: RateBasis | None, measurements: list[Measurement]) -> Rates:
     rates = Rates(flops=work.flops, bytes=work.bytes, source=work.source)
-    median = _main(measurements, basis) if basis is not None else None
+    median = _basis_median(measurements, basis) if basis is not None else None
     if basis is None or median is None:
         return rates
     seconds = median * basis.calls
