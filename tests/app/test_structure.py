@@ -1,105 +1,438 @@
-"""The server's module structure: no import cycles, routers that do not reach into each
-other, `app/` free of the worker's command line, and a failed deferred build that stops
-`boundary serve` with a non-zero status instead of answering every request with an error."""
+"""The code's structure, for the server (app/) and the workers (workers/): no import
+cycles between modules, modules small enough to read in one sitting, short top levels,
+the server free of jax and of the worker's insides, private names kept private; and a
+failed deferred build that stops `boundary serve` with a non-zero status instead of
+answering every request with an error.
+
+How imports are counted (`import_graph`), so that the test agrees with any reasonable
+reading of the code:
+
+- every import statement counts: at the top, inside functions, under
+  `if TYPE_CHECKING:`, relative ones (resolved against the importing module);
+- `import a.b.c` and `from a.b.c import X` depend on `a.b.c`, and on the packages above
+  it (`a`, `a.b`), whose `__init__` runs first; `from pkg import X` depends on
+  `pkg/__init__.py`, and on `pkg/X.py` too when X is a module;
+- a package's `__init__` that imports its own modules depends on each of them;
+- a module importing one of its own ancestor packages does not count (that package is
+  already being imported when the module runs).
+"""
 
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "app"
+PACKAGES = ("app", "workers")
+MAX_LINES = 400
+MAX_TOP_LEVEL_MODULES = 10
+SHARED = ("workers.protocol", "workers.catalog")
+"""All of workers/ that the server may import: jax-free, the wire and the catalog."""
+COMMANDS = ("workers.cli",)
+"""The worker's commands, which `app.cli` (the `boundary` command) alone hands over to."""
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+@dataclass(frozen=True)
+class Import:
+    """One imported module as a statement names it, resolved to an absolute name."""
+
+    module: str
+    names: tuple[str, ...]
+    """For `from module import a, b`: ("a", "b"); empty for `import module`."""
+    line: int
+    top_level: bool
+    """At module level and not under `if TYPE_CHECKING:`: it runs when the module loads."""
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _runtime_imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(module, names) imported at run time (not under `if TYPE_CHECKING:`), anywhere in
-    the file, including inside functions."""
-    tree = ast.parse(path.read_text())
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for inner in node.body:
-                skipped.update(id(n) for n in ast.walk(inner))
-    found: list[tuple[str, list[str]]] = []
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.module, [a.name for a in node.names]))
-        elif isinstance(node, ast.Import):
-            found.extend((a.name, []) for a in node.names)
+def _is_type_checking(node: ast.If) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _loaded(tree: ast.Module) -> set[int]:
+    """The ids of the import statements that run when the module loads: not inside a
+    function and not under `if TYPE_CHECKING:`."""
+    found: set[int] = set()
+
+    def walk(body: Sequence[ast.AST]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.add(id(node))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            elif isinstance(node, ast.If) and _is_type_checking(node):
+                walk(node.orelse)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    walk(getattr(node, field, []))
+
+    walk(tree.body)
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in APP.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
+def imports(root: Path, path: Path) -> list[Import]:
+    """Every import in the file at `path`, relative ones resolved."""
+    name = module_name(root, path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    loaded = _loaded(tree)
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        top = id(node) in loaded
+        if isinstance(node, ast.Import):
+            found.extend(Import(a.name, (), node.lineno, top) for a in node.names)
+            continue
+        if node.level:
+            base = package[: len(package) - (node.level - 1)]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        found.append(Import(module, tuple(a.name for a in node.names), node.lineno, top))
+    return found
+
+
+def modules_of(root: Path, packages: Sequence[str]) -> dict[str, Path]:
+    return {module_name(root, p): p for top in packages for p in sorted((root / top).rglob("*.py"))}
+
+
+def import_graph(root: Path, packages: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Module → {module it depends on: the line of the first import that says so}, over
+    the modules under `packages` (see the module docstring for how imports count)."""
+    modules = modules_of(root, packages)
+    graph: dict[str, dict[str, int]] = {}
     for name, path in modules.items():
-        edges: set[str] = set()
-        for module, names in _runtime_imports(path):
-            for candidate in [module, *(f"{module}.{n}" for n in names)]:
-                if candidate in modules and candidate != name:
-                    edges.add(candidate)
+        parts = name.split(".")
+        own_ancestors = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        edges: dict[str, int] = {}
+        for imp in imports(root, path):
+            for target in [imp.module, *(f"{imp.module}.{n}" for n in imp.names)]:
+                pieces = target.split(".")
+                for i in range(1, len(pieces) + 1):
+                    candidate = ".".join(pieces[:i])
+                    if candidate in modules and candidate not in own_ancestors:
+                        edges.setdefault(candidate, imp.line)
         graph[name] = edges
     return graph
 
 
-def test_app_has_no_import_cycles() -> None:
-    graph = _graph()
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (a path that returns to its start) through each strongly connected
+    group of modules, found with Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
     stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
 
     def visit(node: str) -> None:
-        state[node] = 1
+        index[node] = low[node] = len(index)
         stack.append(node)
+        on_stack.add(node)
         for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt) :], nxt])
-            elif nxt not in state:
+            if nxt not in index:
                 visit(nxt)
-        stack.pop()
-        state[node] = 2
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group: set[str] = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph[node]:
+                groups.append(group)
 
     for node in sorted(graph):
-        if node not in state:
+        if node not in index:
             visit(node)
-    # A package importing its own parts (app.dispatch -> app.dispatch.core) is no cycle
-    # unless a part imports the package back; those show up here as well.
-    assert cycles == []
+    return [_one_cycle(graph, group) for group in groups]
 
 
-def test_modules_do_not_import_each_others_private_names() -> None:
+def _one_cycle(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
+    start = min(group)
+    path = [start]
+    seen = {start}
+    while True:
+        nxt = min(n for n in graph[path[-1]] if n in group)
+        if nxt in seen:
+            return [*path[path.index(nxt) :], nxt]
+        path.append(nxt)
+        seen.add(nxt)
+
+
+def _described(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def _lines(path: Path) -> int:
+    """Lines as `wc -l` counts them: newline characters."""
+    return path.read_bytes().count(b"\n")
+
+
+# --- the rules: each returns what breaks it, so it can be tried on a planted offence ------
+
+
+def oversized(root: Path, packages: Sequence[str]) -> dict[str, int]:
+    """Modules over MAX_LINES lines, with their line counts."""
+    found = {name: _lines(path) for name, path in modules_of(root, packages).items()}
+    return {name: n for name, n in found.items() if n > MAX_LINES}
+
+
+def crowded(root: Path, top: str) -> list[str]:
+    """The modules at the top of `top` (its `__init__.py` aside), when there are too many."""
+    found = sorted(p.name for p in (root / top).glob("*.py") if p.name != "__init__.py")
+    return found if len(found) > MAX_TOP_LEVEL_MODULES else []
+
+
+def _under(module: str, prefixes: Sequence[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _server_imports(root: Path) -> Iterator[tuple[str, Import]]:
+    for name, path in modules_of(root, ("app",)).items():
+        for imp in imports(root, path):
+            yield name, imp
+
+
+def heavy_imports(root: Path) -> list[str]:
+    """Server imports of jax, and of numpy when a module loads (not inside a function)."""
+    return [
+        f"{name}:{imp.line} {imp.module}"
+        for name, imp in _server_imports(root)
+        if _under(imp.module, ("jax", "jaxlib"))
+        or (_under(imp.module, ("numpy",)) and imp.top_level)
+    ]
+
+
+def _workers_named(imp: Import) -> list[str]:
+    """The workers/ modules an import names (`from workers import x` names workers.x)."""
+    if imp.module == "workers" and imp.names:
+        return [f"workers.{n}" for n in imp.names]
+    return [imp.module] if _under(imp.module, ("workers",)) else []
+
+
+def reaches_into_workers(root: Path) -> list[str]:
+    """Server imports of workers/ beyond its shared part (app.cli may hand over to the
+    worker's commands)."""
+    return [
+        f"{name}:{imp.line} {target}"
+        for name, imp in _server_imports(root)
+        for target in _workers_named(imp)
+        if not _under(target, (*SHARED, *COMMANDS) if name == "app.cli" else SHARED)
+    ]
+
+
+def command_line_imports(root: Path) -> list[str]:
+    """Server imports of the worker's command line or agent, outside `app.cli`."""
+    return [
+        f"{name}:{imp.line} {target}"
+        for name, imp in _server_imports(root)
+        for target in _workers_named(imp)
+        if name != "app.cli" and _under(target, ("workers.cli", "workers.agent"))
+    ]
+
+
+def private_imports(root: Path, packages: Sequence[str]) -> list[str]:
+    """Imports of another module's private names (or of a private module)."""
     offenders = []
-    for path in APP.rglob("*.py"):
-        for module, names in _runtime_imports(path):
-            if module.startswith("app.") and any(n.startswith("_") for n in names):
-                offenders.append(f"{_module_name(path)}: from {module} import {names}")
-    assert offenders == []
+    for name, path in modules_of(root, packages).items():
+        for imp in imports(root, path):
+            if not _under(imp.module, packages):
+                continue
+            private = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
+            private += [p for p in imp.module.split(".") if p.startswith("_")]
+            if private:
+                offenders.append(f"{name}:{imp.line} {imp.module} {private}")
+    return offenders
+
+
+# --- the rules, on this repository -------------------------------------------------------
+
+
+def test_no_module_imports_another_that_imports_it_back() -> None:
+    graph = import_graph(ROOT, PACKAGES)
+    assert [_described(graph, c) for c in cycles(graph)] == []
+
+
+def test_every_module_stays_under_the_line_limit() -> None:
+    assert oversized(ROOT, PACKAGES) == {}
+
+
+@pytest.mark.parametrize("top", PACKAGES)
+def test_the_top_level_holds_few_modules(top: str) -> None:
+    assert crowded(ROOT, top) == []
+
+
+def test_the_server_never_imports_jax_and_numpy_only_when_a_function_runs() -> None:
+    assert heavy_imports(ROOT) == []
+
+
+def test_the_server_imports_only_the_shared_part_of_the_workers() -> None:
+    assert reaches_into_workers(ROOT) == []
 
 
 def test_the_server_never_imports_the_workers_command_line() -> None:
     # app.cli is the `boundary` command itself, which hands `run` and `worker` over.
-    offenders = [
-        _module_name(path)
-        for path in APP.rglob("*.py")
-        if path.name != "cli.py" or path.parent != APP
-        for module, _ in _runtime_imports(path)
-        if module in ("workers.cli", "workers.cli.worker", "workers.agent.agent")
+    assert command_line_imports(ROOT) == []
+
+
+def test_modules_do_not_import_each_others_private_names() -> None:
+    assert private_imports(ROOT, PACKAGES) == []
+
+
+def test_each_rule_finds_an_offence_planted_in_a_small_tree(tmp_path: Path) -> None:
+    files = {
+        "app/__init__.py": "",
+        "app/cli.py": "def run():\n    from workers.cli.run import run_command\n",
+        "app/heavy.py": "import jax\nimport numpy as np\n",
+        "app/lazy.py": "def header():\n    import numpy as np\n    return np\n",
+        "app/reach.py": "from workers.run.engine import run_job\nfrom workers import agent\n",
+        "app/private.py": "from workers.protocol import _hidden\n",
+        "app/long.py": "x = 1\n" * (MAX_LINES + 1),
+        **{f"app/m{i}.py": "" for i in range(MAX_TOP_LEVEL_MODULES)},
+        "workers/__init__.py": "",
+        "workers/protocol/__init__.py": "_hidden = 1\n",
+        "workers/run/__init__.py": "",
+        "workers/run/engine.py": "def run_job(): ...\n",
+        "workers/agent/__init__.py": "",
+        "workers/cli/__init__.py": "",
+        "workers/cli/run.py": "def run_command(): ...\n",
+    }
+    for relative, text in files.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text, encoding="utf-8")
+    assert oversized(tmp_path, PACKAGES) == {"app.long": MAX_LINES + 1}
+    assert "long.py" in crowded(tmp_path, "app") and crowded(tmp_path, "workers") == []
+    assert heavy_imports(tmp_path) == ["app.heavy:1 jax", "app.heavy:2 numpy"]
+    assert reaches_into_workers(tmp_path) == [
+        "app.reach:1 workers.run.engine",
+        "app.reach:2 workers.agent",
     ]
-    assert offenders == []
+    assert command_line_imports(tmp_path) == ["app.reach:2 workers.agent"]
+    assert private_imports(tmp_path, PACKAGES) == ["app.private:1 workers.protocol ['_hidden']"]
+
+
+# --- the graph builder, shown able to fail -----------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[str, int]]:
+    for relative, text in files.items():
+        target = tmp_path / "pkg" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return import_graph(tmp_path, ("pkg",))
+
+
+def test_a_relative_import_cycle_is_found(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "sub/__init__.py": "",
+            "sub/a.py": "from .b import thing\n",
+            "sub/b.py": "from ..sub import a\nthing = 1\n",
+        },
+    )
+    assert cycles(graph) == [["pkg.sub.a", "pkg.sub.b", "pkg.sub.a"]]
+
+
+def test_a_cycle_through_type_checking_is_found(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from pkg.b import B\n",
+            "b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from pkg.a import A\nclass B: ...\n"
+            ),
+        },
+    )
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "import pkg.b\n",
+            "b.py": "def later():\n    from pkg import a\n    return a\n",
+        },
+    )
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_from_a_package_import_a_module_depends_on_that_module(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "tools/__init__.py": "",
+            "tools/knife.py": "import pkg.user\n",
+            "user.py": "from pkg.tools import knife\n",
+        },
+    )
+    assert graph["pkg.user"] == {"pkg.tools": 1, "pkg.tools.knife": 1}
+    assert cycles(graph) == [["pkg.tools.knife", "pkg.user", "pkg.tools.knife"]]
+
+
+def test_an_init_that_imports_its_modules_depends_on_each(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "parts/__init__.py": "from pkg.parts.one import ONE\n",
+            "parts/one.py": "from pkg.helper import help_me\nONE = 1\n",
+            "helper.py": "from pkg.parts import ONE\ndef help_me(): ...\n",
+        },
+    )
+    assert graph["pkg.parts"] == {"pkg.parts.one": 1}
+    assert cycles(graph) == [["pkg.helper", "pkg.parts", "pkg.parts.one", "pkg.helper"]]
+
+
+def test_importing_its_own_package_is_no_cycle(tmp_path: Path) -> None:
+    graph = _package(
+        tmp_path,
+        {
+            "__init__.py": "from pkg.a import A\n",
+            "a.py": "import pkg\nfrom . import b\nclass A: ...\n",
+            "b.py": "",
+        },
+    )
+    assert graph["pkg.a"] == {"pkg.b": 2}
+    assert cycles(graph) == []
+
+
+def test_lines_are_counted_as_wc_does(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_bytes(b"a = 1\nb = 2\nc = 3")  # no newline at the end: wc -l says 2
+    assert _lines(path) == 2
+    done = subprocess.run(["wc", "-l", str(path)], capture_output=True, text=True, check=True)
+    assert int(done.stdout.split()[0]) == _lines(path)
+
+
+# --- start-up ------------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
