@@ -11,7 +11,7 @@ Every rule refuses with the field at fault named, so the server answers 422 and
 - A few workloads take no target at all (they say why).
 
 Whether a target is compiled without its hardware depends on where the job runs: that,
-and refusing to execute such a program, is the engine's part (workers.xla_targets).
+and refusing to execute such a program, is the runner's part (workers.run.deviceless).
 """
 
 from __future__ import annotations

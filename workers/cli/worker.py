@@ -49,7 +49,7 @@ def worker_command(argv: list[str]) -> int:
     apply_jax_environment()  # inherited by every runner this worker starts
     if os.environ.get(PARENT_ENV):
         # SIGUSR2, not SIGTERM: Linux sends it whenever the thread that started us exits,
-        # so the agent checks that the parent really died before it stops (workers.agent.agent).
+        # so the agent checks that the parent really died before it stops (Agent.parent_gone).
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # until the agent handles it
         die_with_parent(PARENT_ENV, signal.SIGUSR2)
     logging.basicConfig(
