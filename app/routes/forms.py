@@ -5,27 +5,34 @@ through the API's strict checks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class FormValueError(ValueError):
     """A form field that does not read as what it must be; the message says why."""
 
 
-def whole_number(name: str, raw: str) -> int:
-    """`raw` (stripped) as an integer."""
+def _converted(convert: Callable[[str], T], raw: str, complaint: str) -> T:
+    """`raw` (stripped) through `convert`; FormValueError saying `complaint`, in which
+    `{text}` stands for what was typed, when it does not convert."""
     text = raw.strip()
     try:
-        return int(text)
+        return convert(text)
     except ValueError:
-        raise FormValueError(f"{name} must be a whole number ({text[:20]!r} is not one)") from None
+        raise FormValueError(complaint.format(text=repr(text[:20]))) from None
+
+
+def whole_number(name: str, raw: str) -> int:
+    """`raw` (stripped) as an integer."""
+    return _converted(int, raw, f"{name} must be a whole number ({{text}} is not one)")
 
 
 def number(name: str, raw: str) -> float:
     """`raw` (stripped) as a number."""
-    text = raw.strip()
-    try:
-        return float(text)
-    except ValueError:
-        raise FormValueError(f"{name}: {text[:20]!r} is no number") from None
+    return _converted(float, raw, f"{name}: {{text}} is no number")
 
 
 def sample_count(raw: str) -> int | str:

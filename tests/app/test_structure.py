@@ -189,6 +189,12 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n")
 
 
+def _write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text, encoding="utf-8")
+
+
 # --- the rules: each returns what breaks it, so it can be tried on a planted offence ------
 
 
@@ -318,9 +324,7 @@ def test_each_rule_finds_an_offence_planted_in_a_small_tree(tmp_path: Path) -> N
         "workers/cli/__init__.py": "",
         "workers/cli/run.py": "def run_command(): ...\n",
     }
-    for relative, text in files.items():
-        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / relative).write_text(text, encoding="utf-8")
+    _write(tmp_path, files)
     assert oversized(tmp_path, PACKAGES) == {"app.long": MAX_LINES + 1}
     assert "long.py" in crowded(tmp_path, "app") and crowded(tmp_path, "workers") == []
     assert heavy_imports(tmp_path) == ["app.heavy:1 jax", "app.heavy:2 numpy"]
@@ -335,93 +339,68 @@ def test_each_rule_finds_an_offence_planted_in_a_small_tree(tmp_path: Path) -> N
 # --- the graph builder, shown able to fail -----------------------------------------------
 
 
-def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[str, int]]:
-    for relative, text in files.items():
-        target = tmp_path / "pkg" / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-    return import_graph(tmp_path, ("pkg",))
+TC = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n"
 
-
-def test_a_relative_import_cycle_is_found(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
+GRAPHS = {
+    "a relative import cycle": (
         {
-            "__init__.py": "",
             "sub/__init__.py": "",
             "sub/a.py": "from .b import thing\n",
             "sub/b.py": "from ..sub import a\nthing = 1\n",
         },
-    )
-    assert cycles(graph) == [["pkg.sub.a", "pkg.sub.b", "pkg.sub.a"]]
-
-
-def test_a_cycle_through_type_checking_is_found(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
+        {"pkg.sub.a": {"pkg.sub.b": 1}, "pkg.sub.b": {"pkg.sub.a": 1}},
+        [["pkg.sub.a", "pkg.sub.b", "pkg.sub.a"]],
+    ),
+    "a cycle through TYPE_CHECKING": (
+        {"a.py": "from pkg.b import B\n", "b.py": TC + "class B: ...\n"},
+        {"pkg.a": {"pkg.b": 1}, "pkg.b": {"pkg.a": 3}},
+        [["pkg.a", "pkg.b", "pkg.a"]],
+    ),
+    "a cycle through an import inside a function": (
+        {"a.py": "import pkg.b\n", "b.py": "def later():\n    from pkg import a\n    return a\n"},
+        {"pkg.a": {"pkg.b": 1}, "pkg.b": {"pkg.a": 2}},
+        [["pkg.a", "pkg.b", "pkg.a"]],
+    ),
+    "from a package import a module": (
         {
-            "__init__.py": "",
-            "a.py": "from pkg.b import B\n",
-            "b.py": (
-                "from typing import TYPE_CHECKING\n"
-                "if TYPE_CHECKING:\n    from pkg.a import A\nclass B: ...\n"
-            ),
-        },
-    )
-    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
-
-
-def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
-        {
-            "__init__.py": "",
-            "a.py": "import pkg.b\n",
-            "b.py": "def later():\n    from pkg import a\n    return a\n",
-        },
-    )
-    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
-
-
-def test_from_a_package_import_a_module_depends_on_that_module(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
-        {
-            "__init__.py": "",
             "tools/__init__.py": "",
             "tools/knife.py": "import pkg.user\n",
             "user.py": "from pkg.tools import knife\n",
         },
-    )
-    assert graph["pkg.user"] == {"pkg.tools": 1, "pkg.tools.knife": 1}
-    assert cycles(graph) == [["pkg.tools.knife", "pkg.user", "pkg.tools.knife"]]
-
-
-def test_an_init_that_imports_its_modules_depends_on_each(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
+        {"pkg.user": {"pkg.tools": 1, "pkg.tools.knife": 1}, "pkg.tools.knife": {"pkg.user": 1}},
+        [["pkg.tools.knife", "pkg.user", "pkg.tools.knife"]],
+    ),
+    "an __init__ that imports its modules": (
         {
-            "__init__.py": "",
             "parts/__init__.py": "from pkg.parts.one import ONE\n",
             "parts/one.py": "from pkg.helper import help_me\nONE = 1\n",
             "helper.py": "from pkg.parts import ONE\ndef help_me(): ...\n",
         },
-    )
-    assert graph["pkg.parts"] == {"pkg.parts.one": 1}
-    assert cycles(graph) == [["pkg.helper", "pkg.parts", "pkg.parts.one", "pkg.helper"]]
-
-
-def test_importing_its_own_package_is_no_cycle(tmp_path: Path) -> None:
-    graph = _package(
-        tmp_path,
+        {"pkg.parts": {"pkg.parts.one": 1}, "pkg.helper": {"pkg.parts": 1}},
+        [["pkg.helper", "pkg.parts", "pkg.parts.one", "pkg.helper"]],
+    ),
+    "a module importing its own package (no cycle)": (
         {
             "__init__.py": "from pkg.a import A\n",
             "a.py": "import pkg\nfrom . import b\nclass A: ...\n",
-            "b.py": "",
         },
-    )
-    assert graph["pkg.a"] == {"pkg.b": 2}
-    assert cycles(graph) == []
+        {"pkg": {"pkg.a": 1}, "pkg.a": {"pkg.b": 2}},
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize(("files", "edges", "expected"), GRAPHS.values(), ids=list(GRAPHS))
+def test_the_graph_builder_on_a_small_package(
+    tmp_path: Path,
+    files: dict[str, str],
+    edges: dict[str, dict[str, int]],
+    expected: list[list[str]],
+) -> None:
+    _write(tmp_path / "pkg", {"__init__.py": "", "b.py": "", **files})
+    graph = import_graph(tmp_path, ("pkg",))
+    assert {name: graph[name] for name in edges} == edges
+    assert cycles(graph) == expected
 
 
 def test_lines_are_counted_as_wc_does(tmp_path: Path) -> None:
