@@ -1,7 +1,7 @@
 """What the routers share: rendering a page, telling an htmx request apart and the paths
 connected workers offer. Validation errors in plain words are in app.web.problems.
 
-Routers import these from here and never from each other.
+Routers import these from here rather than from one another.
 """
 
 from __future__ import annotations
