@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from app.web.problems import problem_detail, pydantic_problems
 from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
-from workers.catalog.target_rules import apply_target, byte_cap
+from workers.catalog.kernels import pallas_refusal
+from workers.catalog.target_rules import apply_target, byte_cap, job_kernel
 from workers.protocol import MAX_SAMPLES, JobSpec
 
 
@@ -72,6 +73,9 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         known = WORKLOADS.get(name) if isinstance(name, str) else None
         extra = _param_problems(known, params) if known and isinstance(params, dict) else []
         raise JobRefused([*pydantic_problems(exc), *extra]) from None
+    refused = pallas_refusal(spec.workload, spec.params)
+    if refused is not None:  # Pallas asked of a workload without a kernel: say which have one
+        raise JobRefused([refused])
     cls_or_none = WORKLOADS.get(spec.workload)
     if cls_or_none is not None:
         # Every bad parameter at once, in plain words, each with its whole allowed range.
@@ -83,6 +87,8 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         # scale workload's `devices` defaults to), before the parameters are parsed.
         spec = apply_target(spec)
         params = parse_params(spec.workload, spec.params, byte_cap(spec, max_job_bytes))
+        if spec.path in WORKLOADS[spec.workload].paths:
+            job_kernel(spec, params)  # kernel=pallas: its compiler, block sizes and limits
     except CatalogError as exc:
         raise JobRefused([(exc.field, str(exc))]) from None
     cls = WORKLOADS[spec.workload]

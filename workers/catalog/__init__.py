@@ -18,6 +18,7 @@ from workers.catalog.elementwise import ElementwiseParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
+from workers.catalog.kernels import pallas_refusal
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
 from workers.catalog.reduction import ReductionParams
@@ -111,6 +112,9 @@ def parse_params(
     if cls is None:
         known = ", ".join(sorted(WORKLOADS))
         raise CatalogError(f"workload: unknown workload (known: {known})", "workload")
+    refused = pallas_refusal(workload, params)
+    if refused is not None:
+        raise CatalogError(f"{refused[0]}: {refused[1]}", refused[0])
     try:
         parsed = cls.model_validate(params)
     except ValidationError as exc:

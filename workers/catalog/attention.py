@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
+from workers.catalog.kernels import GpuBackend, backend_field, block_field
+
+
+class AttentionKernel(StrEnum):
+    """The implementation: XLA's own kernels, or jax's shipped Pallas flash attention."""
+
+    XLA = "xla"
+    PALLAS = "pallas"
 
 
 class AttentionParams(WorkloadParams):
@@ -26,6 +35,15 @@ class AttentionParams(WorkloadParams):
     precision: Annotated[Precision, Lax] = Field(
         default=Precision.DEFAULT, description="Contraction precision (jax.lax.Precision)."
     )
+    kernel: Annotated[AttentionKernel, Lax] = Field(
+        default=AttentionKernel.XLA,
+        description="The implementation: xla (XLA's own kernels, the default) or pallas "
+        "(jax's shipped flash-attention kernels: ops.tpu.flash_attention on TPU and in "
+        "interpret mode, ops.gpu.attention.mha on Triton, ops.gpu.attention_mgpu on Mosaic GPU).",
+    )
+    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
+    block_q: int = block_field("queries per block")
+    block_k: int = block_field("keys per block")
 
     def output_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]

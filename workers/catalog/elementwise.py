@@ -8,14 +8,17 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
+from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.protocol import PathId
 
 
 class ElementwiseKernel(StrEnum):
-    """The hand-written CUDA kernel the cuda path runs (JAX paths let XLA choose)."""
+    """The implementation: a hand-written CUDA kernel on cuda, XLA's or Pallas's on JAX."""
 
     FUSED = "fused"
     UNFUSED = "unfused"
+    XLA = "xla"
+    PALLAS = "pallas"
 
 
 class ElementwiseParams(WorkloadParams):
@@ -32,8 +35,12 @@ class ElementwiseParams(WorkloadParams):
     dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type.")
     kernel: Annotated[ElementwiseKernel, Lax] = Field(
         default=ElementwiseKernel.FUSED,
-        description="cuda path only: fused (one kernel) or unfused (one launch per operation).",
+        description="The implementation. JAX paths: xla (the default; any value but pallas "
+        "reads as xla) or pallas (one Pallas kernel over rows of 128). cuda: fused (one "
+        "kernel, the default) or unfused (one launch per operation).",
     )
+    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
+    block_rows: int = block_field("rows of 128 elements per block")
 
     def output_bytes(self) -> int:
         return self.n * DTYPE_BYTES[self.dtype.value]

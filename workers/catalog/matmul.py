@@ -8,14 +8,17 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
+from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.protocol import PathId
 
 
 class MatmulKernel(StrEnum):
-    """The hand-written CUDA kernel the cuda path runs (JAX paths let XLA choose)."""
+    """The implementation: a hand-written CUDA kernel on cuda, XLA's or Pallas's on JAX."""
 
-    NAIVE = "naive"
     TILED = "tiled"
+    NAIVE = "naive"
+    XLA = "xla"
+    PALLAS = "pallas"
 
 
 class MatmulParams(WorkloadParams):
@@ -35,8 +38,14 @@ class MatmulParams(WorkloadParams):
     )
     kernel: Annotated[MatmulKernel, Lax] = Field(
         default=MatmulKernel.TILED,
-        description="cuda path only: naive (one thread per output) or tiled (shared memory).",
+        description="The implementation. JAX paths: xla (XLA's own kernels, the default; any "
+        "value but pallas reads as xla) or pallas (a tiled Pallas kernel, float32 "
+        "accumulator). cuda: tiled (shared memory, the default) or naive (a thread per output).",
     )
+    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
+    block_m: int = block_field("rows of C per block")
+    block_n: int = block_field("columns of C per block")
+    block_k: int = block_field("the step along k")
 
     def output_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype.value] * self.m * self.n

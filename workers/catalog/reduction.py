@@ -19,10 +19,11 @@ class ReductionOp(StrEnum):
 
 
 class ReductionKernel(StrEnum):
-    """The hand-written CUDA kernel the cuda path runs (JAX paths let XLA choose)."""
+    """The implementation: a hand-written CUDA kernel on cuda, XLA's own on JAX paths."""
 
-    NAIVE = "naive"
     TREE = "tree"
+    NAIVE = "naive"
+    XLA = "xla"
 
 
 class ReductionParams(WorkloadParams):
@@ -43,7 +44,8 @@ class ReductionParams(WorkloadParams):
     dtype: Annotated[Dtype, Lax] = Field(default=Dtype.FLOAT32, description="Storage type.")
     kernel: Annotated[ReductionKernel, Lax] = Field(
         default=ReductionKernel.TREE,
-        description="cuda path only: naive (a thread per output) or tree (threads cooperate).",
+        description="The implementation. JAX paths: xla (the only one; any value reads as "
+        "xla). cuda: tree (threads cooperate, the default) or naive (a thread per output).",
     )
 
     def reduced_length(self) -> int:

@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision
+from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.catalog.mesh import ArrayLayout, MeshError, MeshParams, Spec, parse_spec
 
 
@@ -25,6 +26,13 @@ class Sharding(StrEnum):
     TENSOR = "tensor"
     GATHERED = "gathered"
     CUSTOM = "custom"
+
+
+class ShardedKernel(StrEnum):
+    """The implementation: XLA's partitioned dot, or a Pallas kernel inside shard_map."""
+
+    XLA = "xla"
+    PALLAS = "pallas"
 
 
 class ShardedMatmulParams(MeshParams):
@@ -50,6 +58,16 @@ class ShardedMatmulParams(MeshParams):
             "custom: the specs below."
         ),
     )
+    kernel: Annotated[ShardedKernel, Lax] = Field(
+        default=ShardedKernel.XLA,
+        description="The implementation: xla (the default: XLA partitions the dot and adds "
+        "the collectives) or pallas (the matmul kernel on each device's shards inside "
+        "shard_map, the collectives written out).",
+    )
+    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
+    block_m: int = block_field("rows of each device's C per block")
+    block_n: int = block_field("columns of each device's C per block")
+    block_k: int = block_field("the step along each device's k")
     a_spec: str = Field(
         default="", max_length=80, description="sharding=custom: A's spec, e.g. x,- (rows over x)."
     )

@@ -16,11 +16,15 @@ and refusing to execute such a program, is the runner's part (workers.run.device
 
 from __future__ import annotations
 
-from workers.catalog import WORKLOADS, CatalogError
-from workers.catalog.mesh import MeshParams
-from workers.protocol import JobSpec, PathId, Target, parse_target
+from typing import Any
 
-__all__ = ["COMPILE_ONLY_CAP", "apply_target", "byte_cap", "job_target"]
+from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog.kernels import KernelChoice, KernelRefused, choose_kernel
+from workers.catalog.mesh import MeshParams
+from workers.catalog.pallas_blocks import Gpu
+from workers.protocol import JobSpec, PathId, StageId, Target, parse_target
+
+__all__ = ["COMPILE_ONLY_CAP", "apply_target", "byte_cap", "job_kernel", "job_target"]
 
 COMPILE_ONLY_CAP = 2**62
 """The byte cap of a job that only compiles for a target: in effect none."""
@@ -81,6 +85,23 @@ def apply_target(job: JobSpec) -> JobSpec:
     return job
 
 
+def job_kernel(job: JobSpec, params: Any, gpu: Gpu | None = None) -> KernelChoice:
+    """The implementation `job` runs (workers.catalog.kernels), or CatalogError naming the
+    parameter at fault: the same rule for the server's 422 and `boundary run`'s exit 2."""
+    try:
+        choice = choose_kernel(job.workload, job.path, job_target(job), params, gpu)
+    except KernelRefused as exc:
+        raise CatalogError(f"{exc.field}: {exc}", exc.field) from None
+    if choice.pallas and StageId.SCALE in job.stages:
+        raise CatalogError(
+            "stages: the scale stage's series is not offered with kernel=pallas: its points "
+            "re-shard the problem over other meshes, and the kernel's block sizes are checked "
+            "for the job's own (run compile and execute, or kernel=xla)",
+            "stages",
+        )
+    return choice
+
+
 def byte_cap(job: JobSpec, max_bytes: int) -> int:
     """The cap on `job`'s input and output bytes.
 
@@ -89,8 +110,6 @@ def byte_cap(job: JobSpec, max_bytes: int) -> int:
     only to execute), and whether its program fits is what it asks: the compiler's
     memory_analysis() answers that, against the chip's HBM, so no cap applies.
     """
-    from workers.protocol import StageId
-
     if job.target and all(s is StageId.COMPILE for s in job.stages):
         return COMPILE_ONLY_CAP
     return max_bytes

@@ -16,12 +16,19 @@ for deviceless compiles fails. So, before jax is imported:
 - Where no TPU is found, `TPU_SKIP_MDS_QUERY=1` and `TPU_WORKER_HOSTNAMES=localhost`:
   libtpu then neither asks a cloud metadata server what it runs on nor logs an error
   about worker hostnames it cannot find. The compiled program is the same either way.
+- The nvidia-cuda-nvcc wheel's `bin` folder first on `PATH`: Mosaic GPU's compile runs
+  `ptxas` from PATH (else /usr/local/cuda/bin), ignoring every other setting, and the
+  SASS of GPU targets is assembled with the same ptxas. A machine with an older CUDA on
+  PATH would otherwise build Mosaic GPU kernels with that one (on this project's machine
+  CUDA 13.0 gave a B200 matmul 104 registers where the wheel's 13.5 gives 89), and one
+  with none could not build them at all.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import sys
 from collections.abc import Mapping, MutableMapping
 
 PLATFORMS_ENV = "BOUNDARY_JAX_PLATFORMS"
@@ -47,6 +54,28 @@ def accelerator() -> str | None:
     return None
 
 
+def nvidia_cuda_root() -> str | None:
+    """The pip `nvidia/cu13` folder whose `bin` holds ptxas (nvidia-cuda-nvcc), or None."""
+    for entry in sys.path:
+        for match in sorted(glob.glob(os.path.join(entry, "nvidia", "cu1*"))):
+            if os.path.isfile(os.path.join(match, "bin", "ptxas")):
+                return match
+    return None
+
+
+def _wheel_tools_first(path: str) -> str | None:
+    """`path` with the CUDA wheel's bin folder first, or None when it already is (or no
+    wheel is installed)."""
+    root = nvidia_cuda_root()
+    if root is None:
+        return None
+    folder = os.path.join(root, "bin")
+    parts = [p for p in path.split(os.pathsep) if p]
+    if parts[:1] == [folder]:
+        return None
+    return os.pathsep.join([folder, *(p for p in parts if p != folder)])
+
+
 def jax_environment(environ: Mapping[str, str], found: str | None = None) -> dict[str, str]:
     """The variables a jax process needs, given its current environment `environ`.
 
@@ -68,6 +97,9 @@ def jax_environment(environ: Mapping[str, str], found: str | None = None) -> dic
         for name, value in _NO_TPU.items():
             if name not in environ:
                 wanted[name] = value
+    path = _wheel_tools_first(environ.get("PATH", ""))
+    if path is not None:
+        wanted["PATH"] = path
     return wanted
 
 

@@ -19,12 +19,16 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The directory holding the `workers` package: source paths are given relative to it."""
 
 
-def workload_source(workload: Any) -> SourceText | None:
-    """The source of `workload`'s function-building method, or None when it has none."""
+def workload_source(workload: Any, pallas: bool = False) -> SourceText | None:
+    """The source of `workload`'s function-building method, or None when it has none. With
+    `pallas`, the whole module of its Pallas kernels instead: the kernel body is what the
+    kernel's IR (Mosaic, Triton, Mosaic GPU) points into, line by line."""
     if getattr(workload, "name", "") == "exported":
         return None
     kind = type(workload)
-    method = getattr(kind, "mesh_function", None) or getattr(kind, "function", None)
+    method: Any = getattr(kind, "mesh_function", None) or getattr(kind, "function", None)
+    if pallas and getattr(workload, "pallas_module", None) is not None:
+        method = workload.pallas_module
     if method is None:
         return None
     try:
@@ -42,8 +46,8 @@ def workload_source(workload: Any) -> SourceText | None:
     text = "".join(lines).rstrip("\n")
     return SourceText(
         path=shown,
-        function=method.__qualname__,
-        first_line=max(1, first),
+        function=getattr(method, "__qualname__", None) or method.__name__,
+        first_line=max(1, first),  # a module's source starts at line 0
         text=text,
         sha256=hashlib.sha256(text.encode()).hexdigest(),
     )

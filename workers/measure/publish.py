@@ -134,6 +134,11 @@ class Measured:
     """measure.pipeline's capture: compiler facts, no speed."""
     target: TargetReport | None = None
     """What the compiler compiled for (a job with a target), and whether it ran there."""
+    kernel_pipelines: dict[str, PipelineCapture] = field(default_factory=dict)
+    """measure.pipeline: each Pallas kernel's own compiler passes (Mosaic, LLO, Triton)."""
+    no_speed: str | None = None
+    """Why this run's times are no kernel's speed though its output may pass (Pallas
+    interpret mode): published first among the warnings, every time and rate withheld."""
 
     def check(
         self, correctness: Correctness | None, subjects: dict[str, Correctness] | None = None
@@ -167,6 +172,8 @@ class Checked:
             unreported["bookkeeping"] = harness_s - sum(unreported.values())
             extra["unreported_s"] = unreported
         warnings = list(m.warnings) + _cache_notes(m.environment)
+        if m.no_speed is not None:
+            warnings = [m.no_speed, *(w for w in warnings if w != m.no_speed)]
         c = self.correctness
         valid = self.valid
         measurements = [
@@ -209,10 +216,13 @@ class Checked:
             sweep=m.sweep,
             source=m.source,
             pipeline=m.pipeline,
+            kernel_pipelines=m.kernel_pipelines,
             target=m.target,
         )
         if not valid:
             return _strip(run)
+        if m.no_speed is not None:  # checked, valid, and still no speed to show
+            return _strip(run, f"withheld: {m.no_speed}")
         if m.work is not None:
             run.rates = _rates(m.work, m.rate_basis, run.measurements)
         if m.comparison and m.work is not None:
@@ -251,8 +261,8 @@ def _cache_notes(environment: Environment) -> list[str]:
     ]
 
 
-def _withhold(m: Measurement) -> Measurement:
-    return m.model_copy(update={"stats": None, "samples_s": [], "note": WITHHELD})
+def _withhold(m: Measurement, note: str = WITHHELD) -> Measurement:
+    return m.model_copy(update={"stats": None, "samples_s": [], "note": note})
 
 
 def _withhold_point(p: ScalingPoint, why: str) -> ScalingPoint:
@@ -272,14 +282,15 @@ def _checked_series(series: ScalingSeries | None) -> ScalingSeries | None:
     return series.model_copy(update={"points": points})
 
 
-def _strip(run: RunResult) -> RunResult:
-    """`run` without a single speed-bearing field; its stage times and counts stay."""
+def _strip(run: RunResult, note: str = WITHHELD) -> RunResult:
+    """`run` without a single speed-bearing field; its stage times and counts stay. `note`
+    says why, in each withheld measurement's place."""
     rates = run.rates
     if rates is not None:
         rates = Rates(flops=rates.flops, bytes=rates.bytes, source=rates.source)
     extra = {k: v for k, v in run.extra.items() if k != "comparison"}
     update: dict[str, Any] = {
-        "measurements": [_withhold(m) for m in run.measurements],
+        "measurements": [_withhold(m, note) for m in run.measurements],
         "rates": rates,
         "stage_seconds": run.stage_seconds.model_copy(update={"warm_up": None}),
         "extra": extra,
@@ -294,7 +305,7 @@ def _strip(run: RunResult) -> RunResult:
         ]
         update["sweep"] = run.sweep.model_copy(update={"policies": policies})
     if run.scaling is not None:
-        points = [_withhold_point(p, WITHHELD) for p in run.scaling.points]
+        points = [_withhold_point(p, note) for p in run.scaling.points]
         update["scaling"] = run.scaling.model_copy(update={"points": points})
     if run.group is not None:
         members = [g.model_copy(update={"median_s": None}) for g in run.group.members]

@@ -102,9 +102,33 @@ class Artifacts(OpenModel):
     hlo: str | None = None
     ptx: str | None = None
     sass: str | None = None
+    mosaic: str | None = Field(
+        default=None, description="Each TPU Pallas kernel's Mosaic MLIR, from its custom call."
+    )
+    bundles: str | None = Field(
+        default=None,
+        description="TPU targets: each kernel's final VLIW bundles (libtpu's LLO dump), "
+        "headed by its schedule summary.",
+    )
+    triton: str | None = Field(
+        default=None, description="Each Triton Pallas kernel as Pallas lowered it (tt dialect)."
+    )
+    mosaic_gpu: str | None = Field(
+        default=None, description="Each Mosaic GPU Pallas kernel's MLIR, from its custom call."
+    )
 
 
-ARTIFACT_NAMES: tuple[str, ...] = ("jaxpr", "stablehlo", "hlo", "ptx", "sass")
+ARTIFACT_NAMES: tuple[str, ...] = (
+    "jaxpr",
+    "stablehlo",
+    "hlo",
+    "ptx",
+    "sass",
+    "mosaic",
+    "bundles",
+    "triton",
+    "mosaic_gpu",
+)
 
 
 class StageSeconds(OpenModel):
@@ -331,6 +355,11 @@ class RunResult(OpenModel):
     )
     pipeline: PipelineCapture | None = Field(
         default=None, description="measure.pipeline: XLA's passes, in order, with snapshots."
+    )
+    kernel_pipelines: dict[str, PipelineCapture] = Field(
+        default_factory=dict,
+        description="measure.pipeline with Pallas kernels: each kernel's own compiler passes "
+        "(pipelines mosaic and llo on TPU, triton or mosaic_gpu on GPU), by kernel name.",
     )
     hlo_explained: list[HloExplained] | None = Field(
         default=None,

@@ -190,6 +190,19 @@ class TargetMemory(OpenModel):
     )
 
 
+class KernelSchedule(OpenModel):
+    """What libtpu's final schedule of one TPU kernel holds (from its LLO dump)."""
+
+    kernel: str = Field(description="The kernel's program in the dump: its HLO instruction.")
+    bundles: int = Field(description="Total scheduled VLIW bundles.")
+    non_empty_bundles: int
+    mxu_ops: int = Field(description="Instructions on a matrix unit (`….mxuN`).")
+    mxu_pushes: int = Field(description="Weight pushes into a matrix unit (`vmatpush…`).")
+    vmem_bytes: int | None = Field(
+        default=None, description="VMEM the kernel allocates, from its first LLO pass."
+    )
+
+
 class TargetReport(OpenModel):
     """What a run compiled for, with which compiler, and whether the hardware was there."""
 
@@ -206,3 +219,11 @@ class TargetReport(OpenModel):
         default=None, description="What the reported compile time includes and excludes."
     )
     notes: list[str] = Field(default_factory=list)
+    kernels: list[KernelSchedule] = Field(
+        default_factory=list, description="TPU targets: each kernel's schedule summary."
+    )
+    dump: str | None = Field(
+        default=None,
+        description="How the bundles (TPU) or Mosaic GPU's PTX were dumped: a separate, "
+        "untimed compile, and what it cost.",
+    )

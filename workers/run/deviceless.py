@@ -1,15 +1,15 @@
 """A job compiled for its target without the hardware: trace → lower → compile, no execute.
 
 The engine sends a job here when its target's devices are not attached to this process.
-The run carries what the real compiler produced (optimized HLO, StableHLO, the PTX of
-XLA's own kernels for GPU targets, the HLO summary, a scale workload's placement on the
-target's mesh, memory per device beside the chip's published HBM) and says plainly that
-nothing ran: no time, no speed, no correctness check.
+The run carries what the real compiler produced (optimized HLO, StableHLO, the HLO
+summary, a scale workload's placement on the target's mesh, memory per device beside the
+chip's published HBM; below the HLO, `workers.run.kernel_dumps`: TPU bundles, GPU PTX and
+SASS, each Pallas kernel's own IR) and says plainly that nothing ran: no time, no speed,
+no correctness check.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +17,14 @@ from typing import Any
 import jax
 
 from workers.catalog.base import WorkloadParams
+from workers.catalog.kernels import KernelChoice, public_params
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
-from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env, read_reports
+from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, Work
+from workers.pallas.lowering import claim_architecture, lowering_for
 from workers.protocol import (
     Artifacts,
     CachePolicy,
@@ -39,11 +41,13 @@ from workers.protocol import (
     TargetReport,
 )
 from workers.run.base import PathUnavailable, Progress, emitter
+from workers.run.kernel_dumps import Lowered, dump_artifacts
 from workers.run.stages import single_device_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
 from workers.workloads import get_workload
-from workers.xla_targets.ptx_dump import kernels_ptx
+from workers.workloads.base import function_for
+from workers.xla_targets.dump_child import placement_of
 from workers.xla_targets.topology import compiler_of, target_devices
 
 DEVICELESS_WARNING = (
@@ -157,6 +161,27 @@ def hardware_report(target: Target, device: Any) -> TargetReport:
     )
 
 
+def refuse_resources(exc: Exception, target: Target) -> None:
+    """Raise PathUnavailable, in the compiler's own figures, when it refused the program
+    for what it needs (HBM, a Pallas kernel's VMEM); return to re-raise anything else."""
+    text = str(exc)
+    if "RESOURCE_EXHAUSTED" not in text:
+        return
+    message = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
+    advice = (
+        "memory per device is what the compiler reports; compare a larger slice, or smaller shapes"
+    )
+    if "Vmem" in message or "VMEM" in message:
+        advice = (
+            "a Pallas kernel's blocks must fit the on-chip scoped VMEM, 32 MiB on v6e: "
+            "choose smaller block sizes"
+        )
+    raise PathUnavailable(
+        f"does not fit: {target.compiler_phrase()} refused to compile for {target.id}: "
+        f"{message[:300]} ({advice})"
+    ) from None
+
+
 def run_deviceless(
     job: JobSpec,
     params: WorkloadParams,
@@ -164,8 +189,10 @@ def run_deviceless(
     progress: Progress | None = None,
     *,
     cache_dir: Path | None = None,
+    choice: KernelChoice | None = None,
 ) -> RunResult:
-    """Compile `job` for `target` without its hardware and return the run (never executed)."""
+    """Compile `job` for `target` without its hardware and return the run (never executed);
+    `choice` is the kernel the job asked for (XLA's when None)."""
     started = time.perf_counter()
     clock = time.perf_counter
     emit = emitter(progress)
@@ -177,29 +204,26 @@ def run_deviceless(
     specs = workload.input_specs(params)
     # Always cold: a persistent-cache hit would skip the compiler and give no dump.
     apply_cache_policy(CachePolicy.COLD, cache_dir or default_cache_dir())
-    scaled = prepare_scale(workload, params, devices)
+    scaled = prepare_scale(workload, params, devices, choice)
     if scaled is None:
-        jitted = jax.jit(workload.function(params))
+        jitted = jax.jit(function_for(workload, params, choice))
         abstract = single_device_inputs(workload, params, devices[0])
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
-    staged = trace_and_lower(jitted, abstract, emit)
+    mesh = scaled.mesh if scaled is not None else None
+    with lowering_for(choice, mesh, devices[0]):
+        staged = trace_and_lower(jitted, abstract, emit)
     traced, lowered = staged.traced, staged.lowered
     t0 = clock()
     try:
         compiled = lowered.compile()
     except Exception as exc:
-        # libtpu refuses a program whose temporaries pass the chip's HBM: that is the
-        # answer to "does it fit?", said plainly rather than as a crash.
-        if "RESOURCE_EXHAUSTED" in str(exc):
-            message = str(exc).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
-            raise PathUnavailable(
-                f"does not fit: {target.compiler_phrase()} refused to compile for "
-                f"{target.id}: {message[:300]} (memory per device is what the compiler "
-                "reports; compare a larger slice, or smaller shapes)"
-            ) from None
+        # libtpu refuses a program whose temporaries pass the chip's HBM (or a kernel whose
+        # blocks pass its VMEM): the answer to "does it fit?", said plainly, not a crash.
+        refuse_resources(exc, target)
         raise
     compile_s = clock() - t0
+    claim_architecture(choice)
     emit("compiled", message=f"for {target.id}, without the hardware")
     hlo = compiled.as_text()
     artifacts = Artifacts(
@@ -208,28 +232,35 @@ def run_deviceless(
         hlo=hlo,
     )
     gpu = target.platform is Platform.GPU
-    reports: dict[str, str] = {}
     notes: list[str] = []
-    unreported: dict[str, float] = {}
+    # Below the HLO: PTX and SASS, bundles, the kernels' own IR; none of it timed.
+    program = Lowered(
+        jitted,
+        abstract,
+        lowered,
+        placement_of(target.id, mesh, devices[0]),
+        mesh,
+        devices[0],
+        choice,
+    )
+    kernels = dump_artifacts(
+        program, target, passes=job.measure.pipeline, max_bytes=max_bytes_from_env()
+    )
+    emit("compiled", message="machine code dumped")
+    for name in ("ptx", "sass", "mosaic", "bundles", "triton", "mosaic_gpu"):
+        setattr(artifacts, name, getattr(kernels, name))
+    unreported: dict[str, float] = dict(kernels.seconds)
+    reports = kernels.reports
     if gpu:
-        # The PTX is in the per-compile dump only; writing it is not part of the compile
-        # time reported above, so it comes from a second compile, timed apart.
-        t0 = clock()
-        with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
-            # The fusion pass writes its decisions only when its own pass is dumped.
-            options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
-            lowered.compile(compiler_options=options)
-            artifacts.ptx = kernels_ptx(Path(folder))
-            # The same dump holds the fusion pass's decisions and the launch order.
-            reports = read_reports(Path(folder), max_bytes_from_env())
-        unreported["dump_compile"] = clock() - t0
         timing = COMPILE_TIMING.format(
             extra="the PTX comes from a second compile that writes a dump, not counted"
         )
         notes.append(GPU_COUNTS_NOTE)
         cost = None
     else:
-        timing = COMPILE_TIMING.format(extra="no dump was written")
+        timing = COMPILE_TIMING.format(
+            extra="the bundles come from one more compile, in a child process, not counted"
+        )
         notes.append(TPU_ESTIMATES_NOTE)
         cost = compiled_costs(compiled)
     analysis, memory, memory_note = memory_of(compiled, target)
@@ -245,7 +276,9 @@ def run_deviceless(
         arch=target.chip.cuda_arch,
         memory=memory,
         compile_timing=timing,
-        notes=notes,
+        notes=notes + kernels.notes,
+        kernels=kernels.schedules,
+        dump=kernels.dump,
     )
     warnings = [DEVICELESS_WARNING.format(id=target.id, count=target.count, name=target.chip.name)]
     if gpu:
@@ -262,7 +295,7 @@ def run_deviceless(
     environment.extra["compiled_for"] = f"{target.id} ({name} {version or ''})".strip()
     measured = Measured(
         job=job,
-        params=params.model_dump(mode="json"),
+        params=public_params(params, job.path.value, choice),
         environment=environment,
         started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
@@ -276,8 +309,10 @@ def run_deviceless(
         extra={"compile_only": True},
         unreported=unreported,
         target=report,
-        source=workload_source(workload),
+        source=workload_source(workload, choice is not None and choice.pallas),
         pipeline=pipeline,
+        kernel_resources=kernels.resources,
+        kernel_pipelines=kernels.pipelines,
     )
     if scaled is not None:
         t0 = clock()

@@ -20,12 +20,14 @@ from typing import Any
 
 from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
+from workers.catalog.kernels import INTERPRET_WARNING, KernelChoice, kernel_reading, public_params
 from workers.catalog.shape_sweep import ShapeSweepParams
-from workers.catalog.target_rules import apply_target, byte_cap, job_target
+from workers.catalog.target_rules import apply_target, byte_cap, job_kernel, job_target
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, RateBasis
+from workers.pallas.lowering import arch_conflict, real_gpu
 from workers.protocol import (
     MAIN_BOUNDARY,
     PATH_PLATFORM,
@@ -65,8 +67,9 @@ def select_devices(path: PathId) -> list[Any]:
     return devices
 
 
-def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
-    """The job's parameters, checked against its path and stages; CatalogError if not."""
+def _validate(job: JobSpec, max_bytes: int) -> tuple[WorkloadParams, KernelChoice]:
+    """The job's parameters, checked against its path and stages, and the implementation
+    it asks for (`kernel`); CatalogError if not."""
     params = parse_params(job.workload, job.params, byte_cap(job, max_bytes))
     if job.path not in params.paths:
         offered = ", ".join(p.value for p in params.paths)
@@ -81,7 +84,7 @@ def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
             "stages",
         )
     check_live_outputs(params, job.measure, max_bytes)
-    return params
+    return params, job_kernel(job, params)
 
 
 def _bind(
@@ -101,10 +104,12 @@ def _bind(
 def jax_path_notes(job: JobSpec) -> list[str]:
     """Warnings for a JAX-path job that sets options only the cuda path reads."""
     notes = []
-    if job.path is not PathId.CUDA and "kernel" in job.params:
+    asked = job.params.get("kernel")
+    if job.path is not PathId.CUDA and asked is not None and str(asked) not in ("xla", "pallas"):
         notes.append(
-            f"params.kernel chooses a hand-written CUDA kernel and applies only to the cuda "
-            f"path; on {job.path.value} XLA chose its own kernels."
+            f"params.kernel={asked} names a hand-written CUDA kernel, which only the cuda "
+            f"path runs; on {job.path.value} it reads as {kernel_reading(job.path.value, asked)}: "
+            "XLA chose its own kernels."
         )
     if job.path is not PathId.CUDA and job.measure.flush_l2:
         notes.append("measure.flush_l2 applies only to the cuda path; no cache was flushed.")
@@ -131,21 +136,28 @@ def run_job(
     emit = emitter(progress)
     job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
     target = job_target(job)
-    params = _validate(job, max_bytes)
+    params, choice = _validate(job, max_bytes)
     if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
         from workers.run.cuda import run_cuda_job
 
         return run_cuda_job(job, params, progress, cache_dir=cache_dir, target=target)
+    if arch_conflict(choice) is not None:  # Mosaic GPU: one GPU architecture per process
+        from workers.run.isolated import run_isolated
+
+        return run_isolated(job, cache_dir=cache_dir, max_bytes=max_bytes)
     if target is not None:
         from workers.run.deviceless import real_devices, run_deviceless
 
         found = real_devices(target)
         if found is None:  # no such devices here: compile for them, never run
-            return run_deviceless(job, params, target, progress, cache_dir=cache_dir)
+            return run_deviceless(job, params, target, progress, cache_dir=cache_dir, choice=choice)
         devices = found
     else:
         devices = select_devices(job.path)
     device = devices[0]
+    if choice.pallas and job.path is PathId.JAX_GPU and target is None:
+        # The GPU is known now: a Mosaic GPU kernel is built for its compute capability.
+        choice = job_kernel(job, params, real_gpu(device))
     if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
         return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
     if params.devices() > len(devices):
@@ -155,7 +167,9 @@ def run_job(
             f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
         )
     workload = _bind(job, params, files_dir, max_bytes)
-    program = compile_program(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
+    program = compile_program(
+        job, workload, params, devices, cache_dir=cache_dir, emit=emit, choice=choice
+    )
     memory = memory_analysis(program.compiled)
     if params.output_bytes() is None and memory is not None:
         # The parameters could not say how big an output is; the compiled program can.
@@ -163,7 +177,7 @@ def run_job(
     boundary = MAIN_BOUNDARY[job.measure.mode]
     measured = Measured(
         job=job,
-        params=params.model_dump(mode="json"),
+        params=public_params(params, job.path.value, choice),
         environment=detect_environment(device, job.measure.cache, program.cache_events, devices),
         started=started,
         inputs=[
@@ -181,9 +195,12 @@ def run_job(
         warnings=jax_path_notes(job),
         extra={"seed": SEED},
         unreported={"artifacts": program.artifacts_s},
-        source=workload_source(workload),
+        source=workload_source(workload, choice.pallas),
         pipeline=program.pipeline,
+        no_speed=INTERPRET_WARNING if choice.interpret else None,
     )
+    for name in ("mosaic", "triton", "mosaic_gpu"):  # the kernels' own IR, from the lowering
+        setattr(measured.artifacts, name, getattr(program.kernels, name))
     correctness = None
     if StageId.EXECUTE in job.stages:
         correctness = execute(measured, program, workload, params, device=device, progress=progress)

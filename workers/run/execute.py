@@ -33,6 +33,11 @@ def execute(
     """Place the inputs, warm up, sample under the job's mode, then judge the output."""
     clock = time.perf_counter
     options, scaled, compiled = measured.job.measure, program.scaled, program.compiled
+    if measured.no_speed is not None:
+        # Its times are no speed (Pallas interpret mode): one warm-up and one call, for the
+        # output the check judges, not a sample series no one may see.
+        options = options.model_copy(update={"samples": 1, "warmup": 1, "profile": False})
+        measured.extra["sampled"] = "once, for the correctness check: " + measured.no_speed
     unreported = measured.unreported if measured.unreported is not None else {}
     emit = emitter(progress)
     t0 = clock()

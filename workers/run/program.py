@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
 
 from workers.catalog.base import WorkloadParams
+from workers.catalog.kernels import KernelChoice
 from workers.compiler.compile_cache import (
     apply_cache_policy,
     cache_counts,
@@ -24,6 +25,7 @@ from workers.compiler.compile_cache import (
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.measure.publish import Work
+from workers.pallas.lowering import claim_architecture, lowering_for
 from workers.protocol import (
     Artifacts,
     CacheEvents,
@@ -38,13 +40,14 @@ from workers.run.stages import single_device_inputs, trace_and_lower
 from workers.scale.prepare import Prepared
 from workers.scale.prepare import prepare as prepare_scale
 from workers.workloads import JaxFunction, get_workload
-from workers.workloads.base import Workload
+from workers.workloads.base import Workload, function_for
+from workers.xla_targets.kernel_ir import KernelIr, kernel_ir
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted(workload: str, params: WorkloadParams) -> Any:
+def _jitted(workload: str, params: WorkloadParams, choice: KernelChoice | None) -> Any:
     """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
-    function: JaxFunction = get_workload(workload).function(params)
+    function: JaxFunction = function_for(get_workload(workload), params, choice)
     return jax.jit(function)
 
 
@@ -82,6 +85,8 @@ class Program:
     artifacts_s: float
     """Untimed: printing the IR and summarizing the optimized HLO."""
     pipeline: PipelineCapture | None = None
+    kernels: KernelIr = field(default_factory=KernelIr)
+    """The Pallas kernels' own IR, decoded from the lowered program."""
 
 
 def compile_program(
@@ -92,21 +97,25 @@ def compile_program(
     *,
     cache_dir: Path | None,
     emit: Emit,
+    choice: KernelChoice | None = None,
 ) -> Program:
-    """Trace, lower and compile under the job's cache policy, each stage timed alone."""
+    """Trace, lower and compile under the job's cache policy, each stage timed alone;
+    `choice` is the kernel the job asked for (XLA's when None)."""
     clock = time.perf_counter
     apply_cache_policy(job.measure.cache, cache_dir or default_cache_dir())
-    scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
+    scaled = prepare_scale(workload, params, devices, choice)  # None unless a scale workload
     if scaled is None:
-        jitted = _jitted(job.workload, params)
+        jitted = _jitted(job.workload, params, choice)
         abstract = single_device_inputs(workload, params, devices[0])
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     before = cache_counts()
-    staged = trace_and_lower(jitted, abstract, emit)
+    with lowering_for(choice, scaled.mesh if scaled is not None else None, devices[0]):
+        staged = trace_and_lower(jitted, abstract, emit)
     t0 = clock()
     compiled = staged.lowered.compile()
     compile_s = clock() - t0
+    claim_architecture(choice)
     cache_events = events_between(before, cache_counts())
     emit("compiled")
     t0 = clock()
@@ -119,6 +128,7 @@ def compile_program(
         hlo=hlo,
     )
     summary = summarize_hlo(hlo) if hlo else None
+    kernels = kernel_ir(staged.lowered) if choice is not None and choice.pallas else KernelIr()
     artifacts_s = clock() - t0
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
@@ -133,6 +143,7 @@ def compile_program(
         summary=summary,
         artifacts_s=artifacts_s,
         pipeline=pipeline,
+        kernels=kernels,
     )
 
 

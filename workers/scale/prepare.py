@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from workers.catalog.base import WorkloadParams
+from workers.catalog.kernels import KernelChoice
 from workers.catalog.mesh import ArrayLayout, MeshParams
 from workers.compiler.jaxtyped import shape_dtype_struct
 from workers.measure.harness import block_all
@@ -78,20 +79,26 @@ def _slice_of(host: HostArray, index: tuple[slice, ...]) -> HostArray:
 
 
 @functools.lru_cache(maxsize=32)
-def _jit(workload: ScaleWorkload[Any], params: MeshParams, mesh: Mesh) -> Any:
+def _jit(
+    workload: ScaleWorkload[Any], params: MeshParams, mesh: Mesh, choice: KernelChoice | None
+) -> Any:
     """The jitted function for one mesh, kept so the `warm` policy can reuse its caches."""
     layouts = params.arrays()
     return jax.jit(
-        workload.mesh_function(params, mesh),
+        workload.mesh_function_for(params, mesh, choice),
         in_shardings=tuple(sharding_of(mesh, layout) for layout in layouts[:-1]),
         out_shardings=sharding_of(mesh, layouts[-1]),
     )
 
 
 def prepare(
-    workload: Workload[Any], params: WorkloadParams, devices: Sequence[Any]
+    workload: Workload[Any],
+    params: WorkloadParams,
+    devices: Sequence[Any],
+    choice: KernelChoice | None = None,
 ) -> Prepared | None:
-    """`workload` laid over `devices`; None for a workload that runs on one device."""
+    """`workload` laid over `devices` (its Pallas kernel when `choice` says so); None for
+    a workload that runs on one device."""
     if not isinstance(workload, ScaleWorkload) or not isinstance(params, MeshParams):
         return None
     mesh = mesh_for(params, devices)
@@ -109,6 +116,6 @@ def prepare(
         layouts=layouts,
         in_shardings=in_shardings,
         out_sharding=sharding_of(mesh, layouts[-1]),
-        jitted=_jit(workload, params, mesh),
+        jitted=_jit(workload, params, mesh, choice),
         abstract=abstract,
     )

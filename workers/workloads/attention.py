@@ -11,6 +11,8 @@ import numpy as np
 
 from workers.catalog.attention import AttentionParams
 from workers.catalog.base import DTYPE_BYTES
+from workers.catalog.kernels import KernelChoice
+from workers.pallas import ops as pallas_ops
 from workers.workloads.base import (
     LAX_PRECISION,
     HostArray,
@@ -47,6 +49,7 @@ class Attention(Workload[AttentionParams]):
 
     name = "attention"
     params_type = AttentionParams
+    pallas_module = pallas_ops
 
     def input_specs(self, params: AttentionParams) -> list[InputSpec]:
         shape = (params.batch, params.heads, params.seq_len, params.head_dim)
@@ -77,6 +80,9 @@ class Attention(Workload[AttentionParams]):
             return out.astype(q.dtype)
 
         return attention
+
+    def pallas_function(self, params: AttentionParams, choice: KernelChoice) -> JaxFunction:
+        return pallas_ops.attention_fn(params.head_dim, params.causal, choice)
 
     def reference(self, params: AttentionParams, inputs: Sequence[HostArray]) -> HostArray:
         q, k, v = (as_float64(x) for x in inputs)

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from workers.catalog.base import Precision, WorkloadParams
+from workers.catalog.kernels import KernelChoice
 
 HostArray = npt.NDArray[Any]
 """A NumPy array on the host (float64 references, inputs of any storage type)."""
@@ -82,6 +83,11 @@ class Workload(ABC, Generic[P]):
     def function(self, params: P) -> JaxFunction:
         """The pure JAX function; static choices (precision, masks) are closed over."""
 
+    def pallas_function(self, params: P, choice: KernelChoice) -> JaxFunction:
+        """The same function with its operation done by a Pallas kernel (`workers.pallas`);
+        only the catalog's Pallas workloads have one."""
+        raise NotImplementedError(f"{self.name} has no Pallas kernel")
+
     @abstractmethod
     def reference(self, params: P, inputs: Sequence[HostArray]) -> HostArray:
         """The expected output, computed in float64 with NumPy."""
@@ -97,6 +103,15 @@ class Workload(ABC, Generic[P]):
     @abstractmethod
     def tolerance(self, params: P) -> float:
         """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes."""
+
+
+def function_for(
+    workload: Workload[Any], params: WorkloadParams, choice: KernelChoice | None
+) -> JaxFunction:
+    """The function a job traces: XLA's (`function`) or the Pallas kernel's."""
+    if choice is not None and choice.pallas:
+        return workload.pallas_function(params, choice)
+    return workload.function(params)
 
 
 def random_normal(spec: InputSpec, rng: np.random.Generator) -> HostArray:

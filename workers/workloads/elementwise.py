@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers.catalog.elementwise import ElementwiseParams
+from workers.catalog.kernels import KernelChoice
+from workers.pallas import ops as pallas_ops
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload, as_float64
 
 CHAIN_OPS: tuple[str, ...] = ("sin", "affine", "tanh", "cos")
@@ -40,6 +43,7 @@ class Elementwise(Workload[ElementwiseParams]):
 
     name = "elementwise"
     params_type = ElementwiseParams
+    pallas_module = pallas_ops
 
     def input_specs(self, params: ElementwiseParams) -> list[InputSpec]:
         return [InputSpec("x", (params.n,), params.dtype.value)]
@@ -52,6 +56,10 @@ class Elementwise(Workload[ElementwiseParams]):
             return result
 
         return chain
+
+    def pallas_function(self, params: ElementwiseParams, choice: KernelChoice) -> JaxFunction:
+        chain = functools.partial(apply_chain, ops=params.ops, lib=jnp)
+        return pallas_ops.elementwise_fn(params.n, params.dtype.value, chain, choice)
 
     def reference(self, params: ElementwiseParams, inputs: Sequence[HostArray]) -> HostArray:
         result: HostArray = np.asarray(apply_chain(as_float64(inputs[0]), params.ops, np))

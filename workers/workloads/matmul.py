@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers.catalog.base import Dtype, Precision
+from workers.catalog.kernels import KernelChoice
 from workers.catalog.matmul import MatmulParams
+from workers.pallas import matmul as pallas_matmul
 from workers.workloads.base import (
     LAX_PRECISION,
     UNIT_ROUNDOFF,
@@ -71,6 +73,7 @@ class Matmul(Workload[MatmulParams]):
 
     name = "matmul"
     params_type = MatmulParams
+    pallas_module = pallas_matmul
 
     def input_specs(self, params: MatmulParams) -> list[InputSpec]:
         dtype = params.dtype.value
@@ -86,6 +89,11 @@ class Matmul(Workload[MatmulParams]):
             return jnp.matmul(a, b, precision=precision)
 
         return matmul
+
+    def pallas_function(self, params: MatmulParams, choice: KernelChoice) -> JaxFunction:
+        shape = (params.m, params.n, params.k)
+        precision = LAX_PRECISION[params.precision]
+        return pallas_matmul.matmul_fn(shape, params.dtype.value, choice, precision)
 
     def reference(self, params: MatmulParams, inputs: Sequence[HostArray]) -> HostArray:
         return product_reference(inputs)

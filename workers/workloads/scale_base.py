@@ -8,6 +8,7 @@ from typing import TypeVar
 import jax
 from jax.sharding import Mesh
 
+from workers.catalog.kernels import KernelChoice
 from workers.catalog.mesh import MeshParams
 from workers.scale.mesh import mesh_for
 from workers.workloads.base import JaxFunction, Workload
@@ -31,6 +32,19 @@ class ScaleWorkload(Workload[M]):
     def function(self, params: M) -> JaxFunction:
         # Without a mesh given, lay one over the default backend's first devices.
         return self.mesh_function(params, mesh_for(params, jax.devices()))
+
+    def pallas_mesh_function(self, params: M, mesh: Mesh, choice: KernelChoice) -> JaxFunction:
+        """`mesh_function` with the work done by a Pallas kernel inside shard_map."""
+        raise NotImplementedError(f"{self.name} has no Pallas kernel")
+
+    def pallas_function(self, params: M, choice: KernelChoice) -> JaxFunction:
+        return self.pallas_mesh_function(params, mesh_for(params, jax.devices()), choice)
+
+    def mesh_function_for(self, params: M, mesh: Mesh, choice: KernelChoice | None) -> JaxFunction:
+        """The function for `mesh`: XLA's, or the Pallas kernel's when `choice` says so."""
+        if choice is not None and choice.pallas:
+            return self.pallas_mesh_function(params, mesh, choice)
+        return self.mesh_function(params, mesh)
 
     @abstractmethod
     def explain(self, params: M, kind: str, source: str | None) -> str:

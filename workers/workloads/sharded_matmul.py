@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
+from workers.catalog.kernels import KernelChoice
 from workers.catalog.mesh import format_spec
 from workers.catalog.sharded_matmul import ShardedMatmulParams, Sharding
+from workers.pallas import matmul as pallas_matmul
 from workers.scale.mesh import partition_spec
 from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction
 from workers.workloads.matmul import contraction_tolerance, product_flops, product_reference
@@ -31,6 +33,7 @@ class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
 
     name = "sharded-matmul"
     params_type = ShardedMatmulParams
+    pallas_module = pallas_matmul
 
     def input_specs(self, params: ShardedMatmulParams) -> list[InputSpec]:
         dtype = params.dtype.value
@@ -49,6 +52,15 @@ class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
             return _constrain(product, out)
 
         return sharded_matmul
+
+    def pallas_mesh_function(
+        self, params: ShardedMatmulParams, mesh: Mesh, choice: KernelChoice
+    ) -> JaxFunction:
+        shape = (params.m, params.n, params.k)
+        precision = LAX_PRECISION[params.precision]
+        return pallas_matmul.sharded_matmul_fn(
+            mesh, params.specs(), shape, params.dtype.value, choice, precision=precision
+        )
 
     def reference(self, params: ShardedMatmulParams, inputs: Sequence[HostArray]) -> HostArray:
         return product_reference(inputs)

@@ -30,6 +30,25 @@ def kernel_sections(folder: Path) -> list[tuple[str, str]]:
     return sections
 
 
+def ptx_modules(folder: Path) -> dict[str, str]:
+    """Every PTX file of the dump that holds a kernel entry: file name → its text."""
+    found: dict[str, str] = {}
+    for file in sorted(folder.glob("*.ptx")):
+        text = file.read_text(encoding="utf-8", errors="replace")
+        if ptx_kernels(text):
+            found[file.name] = text
+    return found
+
+
+def module_sections(file: str, text: str) -> list[str]:
+    """The artifact's sections of one PTX module: one per kernel entry."""
+    return [
+        f"{SECTION.format(name=name, file=file)}\n{body}"
+        for name in ptx_kernels(text)
+        if (body := ptx_for(text, name)) is not None
+    ]
+
+
 def kernels_ptx(folder: Path) -> str | None:
     """The PTX artifact of a GPU compile: every kernel's section, or None when XLA wrote
     no kernel of its own (every operation went to a library)."""
