@@ -4,6 +4,7 @@ compiled, naming the field. Also the JAX process environment and the CUDA arch o
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -111,8 +112,13 @@ def test_boundary_run_refuses_a_bad_target_with_exit_2(
 # --- the JAX process environment -------------------------------------------------------
 
 
+def _settings(wanted: dict[str, str]) -> dict[str, str]:
+    """The settings apart from PATH (which `test_the_cuda_wheels_tools_come_first` checks)."""
+    return {k: v for k, v in wanted.items() if k != "PATH"}
+
+
 def test_a_machine_without_accelerators_runs_jax_on_the_cpu_with_libtpu_quiet() -> None:
-    wanted = jax_environment({}, found="")
+    wanted = _settings(jax_environment({}, found=""))
     assert wanted == {
         "JAX_PLATFORMS": "cpu",
         "TPU_LOG_DIR": "disabled",
@@ -129,7 +135,8 @@ def test_a_real_gpu_or_tpu_is_still_used() -> None:
 
 def test_boundary_jax_platforms_overrides_and_set_values_are_kept() -> None:
     assert jax_environment({PLATFORMS_ENV: "cuda"}, found="")["JAX_PLATFORMS"] == "cuda"
-    assert jax_environment({PLATFORMS_ENV: "cpu", "JAX_PLATFORMS": "tpu"}, found="tpu") == {
+    overridden = jax_environment({PLATFORMS_ENV: "cpu", "JAX_PLATFORMS": "tpu"}, found="tpu")
+    assert _settings(overridden) == {
         "JAX_PLATFORMS": "cpu",
         "TPU_LOG_DIR": "disabled",
         "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
@@ -141,7 +148,26 @@ def test_boundary_jax_platforms_overrides_and_set_values_are_kept() -> None:
         "TPU_SKIP_MDS_QUERY": "0",
         "TPU_WORKER_HOSTNAMES": "10.0.0.2",
     }
-    assert jax_environment(kept, found="gpu") == {}
+    assert _settings(jax_environment(kept, found="gpu")) == {}
+
+
+def test_the_cuda_wheels_tools_come_first_on_path() -> None:
+    """Mosaic GPU's compile runs the first ptxas on PATH: the nvidia-cuda-nvcc wheel's,
+    ahead of a system CUDA (this machine has 13.0 on PATH), and only once."""
+    from workers.compiler.jaxenv import nvidia_cuda_root
+
+    root = nvidia_cuda_root()
+    assert root is not None, "pip install -e . installs nvidia-cuda-nvcc"
+    wheel_bin = os.path.join(root, "bin")
+    assert os.access(os.path.join(wheel_bin, "ptxas"), os.X_OK)
+    path = jax_environment({"PATH": "/usr/local/bin:/usr/bin"}, found="")["PATH"]
+    assert path.split(os.pathsep) == [wheel_bin, "/usr/local/bin", "/usr/bin"]
+    twice = jax_environment({"PATH": path}, found="")
+    assert "PATH" not in twice  # already first: left alone
+    assert os.environ["PATH"].split(os.pathsep)[0] == wheel_bin  # this test process too
+    import shutil
+
+    assert shutil.which("ptxas") == os.path.join(wheel_bin, "ptxas")
 
 
 def test_this_test_process_started_jax_on_the_cpu() -> None:

@@ -24,11 +24,7 @@ from typing import Any
 from pydantic import Field
 
 from workers.catalog.pallas_blocks import (
-    GPUS,
-    H100,
     AttentionBlocks,
-    Backend,
-    Gpu,
     MatmulBlocks,
     check_attention_blocks,
     check_elementwise_block,
@@ -37,6 +33,7 @@ from workers.catalog.pallas_blocks import (
     default_matmul_blocks,
     default_rows,
 )
+from workers.catalog.pallas_limits import GPUS, H100, Backend, Gpu
 from workers.protocol import PathId, Target
 
 XLA = "xla"

@@ -1,121 +1,31 @@
-"""Pallas block sizes: defaults, the on-chip limits they must fit, and the refusals. No jax.
+"""Pallas block sizes: the defaults per compiler and the refusals, per workload. No jax.
 
 The server imports this (through `workers.catalog.kernels`) to refuse a job before it is
-queued; `workers.pallas` builds the kernels from the same figures. Every limit names where
-it comes from, and each was checked on this project's machine by compiling deviceless:
-the compilers' own refusals quote the same figures.
+queued; `workers.pallas` builds the kernels from the same figures. The limits the blocks
+must fit, with their sources, are in `workers.catalog.pallas_limits`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-CANDIDATES = (512, 256, 128)
-"""Block sizes tried by default on TPU and in interpret mode, largest first."""
-GPU_CANDIDATES = (128, 64, 32)
-"""Block sizes tried by default on the GPU: a tile lives in registers and shared memory
-there, and 512-row Triton tiles took minutes to compile and spilled (see `TRITON_ROWS`)."""
-
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-class Backend(StrEnum):
-    """Which compiler a Pallas kernel goes through."""
-
-    MOSAIC_TPU = "mosaic-tpu"
-    TRITON = "triton"
-    MOSAIC_GPU = "mosaic-gpu"
-    INTERPRET = "interpret"
-
-
-TPU_LIKE = (Backend.MOSAIC_TPU, Backend.INTERPRET)
-"""Backends that run the Mosaic TPU kernel body (interpret mode runs the same body)."""
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """A GPU model as the kernels need it: its name and compute capability."""
-
-    name: str
-    sm: int
-
-
-H100 = Gpu("NVIDIA H100", 90)
-GPUS = {"h100": H100, "h200": Gpu("NVIDIA H200", 90), "b200": Gpu("NVIDIA B200", 100)}
-
-
-@dataclass(frozen=True)
-class MemoryLimit:
-    """The on-chip memory one kernel instance may use, and where the figure comes from."""
-
-    chip: str
-    memory: str
-    bytes: int
-    source: str
-
-    def phrase(self) -> str:
-        return f"{self.chip} {self.memory} ({size(self.bytes)}, {self.source})"
-
-
-TPU_VMEM = MemoryLimit(
-    "TPU v6e",
-    "scoped VMEM limit",
-    32 * 1024 * 1024,
-    "libtpu's default for a Mosaic kernel, of the core's 128 MiB; more is refused at "
-    "compile time: 'CompileTimeScopedVmemOom … limit 32.00M'",
-)
-GPU_SHARED = 232448
-"""Shared memory one block may opt into on H100, H200 and B200 (227 KiB): the
-`shared_memory_per_block_optin` of XLA's target descriptions (workers/xla_targets/gpu/),
-the figure XLA and Mosaic GPU refuse kernels by ('available: 232448')."""
-REGISTERS = 255
-"""Registers one thread can address on sm_90 and sm_100; past them ptxas spills."""
-
-
-def shared_limit(gpu: Gpu) -> MemoryLimit:
-    return MemoryLimit(
-        gpu.name,
-        "shared memory per block",
-        GPU_SHARED,
-        "shared_memory_per_block_optin of XLA's target description",
-    )
-
-
-def size(n: int) -> str:
-    """Bytes in the largest unit that keeps the figure above 1 (MiB, KiB)."""
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n} bytes"
-
-
-def default_block(dim: int, candidates: tuple[int, ...] = CANDIDATES) -> int:
-    """The largest candidate that divides `dim`; `dim` itself when none does (a block as
-    large as its array is always allowed)."""
-    return next((c for c in candidates if dim % c == 0), dim)
-
-
-def _divides(
-    name: str, block: int, dim_name: str, dim: int, candidates: tuple[int, ...] = CANDIDATES
-) -> list[str]:
-    if block <= 0 or dim % block:
-        return [
-            f"{name}={block} does not divide {dim_name}={dim}: a block must tile its "
-            f"dimension exactly (e.g. {name}={default_block(dim, candidates)})"
-        ]
-    return []
-
-
-def _power_of_two(name: str, block: int, backend: Backend) -> list[str]:
-    if block & (block - 1):
-        return [f"{name}={block} is not a power of two, as {backend.value} tiles are"]
-    return []
-
-
-TPU_FLOAT16 = (
-    "float16 has no Mosaic kernel on TPU v6e (Mosaic refuses it: 'Invalid vector type for "
-    "load'); use bfloat16 or float32"
+from workers.catalog.pallas_limits import (
+    CANDIDATES,
+    GPU_CANDIDATES,
+    GPU_SHARED,
+    H100,
+    ITEMSIZE,
+    REGISTERS,
+    TPU_FLOAT16,
+    TPU_LIKE,
+    TPU_VMEM,
+    Backend,
+    Gpu,
+    default_block,
+    divides,
+    power_of_two,
+    shared_limit,
+    size,
 )
 
 # --- matmul ---------------------------------------------------------------------------------
@@ -195,8 +105,8 @@ def check_matmul_blocks(
     itemsize = ITEMSIZE[dtype]
     out = [TPU_FLOAT16] if backend is Backend.MOSAIC_TPU and dtype == "float16" else []
     c = CANDIDATES if backend in TPU_LIKE else GPU_CANDIDATES
-    out += _divides("block_m", blocks.bm, "m", m, c) + _divides("block_n", blocks.bn, "n", n, c)
-    out += _divides("block_k", blocks.bk, "k", k, c)
+    out += divides("block_m", blocks.bm, "m", m, c) + divides("block_n", blocks.bn, "n", n, c)
+    out += divides("block_k", blocks.bk, "k", k, c)
     if backend in TPU_LIKE:
         return out + _tpu_matmul(m, n, k, itemsize, blocks)
     if backend is Backend.MOSAIC_GPU and itemsize != 2:
@@ -206,7 +116,7 @@ def check_matmul_blocks(
             "kernels feed 16-bit tiles to the tensor cores; use pallas_backend=triton",
         ]
     for name, block in (("block_m", blocks.bm), ("block_n", blocks.bn), ("block_k", blocks.bk)):
-        out += _power_of_two(name, block, backend)
+        out += power_of_two(name, block, backend)
     limit = shared_limit(gpu)
     used = matmul_shared_bytes(blocks, itemsize, backend, gpu)
     if used > limit.bytes:
@@ -312,7 +222,7 @@ def check_elementwise_block(n: int, *, dtype: str, rows: int, backend: Backend) 
         ]
     total = n // LANES
     rows_from = CANDIDATES if backend in TPU_LIKE else TRITON_ROWS
-    out = _divides("block_rows", rows, "n / 128", total, rows_from)
+    out = divides("block_rows", rows, "n / 128", total, rows_from)
     if backend in TPU_LIKE:
         sub = 8 * 4 // itemsize
         if rows != total and rows % sub:
@@ -369,8 +279,8 @@ def check_attention_blocks(
     itemsize = ITEMSIZE[dtype]
     out = [TPU_FLOAT16] if backend is Backend.MOSAIC_TPU and dtype == "float16" else []
     c = CANDIDATES if backend in TPU_LIKE else GPU_CANDIDATES
-    out += _divides("block_q", blocks.block_q, "seq_len", seq_len, c)
-    out += _divides("block_k", blocks.block_k, "seq_len", seq_len, c)
+    out += divides("block_q", blocks.block_q, "seq_len", seq_len, c)
+    out += divides("block_k", blocks.block_k, "seq_len", seq_len, c)
     if backend in TPU_LIKE:
         for name, block in (("block_q", blocks.block_q), ("block_k", blocks.block_k)):
             if block != seq_len and block % 128:
@@ -388,8 +298,8 @@ def check_attention_blocks(
                 f"{TPU_VMEM.phrase()}"
             )
         return out
-    out += _power_of_two("block_q", blocks.block_q, backend)
-    out += _power_of_two("block_k", blocks.block_k, backend)
+    out += power_of_two("block_q", blocks.block_q, backend)
+    out += power_of_two("block_k", blocks.block_k, backend)
     if backend is Backend.MOSAIC_GPU:
         if gpu.sm >= 100:
             out.append(

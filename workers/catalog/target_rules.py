@@ -21,7 +21,7 @@ from typing import Any
 from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.kernels import KernelChoice, KernelRefused, choose_kernel
 from workers.catalog.mesh import MeshParams
-from workers.catalog.pallas_blocks import Gpu
+from workers.catalog.pallas_limits import Gpu
 from workers.protocol import JobSpec, PathId, StageId, Target, parse_target
 
 __all__ = ["COMPILE_ONLY_CAP", "apply_target", "byte_cap", "job_kernel", "job_target"]

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from workers.catalog.kernels import KernelChoice
-from workers.catalog.pallas_blocks import Backend, Gpu
+from workers.catalog.pallas_limits import Backend, Gpu
 
 _compiled_arch: int | None = None
 """The compute capability (90, 100) this process compiled Mosaic GPU kernels for, if any."""

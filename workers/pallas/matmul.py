@@ -24,14 +24,12 @@ from jax.sharding import Mesh
 
 from workers.catalog.kernels import KernelChoice, matmul_layout
 from workers.catalog.pallas_blocks import (
-    H100,
     MOSAIC_GPU_STAGES,
     TRITON_STAGES,
-    Backend,
-    Gpu,
     MatmulBlocks,
     triton_warps,
 )
+from workers.catalog.pallas_limits import H100, Backend, Gpu
 from workers.compiler.jaxtyped import shape_dtype_struct
 from workers.scale.mesh import partition_spec
 

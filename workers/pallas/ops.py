@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from workers.catalog.kernels import KernelChoice
-from workers.catalog.pallas_blocks import LANES, TPU_LIKE, Backend
+from workers.catalog.pallas_blocks import LANES
+from workers.catalog.pallas_limits import TPU_LIKE, Backend
 from workers.compiler.jaxtyped import shape_dtype_struct
 
 Chain = Callable[[Any], Any]

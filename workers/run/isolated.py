@@ -3,7 +3,7 @@
 Mosaic GPU compiles kernels for one GPU architecture per process (after an H100 kernel a
 B200 one fails in ptxas, and the other way round; see `workers.pallas.lowering`). A
 long-lived runner that has compiled Mosaic GPU kernels for one architecture hands a job
-for another here: the job runs in a child process (`python -m workers.run.isolated`,
+for another here: the job runs in a child process (`python -m workers.run.isolated_child`,
 the job's JSON on stdin, the run's JSON on stdout) under the same rules, and its run
 comes back as it is. The child's progress is not forwarded; a refusal comes back as the
 same error the engine would have raised.
@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from workers.catalog import CatalogError
 from workers.compiler.jaxenv import jax_environment
@@ -36,7 +35,7 @@ def run_isolated(job: JobSpec, *, cache_dir: Path | None, max_bytes: int) -> Run
         "max_bytes": max_bytes,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "workers.run.isolated"],
+        [sys.executable, "-m", "workers.run.isolated_child"],
         input=json.dumps(request),
         env=env,
         capture_output=True,
@@ -55,28 +54,3 @@ def run_isolated(job: JobSpec, *, cache_dir: Path | None, max_bytes: int) -> Run
     raise RuntimeError(
         f"the job's own process failed (exit {done.returncode}): {done.stderr.strip()[-1500:]}"
     )
-
-
-def _child() -> None:
-    from workers.run.engine import run_job
-
-    request = json.loads(sys.stdin.read())
-    cache = request.get("cache_dir")
-    answer: dict[str, Any]
-    try:
-        run = run_job(
-            JobSpec.model_validate(request["job"]),
-            cache_dir=Path(cache) if cache else None,
-            max_bytes=int(request["max_bytes"]),
-        )
-    except CatalogError as exc:
-        answer = {"kind": "catalog", "message": str(exc), "field": exc.field}
-    except PathUnavailable as exc:
-        answer = {"kind": "unavailable", "message": str(exc)}
-    else:
-        answer = {"run": run.model_dump(mode="json")}
-    print(json.dumps(answer), flush=True)
-
-
-if __name__ == "__main__":
-    _child()
