@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from app.dispatch.core import DispatcherCore, Verdict, cap_text
 from app.ir.explain import explain
-from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
+from app.ir.pipeline import (
+    KERNEL_PIPELINES_ARTIFACT,
+    PIPELINE_ARTIFACT,
+    split_kernel_pipelines,
+    split_pipeline,
+)
 from app.store import NewRun, now
 from app.store.profiles import keep_profile
 from workers.protocol import (
@@ -78,6 +83,9 @@ class ReportsMixin(DispatcherCore):
             stored, capped = split_pipeline(capped, settings.PIPELINE_MAX_BYTES)
             if stored is not None:
                 artifacts[PIPELINE_ARTIFACT] = (stored, False)
+        kernels, capped = split_kernel_pipelines(capped, settings.PIPELINE_MAX_BYTES)
+        if kernels is not None:  # each Pallas kernel's own passes, stored apart the same way
+            artifacts[KERNEL_PIPELINES_ARTIFACT] = (kernels, False)
         capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
         entry = self._workers.get(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.ir.sources import MLIR_ARTIFACTS
+
 LONG_CONFIG = 48
 """A backend config longer than this many characters is folded."""
 
@@ -74,7 +76,7 @@ def inline_folds(artifact: str, line: str) -> list[tuple[int, int]]:
             end = _closing(line, m.end())
             if m.group(1) == "metadata" or end - m.end() > LONG_CONFIG:
                 spans.append((m.start(), end))
-    elif artifact == "stablehlo" and "loc(" in line and not line.startswith("#loc"):
+    elif artifact in MLIR_ARTIFACTS and "loc(" in line and not line.startswith("#loc"):
         for m in _MLIR_LOC.finditer(line):
             spans.append((m.start(), _closing(line, m.end() - 1)))
     elif artifact == "jaxpr" and "#" in line:
@@ -101,7 +103,7 @@ def block_folds(artifact: str, lines: list[str]) -> list[BlockFold]:
                     end -= 1
                 folds.append(BlockFold(start, end, _tables_label(names, end - start)))
                 break
-    elif artifact == "stablehlo":
+    elif artifact in MLIR_ARTIFACTS:
         run_start: int | None = None
         for i, line in enumerate([*lines, ""]):
             if line.startswith("#loc"):

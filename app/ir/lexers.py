@@ -1,4 +1,5 @@
-"""Small Pygments lexers for the IR Pygments lacks: HLO, StableHLO/MLIR, SASS and jaxpr.
+"""Small Pygments lexers for the IR Pygments lacks: HLO, StableHLO/MLIR (and the Pallas
+kernels' own MLIR: Mosaic TPU, Triton, Mosaic GPU), SASS, TPU bundles and jaxpr.
 
 Each marks what a reader scans for (opcodes, names, shapes and types, attributes,
 collectives) and leaves the rest as plain text, so one line costs a handful of tokens.
@@ -78,7 +79,11 @@ class MlirLexer(RegexLexer):
             (r"%[\w.#\-]+", Name.Variable),
             (r"@[\w.$\-]+", Name.Function),
             (rf"\b(?:stablehlo|mhlo|chlo)\.({COLLECTIVE_WORDS})\b", Name.Builtin),
-            (r"\b(?:stablehlo|mhlo|func|sdy|chlo|tt|arith|math|tensor)\.[\w.]+", Name.Function),
+            (
+                r"\b(?:stablehlo|mhlo|func|sdy|chlo|tt|ttg|ttng|arith|math|tensor|tpu|vector|"
+                r"memref|scf|cf|gpu|nvvm|llvm|mosaic_gpu)\.[\w.]+",
+                Name.Function,
+            ),
             (r"\b(?:tensor|vector|memref|complex)<[^<>]*(?:<[^<>]*>[^<>]*)*>", Keyword.Type),
             (r"\b(?:[fiu]\d+|bf16|index|none)\b", Keyword.Type),
             (r"\b(module|attributes|return|dense|applies|across|dimensions|init)\b", Keyword),
@@ -123,6 +128,32 @@ class SassLexer(RegexLexer):
     }
 
 
+class BundlesLexer(RegexLexer):
+    """libtpu's final VLIW bundles (its LLO text dump): `;;` separates the instructions one
+    bundle issues together; matrix-unit instructions (`vmatpush…mxu0`) stand out."""
+
+    name = "TPU bundles"
+    aliases: ClassVar[list[str]] = ["bundles"]
+
+    tokens: ClassVar[dict[str, Any]] = {
+        "root": [
+            (r"\s+", Whitespace),
+            (r"//.*?$", Comment.Single),
+            (r"/\*.*?\*/", Comment.Multiline),
+            (r";;", Punctuation),
+            (r"\bv[a-z0-9]*(?:\.[a-z0-9]+)*\.mxu\d\b", Name.Builtin),
+            (r"\bvmat\w*(?:\.\w+)*", Name.Builtin),
+            (r"(?<=[={;] )[a-z_][a-z0-9_]*(?:\.\w+)*", Name.Function),
+            (r"\[(?:vmem|hbm|smem|sflag|cmem)[^\]]*\]", Name.Constant),
+            (r"%[\w.]+|\b[vs]\d+\b|\bvm\d+\b", Name.Variable),
+            (r"\b0x[0-9a-fA-F]+\b|-?\b\d+\b", Number),
+            (r"[=,:()\[\]{}]", Punctuation),
+            (r"[^\s;/=,:()\[\]{}%]+", Text),
+            (r".", Text),
+        ]
+    }
+
+
 class JaxprLexer(RegexLexer):
     """A jaxpr as `jaxpr.pretty_print()` prints it, with `# file:line` source notes."""
 
@@ -150,6 +181,10 @@ class JaxprLexer(RegexLexer):
 LEXERS: dict[str, type[Lexer]] = {
     "hlo": HloLexer,
     "stablehlo": MlirLexer,
+    "mosaic": MlirLexer,
+    "triton": MlirLexer,
+    "mosaic_gpu": MlirLexer,
+    "bundles": BundlesLexer,
     "jaxpr": JaxprLexer,
     "sass": SassLexer,
     "ptx": PtxLexer,

@@ -9,6 +9,7 @@ as a stored artifact apart from the run's JSON (which keeps the step list only).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass, field
 from html import escape
@@ -20,6 +21,16 @@ from workers.protocol import PipelineCapture, PipelineStep, RunResult, hlo
 
 PIPELINE_ARTIFACT = "pipeline"
 """The stored artifact's name (not an IR: the API's artifact routes do not list it)."""
+KERNEL_PIPELINES_ARTIFACT = "kernel_pipelines"
+"""The stored artifact holding each Pallas kernel's own passes (JSON: name → capture)."""
+STEP_ARTIFACT: dict[str, str] = {
+    "mosaic": "mosaic",
+    "llo": "bundles",
+    "triton": "triton",
+    "mosaic_gpu": "mosaic_gpu",
+}
+"""How a kernel pipeline's step reads, by its pipeline: Mosaic's and Triton's and Mosaic
+GPU's MLIR (with `loc`s into the kernel body), libtpu's LLO as the bundles read."""
 MAX_DIFF_LINES = 3000
 """Diff lines shown for one step."""
 MAX_ORIGINS = 300
@@ -49,6 +60,34 @@ def split_pipeline(run: RunResult, max_bytes: int) -> tuple[str | None, RunResul
 def load_pipeline(text: str) -> PipelineCapture:
     """The stored capture."""
     return PipelineCapture.model_validate_json(text)
+
+
+def split_kernel_pipelines(run: RunResult, max_bytes: int) -> tuple[str | None, RunResult]:
+    """Each Pallas kernel's passes as one stored text (None when there are none, or past
+    `max_bytes`), and the run keeping only their step lists."""
+    if not run.kernel_pipelines:
+        return None, run
+    stored: str | None = json.dumps(
+        {name: capture.model_dump(mode="json") for name, capture in run.kernel_pipelines.items()}
+    )
+    light = {
+        name: capture.model_copy(update={"snapshots": [], "final": None, "files": {}})
+        for name, capture in run.kernel_pipelines.items()
+    }
+    if stored is not None and len(stored.encode()) > max_bytes:
+        stored = None
+        for capture in light.values():
+            capture.cut = (
+                f"the server keeps at most {max_bytes:,} bytes of pipeline (PIPELINE_MAX_BYTES)"
+            )
+    return stored, run.model_copy(update={"kernel_pipelines": light})
+
+
+def load_kernel_pipelines(text: str) -> dict[str, PipelineCapture]:
+    """The stored kernel pipelines, by kernel name."""
+    return {
+        name: PipelineCapture.model_validate(capture) for name, capture in json.loads(text).items()
+    }
 
 
 @dataclass

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 Position = tuple[str, int]
 """A source file (as the IR spells it) and a 1-based line."""
 
+MLIR_ARTIFACTS: tuple[str, ...] = ("stablehlo", "mosaic", "triton", "mosaic_gpu")
+"""Artifacts printed as MLIR with `loc(...)` notes: StableHLO, and each Pallas kernel's
+own IR (Mosaic TPU, Triton, Mosaic GPU), whose locations point into the kernel body."""
+
 _JAXPR_NOTE = re.compile(r"#\s+(?P<file>[^\s#][^#]*?):(?P<line>\d+)(?::\d+)?(?:\s+\([^)]*\))?\s*$")
 _MLIR_USE = re.compile(r"\bloc\((#loc\d*)\)\s*$")
 _MLIR_DEF = re.compile(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$")
@@ -168,7 +172,7 @@ def source_map(artifact: str, lines: list[str]) -> SourceMap:
     """The source positions of `lines` of the artifact named `artifact` (empty if it has none)."""
     if artifact == "jaxpr":
         return _jaxpr(lines)
-    if artifact == "stablehlo":
+    if artifact in MLIR_ARTIFACTS:
         return _mlir(lines)
     if artifact == "hlo":
         return _hlo(lines)

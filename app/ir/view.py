@@ -39,6 +39,12 @@ SASS_TERMS: tuple[str, ...] = (
     "CS2R", "ULDC", "MOV", "F2F", "F2FP", "I2F", "WARPSYNC", "BSSY", "BSYNC", "CALL", "RET",
 )  # fmt: skip
 """SASS opcodes worth searching for: tensor-core, memory, barrier and math instructions."""
+BUNDLE_TERMS: tuple[str, ...] = (
+    "vmatpush", "vmatmul", "vmatres", "mxu0", "mxu1", "vld", "vst", "dma", "sld", "sst",
+    "vwait", "vsyncadd", "schedule:", "===== kernel",
+)  # fmt: skip
+"""TPU bundle words worth searching for: matrix-unit pushes and products, loads, stores,
+DMAs and synchronisation, and each kernel's schedule line."""
 
 
 @dataclass
@@ -202,6 +208,8 @@ def build_view(
     view.linked = len(line_keys)
     if name == "sass":
         view.terms = _sass_terms(all_lines)
+    elif name == "bundles":
+        view.terms = list(BUNDLE_TERMS)
 
     def page_of(i: int) -> int:
         return (i // PAGE_LINES) * PAGE_LINES

@@ -137,7 +137,8 @@ async def cancel_job(
     summary="Full text of an artifact",
 )
 async def get_artifact(job: ExistingJob, name: str, dispatcher: DispatcherDep) -> PlainTextResponse:
-    """The full IR text (jaxpr, stablehlo, hlo, ptx or sass) a run produced."""
+    """The full IR text a run produced: jaxpr, stablehlo, hlo, ptx, sass, and a Pallas
+    kernel's own mosaic, triton or mosaic_gpu, or a TPU target's bundles."""
     found = dispatcher.store.get_artifact(job.id, name) if name in ARTIFACT_NAMES else None
     if found is None:
         names = ", ".join(ARTIFACT_NAMES)

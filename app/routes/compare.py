@@ -161,6 +161,17 @@ def _record_context(
             status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
         )
     ctx = _context(dispatcher, req)
+    if ctx.get("compile_only"):  # e.g. XLA against Pallas on a target with no hardware here
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {
+                    "field": "b",
+                    "message": "b: both sides only compiled: with nothing executed there is no "
+                    "measured decision to record",
+                }
+            ],
+        )
     if not ctx["guard"]["comparable"]:
         raise HTTPException(
             status_code=422,

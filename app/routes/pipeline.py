@@ -1,25 +1,32 @@
 """A run's pass pipeline: XLA's steps in order, each change's diff, where the final HLO's
-fusions, library calls, collectives and copies came from, and the GPU compiler reports."""
+fusions, library calls, collectives and copies came from, and the GPU compiler reports;
+and each Pallas kernel's own passes (Mosaic and LLO, Triton, Mosaic GPU), each step with
+its diff and its IR, linked line by line to the kernel body's source."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from app.deps import DispatcherDep, StateDep
 from app.ir.fusion_decisions import fusion_decisions
 from app.ir.pipeline import (
+    KERNEL_PIPELINES_ARTIFACT,
     PIPELINE_ARTIFACT,
+    STEP_ARTIFACT,
     align,
+    load_kernel_pipelines,
     load_pipeline,
     origins,
     pass_groups,
     step_diff,
 )
-from app.ir.view import build_view
-from app.routes.common import render
+from app.ir.view import SourceText, build_view
+from app.pages.jobs import job_public
+from app.routes.common import is_htmx, render
 from app.routes.routing import reads
 
 router = APIRouter(include_in_schema=False)
@@ -35,11 +42,12 @@ async def run_pipeline(
 ) -> HTMLResponse:
     """The pipeline page; `step` shows the diff that step made."""
     found = dispatcher.store.get_artifact(job_id, PIPELINE_ARTIFACT) if len(job_id) <= 64 else None
+    kernels = _kernel_links(dispatcher, job_id)
     if found is None:
         if dispatcher.store.get_job(job_id[:64]) is None:
             raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
-        missing = {"job_id": job_id, "capture": None, "nav": "runs"}
-        return render(state, "pipeline.html", missing, 404)
+        missing = {"job_id": job_id, "capture": None, "kernels": kernels, "nav": "runs"}
+        return render(state, "pipeline.html", missing, 200 if kernels else 404)
     capture = load_pipeline(found[0])
     base = f"/runs/{job_id}/pipeline"
     hlo = dispatcher.store.get_artifact(job_id, "hlo")
@@ -62,9 +70,84 @@ async def run_pipeline(
         "diff": diff,
         "reports": reports,
         "decisions": fusion_decisions(capture.files.get("priority_fusion_dump.txt", "")),
+        "kernels": kernels,
         "nav": "runs",
     }
     return render(state, "pipeline.html", ctx)
+
+
+def _kernel_captures(dispatcher: Any, job_id: str) -> dict[str, Any]:
+    found = (
+        dispatcher.store.get_artifact(job_id, KERNEL_PIPELINES_ARTIFACT)
+        if len(job_id) <= 64
+        else None
+    )
+    return load_kernel_pipelines(found[0]) if found is not None else {}
+
+
+def _kernel_links(dispatcher: Any, job_id: str) -> list[tuple[str, str]]:
+    return [
+        (name, f"/runs/{job_id}/pipeline/kernels/{quote(name, safe='')}")
+        for name in _kernel_captures(dispatcher, job_id)
+    ]
+
+
+def _kernel_capture(dispatcher: Any, job_id: str, kernel: str) -> Any:
+    capture = _kernel_captures(dispatcher, job_id).get(kernel)
+    if capture is None:
+        if len(job_id) > 64 or dispatcher.store.get_job(job_id) is None:
+            raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
+        raise HTTPException(
+            status_code=404,
+            detail=f"run {job_id} has no passes of a kernel {kernel[:60]!r} "
+            "(a Pallas kernel's passes come with --pipeline)",
+        )
+    return capture
+
+
+@read_route("/runs/{job_id}/pipeline/kernels/{kernel}", response_class=HTMLResponse)
+async def kernel_pipeline(
+    job_id: str,
+    kernel: str,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    step: Annotated[int | None, Query(ge=0, le=10**6)] = None,
+) -> HTMLResponse:
+    """One Pallas kernel's own passes; `step` shows the diff that step made."""
+    capture = _kernel_capture(dispatcher, job_id, kernel)
+    base = f"/runs/{job_id}/pipeline/kernels/{quote(kernel, safe='')}"
+    diff = step_diff(capture, step) if step is not None else None
+    if step is not None and diff is None:
+        raise HTTPException(status_code=404, detail=f"no changed step {step} in this pipeline")
+    ctx: dict[str, Any] = {
+        "job_id": job_id,
+        "kernel": kernel,
+        "base": base,
+        "capture": capture,
+        "groups": pass_groups(capture, base),
+        "changed_count": len({s.snapshot for s in capture.steps}) - 1,
+        "step": next((s for s in capture.steps if s.order == step), None),
+        "diff": diff,
+        "nav": "runs",
+    }
+    return render(state, "kernel_pipeline.html", ctx)
+
+
+def _step_text(capture: Any, order: int) -> tuple[Any, str]:
+    chosen = next((s for s in capture.steps if s.order == order), None)
+    if chosen is None or chosen.snapshot >= len(capture.snapshots):
+        raise HTTPException(status_code=404, detail=f"no step {order} with its IR kept")
+    return chosen, capture.snapshots[chosen.snapshot]
+
+
+@read_route("/runs/{job_id}/pipeline/kernels/{kernel}/steps/{order}.txt")
+async def kernel_step_text(
+    job_id: str, kernel: str, order: int, dispatcher: DispatcherDep
+) -> PlainTextResponse:
+    """The IR after one step of a kernel's passes, whole, as text (declared before the
+    step's page, whose `{order}` would otherwise take "3.txt")."""
+    _, text = _step_text(_kernel_capture(dispatcher, job_id, kernel), order)
+    return PlainTextResponse(text)
 
 
 def _capture_of(dispatcher: Any, job_id: str, side: str) -> Any:
@@ -100,3 +183,52 @@ async def compare_pipelines(
         "nav": "runs",
     }
     return render(state, "compare_pipelines.html", ctx)
+
+
+@read_route("/runs/{job_id}/pipeline/kernels/{kernel}/steps/{order}", response_class=HTMLResponse)
+async def kernel_step(
+    job_id: str,
+    kernel: str,
+    order: int,
+    *,
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    start: Annotated[int | None, Query(ge=1, le=10**9)] = None,
+    q: Annotated[str, Query(max_length=200)] = "",
+    src: Annotated[str, Query(max_length=400)] = "",
+    part: Annotated[str, Query(pattern="^(lines)?$")] = "",
+) -> HTMLResponse:
+    """The IR after one step of a kernel's passes, in the IR view: searchable, paged, and
+    (Mosaic, Triton, Mosaic GPU) each line linked to the kernel body's source line."""
+    capture = _kernel_capture(dispatcher, job_id, kernel)
+    chosen, text = _step_text(capture, order)
+    row = dispatcher.store.get_job(job_id)
+    run = job_public(row, dispatcher).get("run") if row is not None else None
+    base = f"/runs/{job_id}/pipeline/kernels/{quote(kernel, safe='')}"
+    name = STEP_ARTIFACT.get(chosen.pipeline, "mosaic")
+    view = build_view(
+        name,
+        text,
+        f"{base}/steps/{order}",
+        start=start,
+        q=q.strip(),
+        src=src,
+        source=SourceText.from_run(run) if run else None,
+        part=part == "lines" or is_htmx(request),
+    )
+    ctx: dict[str, Any] = {
+        "job_id": job_id,
+        "kernel": kernel,
+        "base": base,
+        "step": chosen,
+        "name": name,
+        "view": view,
+        "src": src,
+        "source_sha": "",
+        "download": f"{base}/steps/{order}.txt",
+        "nav": "runs",
+    }
+    if part == "lines":
+        return render(state, "_ir_lines.html", ctx)
+    return render(state, "kernel_step.html", ctx)

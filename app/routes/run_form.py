@@ -14,7 +14,6 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.runs.form import (
-    PATH_ONLY_PARAMS,
     FormState,
     choose_path,
     measure_fields,
@@ -28,6 +27,7 @@ from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
 from app.state import AppState
 from workers.catalog import WORKLOADS
+from workers.catalog.kernels import PALLAS, PALLAS_FIELDS
 from workers.protocol import PathId, StageId
 
 router = APIRouter(include_in_schema=False)
@@ -47,15 +47,18 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         state.errors["workload"] = f"unknown workload (known: {', '.join(sorted(WORKLOADS))})"
         return {}, state
     params: dict[str, Any] = {}
-    for f in param_fields(workload):
-        if PATH_ONLY_PARAMS.get(f.name, state.path) != state.path:
-            continue  # e.g. kernel= on a JAX path, where XLA chooses
+    pallas = form.get("param.kernel", "").strip() == PALLAS
+    for f in param_fields(workload, state.path):  # what the path reads, and nothing else
         raw = form.get(f"param.{f.name}")
+        if f.name in PALLAS_FIELDS and (not pallas or (raw or "").strip() == "0"):
+            continue  # a Pallas kernel's settings, sent only for one (0: its default)
         if f.kind == "checkbox":
             params[f.name] = raw is not None
             continue
         if raw is None or raw.strip() == "":
             continue  # the workload's default applies
+        if f.name == "kernel" and raw.strip() not in f.options:
+            continue  # another path's kernel, left over when the path changed: its default
         try:
             if f.kind == "integer":
                 params[f.name] = whole_number(f.name, raw)
@@ -103,11 +106,7 @@ def _form_context(
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "workload": workload,
-        "params": [
-            f
-            for f in param_fields(form.workload)
-            if PATH_ONLY_PARAMS.get(f.name, form.path) == form.path
-        ],
+        "params": param_fields(form.workload, form.path),
         "measure": measure_fields(),
         "paths": [p.value for p in workload.paths],
         "connected": connected,

@@ -133,7 +133,7 @@ async def run_ir(
         "view": view,
         "src": src,
         "source_sha": source.sha256 if source else "",
-        "has_pipeline": bool((run or {}).get("pipeline")),
+        "has_pipeline": bool((run or {}).get("pipeline") or (run or {}).get("kernel_pipelines")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",

@@ -58,12 +58,24 @@ async def test_only_stages_a_connected_worker_can_do_are_ticked(
     assert ticked_stages(html) == ["compile", "execute"]
 
 
-async def test_kernel_belongs_to_the_cuda_path_only(bench_client: httpx.AsyncClient) -> None:
+async def test_kernel_offers_each_paths_own_implementations(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    def options(html: str, name: str) -> list[str]:
+        found = re.search(rf'name="param.{name}">(.*?)</select>', html, re.S)
+        return re.findall(r"<option[^>]*>([^<]+)</option>", found.group(1)) if found else []
+
     cpu = (await bench_client.get("/runs/new?path=jax-cpu")).text
-    assert 'name="param.kernel"' not in cpu
-    cuda = (await bench_client.get("/runs/new?path=cuda")).text
-    assert 'name="param.kernel"' in cuda
-    # A stale kernel= field posted with a JAX path is dropped, not carried into the job.
+    assert options(cpu, "kernel") == ["xla", "pallas"]
+    assert 'name="param.block_m"' in cpu and 'name="param.pallas_backend"' not in cpu
+    gpu = (await bench_client.get("/runs/new?path=jax-gpu&shown_path=jax-gpu")).text
+    assert options(gpu, "pallas_backend") == ["triton", "mosaic-gpu"]
+    cuda = (await bench_client.get("/runs/new?path=cuda&shown_path=cuda")).text
+    assert options(cuda, "kernel") == ["tiled", "naive"]
+    assert 'name="param.block_m"' not in cuda
+    reduction = (await bench_client.get("/runs/new?workload=reduction&path=jax-cpu")).text
+    assert 'name="param.kernel"' not in reduction  # XLA's is the only one there
+    # A stale kernel= from the cuda path, posted with a JAX path, is dropped, not carried.
     r = await bench_client.post(
         "/runs",
         data={
@@ -71,6 +83,7 @@ async def test_kernel_belongs_to_the_cuda_path_only(bench_client: httpx.AsyncCli
             "path": "jax-cpu",
             "param.m": "16",
             "param.kernel": "naive",
+            "param.block_m": "0",
             "stages": "compile",
         },
     )
@@ -78,7 +91,7 @@ async def test_kernel_belongs_to_the_cuda_path_only(bench_client: httpx.AsyncCli
     job = (await bench_client.get(r.headers["location"] + ".json")).json()
     assert "kernel" not in job["params"]
     page = (await bench_client.get(r.headers["location"])).text
-    assert "kernel=" not in page
+    assert "kernel=naive" not in page
 
 
 async def test_changing_the_workload_keeps_the_measurement_options(

@@ -49,6 +49,7 @@ BLOCK_FIELDS: dict[str, tuple[str, ...]] = {
 }
 PALLAS_FIELDS = ("pallas_backend", "block_m", "block_n", "block_k", "block_rows", "block_q")
 """Parameters that only a Pallas kernel reads."""
+BLOCKS = PALLAS_FIELDS[1:]
 SHIPPED = {
     Backend.MOSAIC_TPU: "jax.experimental.pallas.ops.tpu.flash_attention",
     Backend.INTERPRET: "jax.experimental.pallas.ops.tpu.flash_attention (interpreted)",
@@ -179,7 +180,8 @@ def choose_kernel(
                 f"CUDA kernels: {' or '.join(own)}",
                 "params.kernel",
             )
-        _refuse_pallas_fields(given, "the cuda path")
+        asked = {n for n in given if n == "pallas_backend" or bool(getattr(params, n, 0))}
+        _refuse_pallas_fields(asked, "the cuda path")
         return KernelChoice(raw)
     if "pallas_backend" in given and path is not PathId.JAX_GPU:
         raise KernelRefused(
@@ -187,8 +189,8 @@ def choose_kernel(
             f"not {path.value} (jax-tpu compiles Pallas with Mosaic, jax-cpu interprets it)",
             "params.pallas_backend",
         )
-    if raw != PALLAS:
-        _refuse_pallas_fields(given - {"pallas_backend"}, "")
+    if raw != PALLAS:  # a block size of 0 (the default, as forms send it) asks for nothing
+        _refuse_pallas_fields({n for n in given if n in BLOCKS and bool(getattr(params, n, 0))}, "")
         return KernelChoice(XLA)
     backend = _backend(path, params)
     gpu = gpu_of(target) or gpu or (H100 if path is PathId.JAX_GPU else None)
@@ -325,3 +327,49 @@ def public_params(params: Any, path: str, choice: KernelChoice | None) -> dict[s
     if path == PathId.JAX_GPU.value:
         keep.add("pallas_backend")
     return {k: v for k, v in out.items() if k not in PALLAS_FIELDS or k in keep}
+
+
+COMPILERS = {
+    Backend.MOSAIC_TPU: "Mosaic (TPU), lowered to the custom call tpu_custom_call",
+    Backend.TRITON: "Triton, lowered to the custom call __gpu$xla.gpu.triton",
+    Backend.MOSAIC_GPU: "Mosaic GPU, lowered to the custom call mosaic_gpu_v2",
+    Backend.INTERPRET: "Pallas's interpreter on the CPU, running the Mosaic TPU kernel body",
+}
+
+
+def kernel_phrase(workload: str, path: str, params: dict[str, Any]) -> str | None:
+    """What implemented a run's operation, in a sentence; None for XLA's own kernels."""
+    if kernel_reading(path, params.get("kernel")) != PALLAS:
+        return None
+    backend = {PathId.JAX_CPU.value: Backend.INTERPRET, PathId.JAX_TPU.value: Backend.MOSAIC_TPU}
+    chosen = backend.get(path) or (
+        Backend.MOSAIC_GPU if params.get("pallas_backend") == "mosaic-gpu" else Backend.TRITON
+    )
+    if workload == "attention":
+        whose = f"jax's shipped {SHIPPED[chosen]}"
+    elif chosen is Backend.MOSAIC_GPU:
+        whose = "jax's bundled Mosaic GPU matmul (hopper_matmul_mgpu or blackwell_matmul_mgpu)"
+    else:
+        module = "matmul" if workload.endswith("matmul") else "ops"
+        whose = f"Boundary's own kernel (workers/pallas/{module}.py)"
+    blocks = [f"{k}={params[k]}" for k in BLOCK_FIELDS.get(workload, ()) if k in params]
+    sized = f", blocks {' '.join(blocks)}" if blocks else ""
+    inside = " inside shard_map on each device's shards" if workload == "sharded-matmul" else ""
+    return f"A Pallas kernel{inside}: {whose}, compiled by {COMPILERS[chosen]}{sized}."
+
+
+def implementation_label(path: str, params: dict[str, Any]) -> str | None:
+    """A run's `kernel` as a comparison names the implementation: 'XLA' or 'Pallas
+    (triton), block_m=128 …' on a JAX path, 'kernel=tiled' on cuda; None without one."""
+    value = params.get("kernel")
+    if path == PathId.CUDA.value:
+        return f"kernel={value}" if value is not None else None
+    if kernel_reading(path, value) != PALLAS:
+        return "XLA"
+    backend = {PathId.JAX_CPU.value: "interpret", PathId.JAX_TPU.value: "mosaic-tpu"}.get(
+        path, str(params.get("pallas_backend") or GpuBackend.TRITON.value)
+    )
+    blocks = " ".join(
+        f"{k}={params[k]}" for k in PALLAS_FIELDS if k in params and k != "pallas_backend"
+    )
+    return f"Pallas ({backend}){', ' + blocks if blocks else ''}"

@@ -15,10 +15,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.catalog.kernels import PALLAS_FIELDS, implementation_label
 from workers.protocol import BoundaryId, Mode, PathId
 
-IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
-"""Parameters that choose an implementation rather than the problem: experimental."""
+IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant", *PALLAS_FIELDS)
+"""Parameters that choose an implementation rather than the problem (the kernel, and a
+Pallas kernel's compiler and block sizes): experimental."""
 UNCONTROLLED_MEASURE: frozenset[str] = frozenset(
     {"samples", "max_seconds", "auto_max_samples", "auto_rel_iqr", "warmup"}
 )
@@ -127,13 +129,15 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
     rates = run.get("rates") or {}
     default = rates.get("boundary") or MODE_BOUNDARY.get(mode)
     path = str(job.get("path"))
-    # `kernel` picks a hand-written CUDA kernel; on a JAX path it means nothing: XLA chose.
+    # `kernel` on a JAX path is XLA's kernels or a Pallas kernel with its compiler and
+    # blocks (any other stored value reads as XLA); on cuda, the hand-written variant.
     implementation = [
-        f"{k}={_text(params[k])}"
-        for k in IMPLEMENTATION_KEYS
-        if k in params and (k != "kernel" or path == PathId.CUDA.value)
+        f"{k}={_text(params[k])}" for k in ("implementation", "variant") if k in params
     ]
-    if not implementation and path != PathId.CUDA.value:
+    label = implementation_label(path, params)
+    if label is not None:
+        implementation.insert(0, label)
+    elif path != PathId.CUDA.value:
         implementation.append("XLA")
     if chosen:
         implementation.append(f"measurement {chosen}")

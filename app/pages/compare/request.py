@@ -9,7 +9,16 @@ from urllib.parse import urlencode
 
 MAX_RUNS_PER_SIDE = 12
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-DIFFABLE: tuple[str, ...] = ("ptx", "hlo", "stablehlo", "sass", "jaxpr")
+DIFFABLE: tuple[str, ...] = (
+    "ptx",
+    "hlo",
+    "stablehlo",
+    "sass",
+    "mosaic",
+    "triton",
+    "mosaic_gpu",
+    "jaxpr",
+)
 """Artifacts a diff may show, in the order one is chosen by default."""
 
 

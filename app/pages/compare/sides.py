@@ -15,6 +15,8 @@ from app.pages.jobs import job_public
 from app.pages.matrices import compile_facts
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.plots import format_seconds
+from workers.catalog.kernels import kernel_phrase
+from workers.protocol import PathId
 
 
 def side_jobs(dispatcher: Dispatcher, field: str, ids: list[str]) -> list[dict[str, Any]]:
@@ -155,6 +157,12 @@ def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
             chart_id=f"memory-bars-{name}",
         ),
         "host_memory": (run.get("memory_analysis") or {}).get("peak_bytes"),
+        "kernel": kernel_phrase(job["workload"], job["path"], run.get("params") or {})
+        or "XLA's own kernels",
+        "schedules": target.get("kernels") or [],
+        "resources": [
+            r for r in run.get("kernel_resources") or [] if job["path"] != PathId.CUDA.value
+        ],
     }
 
 

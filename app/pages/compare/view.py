@@ -9,6 +9,7 @@ from typing import Any
 
 from app.dispatch import Dispatcher
 from app.ir.diff import ir_diff
+from app.ir.sources import MLIR_ARTIFACTS
 from app.pages.charts import Chart
 from app.pages.compare.guard import Guarded, guard, run_facts
 from app.pages.compare.plot import RunSamples, distributions_svg
@@ -124,7 +125,8 @@ def _diff(
     name = wanted if wanted in both else both[0]
     text_a = (store.get_artifact(a_id, name) or ("", False))[0]
     text_b = (store.get_artifact(b_id, name) or ("", False))[0]
-    found = ir_diff(name, text_a, text_b, strip_metadata=name in ("hlo", "stablehlo", "jaxpr"))
+    stripped = name in ("hlo", "jaxpr", *MLIR_ARTIFACTS)
+    found = ir_diff(name, text_a, text_b, strip_metadata=stripped)
     return {**asdict(found), "a": a_id, "b": b_id, "offered": both}
 
 

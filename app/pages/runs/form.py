@@ -10,6 +10,7 @@ from typing import Any
 
 from app.dispatch.requirements import Requirements, has_real, unmet
 from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog.kernels import JAX_PATHS, PALLAS, PALLAS_FIELDS, PALLAS_WORKLOADS, XLA
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     MAX_SAMPLES,
@@ -24,9 +25,32 @@ from workers.protocol import (
     parse_target,
 )
 
-PATH_ONLY_PARAMS: dict[str, str] = {"kernel": PathId.CUDA.value}
-"""Parameters that mean something on one path only (the hand-written CUDA kernel): the form
-shows and sends them only for that path, so JAX runs carry no warning about them."""
+JAX_PATH_IDS = tuple(p.value for p in JAX_PATHS)
+
+
+def shown_on(workload: str, name: str, path: str) -> bool:
+    """Whether the form shows (and sends) parameter `name` on `path`: a Pallas kernel's
+    block sizes on the JAX paths, its compiler choice on jax-gpu only, and `kernel` where
+    the path offers more than one."""
+    if name in PALLAS_FIELDS:
+        if workload not in PALLAS_WORKLOADS or path not in JAX_PATH_IDS:
+            return False
+        return name != "pallas_backend" or path == PathId.JAX_GPU.value
+    if name == "kernel":
+        return len(kernel_options(workload, path)) > 1
+    return True
+
+
+def kernel_options(workload: str, path: str) -> tuple[str, ...]:
+    """The `kernel` values `path` takes for `workload`, its default first."""
+    if path in JAX_PATH_IDS:
+        return (XLA, PALLAS) if workload in PALLAS_WORKLOADS else (XLA,)
+    schema = WORKLOADS[workload].model_json_schema()
+    ref = schema["properties"].get("kernel", {}).get("$ref", "")
+    values = schema.get("$defs", {}).get(ref.rsplit("/", 1)[-1], {}).get("enum", [])
+    return tuple(str(v) for v in values if v not in (XLA, PALLAS))
+
+
 DEFAULT_STAGES: tuple[str, ...] = (StageId.COMPILE.value, StageId.EXECUTE.value)
 
 
@@ -66,8 +90,9 @@ def _resolve(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-def param_fields(workload: str) -> list[Field]:
-    """The inputs for a workload's parameters, with their limits."""
+def param_fields(workload: str, path: str | None = None) -> list[Field]:
+    """The inputs for a workload's parameters, with their limits; with `path`, only those
+    the path reads, `kernel` offering the path's own implementations."""
     schema = WORKLOADS[workload].model_json_schema()
     defs = schema.get("$defs", {})
     fields = []
@@ -75,7 +100,12 @@ def param_fields(workload: str) -> list[Field]:
         prop = _resolve(raw, defs)
         label = name.replace("_", " ")
         help_text = prop.get("description", "")
-        if "enum" in prop:
+        if path is not None and not shown_on(workload, name, path):
+            continue
+        if name == "kernel" and path is not None:
+            options = kernel_options(workload, path)
+            fields.append(Field(name, label, "select", options[0], help_text, options=options))
+        elif "enum" in prop:
             fields.append(
                 Field(
                     name,

@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from app.pages.runs.kernels_view import kernels_view
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.placement import placement_view
 from app.pages.runs.plots import format_seconds, samples_svg
@@ -95,8 +96,11 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "outliers": stats.outliers if stats else None,
         "wide": bool(stats and stats.wide_spread),
         "stopped_because": m.stopped_because,
-        "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
+        "chart": samples_svg(m, title_id=f"samples-{index}") if valid and m.samples_s else None,
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
+        # A valid run may still withhold a measurement (a failed subject, Pallas interpret
+        # mode): its note says why, in the place of the times.
+        "withheld": m.note if stats is None and not m.samples_s and m.note else None,
     }
 
 
@@ -151,6 +155,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             ],
             environment=run.environment.model_dump(mode="json"),
             cuda=_cuda_view(run),
+            kernels=kernels_view(job["id"], run),
             roofline=roofline_view(run),
             sweep=sweep_view(run.sweep),
             profile=profile_view(job["id"], run_json or {}),
