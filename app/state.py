@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from jinja2 import Environment
 
-from app.reader.content import Content
+from app.reader.models import Content
 from app.settings import Settings
 from app.web.assets import Asset
 

@@ -12,7 +12,17 @@
 
        .venv/bin/python bench/targets.py [--rounds 3] [--targets v6e:1x1,b200:1]
 
-2. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
+2. Pallas rows (`--pallas`). Per case (a Pallas kernel, or XLA's own for comparison, on
+   v6e, H100 and B200 targets): `--rounds` whole deviceless runs (`run_job`), each
+   after one untimed run of its kind. Prints the timed compile's median, the median of
+   what the run adds below the HLO without timing it (TPU: libtpu's bundle dump, a
+   compile of the exported program in a child process; GPU: XLA's dump compile for the
+   PTX, Mosaic GPU's own dump in a child, ptxas and cuobjdump for the SASS), and
+   (compile + dump) ÷ compile.
+
+       .venv/bin/python bench/targets.py --pallas [--rounds 3]
+
+3. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
    not exist), makes a venv and installs the package with `PIP_NO_CACHE_DIR=1` (a cold
    package cache), starts `boundary serve`, queues the TPU scale card's job
    (`sharded-matmul` on `v6e:2x4`), and stops the clock when the run page shows its HLO
@@ -134,6 +144,68 @@ def overhead(targets: list[str], rounds: int) -> None:
         )
 
 
+MATMUL_1024 = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bfloat16"}
+PALLAS = {**MATMUL_1024, "kernel": "pallas"}
+PALLAS_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("v6e:1x1", "matmul", PALLAS),
+    ("v6e:1x1", "matmul", MATMUL_1024),
+    (
+        "v6e:1x1",
+        "attention",
+        {"batch": 2, "heads": 4, "seq_len": 1024, "head_dim": 128, "causal": True,
+         "dtype": "bfloat16", "kernel": "pallas"},
+    ),
+    (
+        "v6e:2x4",
+        "sharded-matmul",
+        {"m": 2048, "n": 2048, "k": 2048, "dtype": "bfloat16", "sharding": "tensor",
+         "kernel": "pallas"},
+    ),
+    ("h100:1", "matmul", PALLAS),
+    ("b200:1", "matmul", PALLAS),
+    ("b200:1", "matmul", {**PALLAS, "pallas_backend": "mosaic-gpu"}),
+    ("b200:1", "matmul", MATMUL_1024),
+]  # fmt: skip
+"""(target, workload, parameters) of each Pallas row; the XLA rows show the same dumps'
+cost for XLA's own kernels."""
+DUMP_PARTS = ("bundle_dump", "dump_compile", "mosaic_gpu_dump", "sass")
+"""The untimed work a deviceless run adds below the HLO, as `extra.unreported_s` names it."""
+
+
+def pallas_rows(rounds: int) -> None:
+    from workers.compiler.jaxenv import apply_jax_environment
+
+    apply_jax_environment()
+    from workers.protocol import JobSpec
+    from workers.run.engine import run_job
+
+    print(
+        f"{'target':<8} {'workload':<15} {'kernel':<11} {'compile':>9} {'dump':>9} "
+        f"{'(compile + dump) ÷ compile':>27}"
+    )
+    for target, workload, params in PALLAS_CASES:
+        path = "jax-tpu" if target.startswith("v6e") else "jax-gpu"
+        job = JobSpec.model_validate(
+            {"workload": workload, "path": path, "target": target, "params": params}
+        )
+        run_job(job)  # untimed: the compiler's start-up, and the first child's
+        compiles: list[float] = []
+        dumps: list[float] = []
+        for _ in range(rounds):
+            run = run_job(job)
+            compiles.append(run.stage_seconds.compile or 0.0)
+            spent = run.extra.get("unreported_s") or {}
+            dumps.append(sum(float(spent.get(k, 0.0)) for k in DUMP_PARTS))
+        compile_s, dump_s = statistics.median(compiles), statistics.median(dumps)
+        kernel = params.get("pallas_backend") or (
+            "pallas" if params.get("kernel") == "pallas" else "xla"
+        )
+        print(
+            f"{target:<8} {workload:<15} {kernel:<11} {compile_s * 1e3:>6.0f} ms "
+            f"{dump_s * 1e3:>6.0f} ms {(compile_s + dump_s) / compile_s:>26.1f}×"
+        )
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -228,9 +300,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--targets", default=",".join(CASES))
     parser.add_argument("--fresh-clone", type=Path, default=None)
+    parser.add_argument("--pallas", action="store_true", help="the Pallas rows (see above)")
     args = parser.parse_args()
     if args.fresh_clone is not None:
         fresh_clone(args.fresh_clone)
+        return
+    if args.pallas:
+        pallas_rows(args.rounds)
         return
     wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = [t for t in wanted if t not in CASES]

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.reader.content import Card, CardJob, Content
+from app.reader.models import Card, CardJob, Content
+from workers.catalog.kernels import kernel_reading
 
 
 def describe(job: CardJob) -> str:
@@ -80,20 +81,24 @@ def _same(value: Any, other: Any) -> bool:
     return str(value).lower() == str(other).lower()
 
 
-def card_for_job(content: Content, job: dict[str, Any]) -> Card | None:
-    """The reader card whose example `job` is (workload, path, target and every parameter
-    the card sets), or None."""
+def card_for_job(content: Content, job: dict[str, Any]) -> tuple[Card, CardJob] | None:
+    """The reader card one of whose examples `job` is (workload, path, target, every
+    parameter the example sets, and the same kernel: XLA's or Pallas), and that example's
+    job; or None."""
     params = job.get("params") or {}
+    path = str(job.get("path"))
     for card in content.cards.values():
-        mine = card.job
-        if mine is None:
-            continue
-        if (mine.workload, mine.path.value, mine.target) != (
-            job.get("workload"),
-            job.get("path"),
-            job.get("target"),
-        ):
-            continue
-        if all(k in params and _same(v, params[k]) for k, v in mine.params.items()):
-            return card
+        for mine in card.examples():
+            if (mine.workload, mine.path.value, mine.target) != (
+                job.get("workload"),
+                path,
+                job.get("target"),
+            ):
+                continue
+            if kernel_reading(path, mine.params.get("kernel")) != kernel_reading(
+                path, params.get("kernel")
+            ):
+                continue
+            if all(k in params and _same(v, params[k]) for k, v in mine.params.items()):
+                return card, mine
     return None

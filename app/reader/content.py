@@ -11,11 +11,22 @@ import hashlib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.queue.validation import JobRefused, validate_job
+from app.reader.models import (
+    Card,
+    CardJob,
+    Content,
+    Guide,
+    Hardware,
+    PathInfo,
+    Site,
+    Source,
+    StageInfo,
+)
 from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.protocol import PathId, StageId
 
@@ -29,201 +40,6 @@ READER_STAGES: tuple[StageId, ...] = (StageId.COMPILE, StageId.EXECUTE, StageId.
 
 class ContentError(Exception):
     """A content file is wrong. The message names the file and the field."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Source(_Model):
-    """A public primary source the cards link to."""
-
-    id: str
-    title: str
-    publisher: str
-    url: HttpUrl
-
-
-class Step(_Model):
-    """One box in a path's pipeline diagram."""
-
-    id: str
-    label: str
-    detail: str
-    stage: StageId
-
-
-class DiagramBoundary(_Model):
-    """A bracket drawn over consecutive steps: the boundary a stage asks you to inspect."""
-
-    stage: StageId
-    label: str
-    first: str = Field(description="Id of the first step enclosed.")
-    last: str = Field(description="Id of the last step enclosed.")
-
-
-class PathInfo(_Model):
-    """A programming model on a kind of hardware, with its pipeline."""
-
-    id: PathId
-    label: str
-    short: str
-    hardware: str
-    programming_model: str
-    steps: list[Step] = Field(min_length=3)
-    boundaries: list[DiagramBoundary]
-
-
-class StageWords(_Model):
-    """A stage's heading and question in one path's own terms."""
-
-    heading: str
-    question: str
-
-
-class StageInfo(_Model):
-    """A stage of the pipeline and the question it asks (JAX's words unless a path has its
-    own: CUDA C++ compiles ahead of time and never traces)."""
-
-    id: StageId
-    label: str
-    heading: str
-    question: str
-    by_path: dict[PathId, StageWords] = Field(default_factory=dict)
-
-    def on(self, path: PathId) -> StageInfo:
-        """This stage as `path` words it."""
-        words = self.by_path.get(path)
-        if words is None:
-            return self
-        return self.model_copy(update={"heading": words.heading, "question": words.question})
-
-
-class Code(_Model):
-    language: Literal["python", "cuda", "bash"]
-    text: str = Field(min_length=1)
-
-
-class CardClaim(_Model):
-    """Something the card says the compiler produces, as a pattern its output must match."""
-
-    says: str = Field(description="The claim in the card's words, shown beside the check.")
-    artifact: Literal["hlo", "stablehlo", "jaxpr", "ptx"] = "hlo"
-    pattern: str = Field(min_length=1, description="A regular expression over the artifact.")
-    absent: bool = Field(default=False, description="True when the card says it is NOT there.")
-
-
-class CardJob(_Model):
-    """The catalog job that is the card's code example, compiled for the card's target."""
-
-    workload: str
-    path: PathId
-    target: str
-    params: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    claims: list[CardClaim] = Field(min_length=1)
-
-    def body(self) -> dict[str, Any]:
-        """The job as POST /api/v1/jobs takes it: compile only (there is no hardware)."""
-        return {
-            "workload": self.workload,
-            "path": self.path.value,
-            "target": self.target,
-            "params": dict(self.params),
-            "stages": [StageId.COMPILE.value],
-        }
-
-
-class Card(_Model):
-    """The explanation of one path at one stage."""
-
-    path: PathId
-    stage: StageId
-    title: str
-    summary: str
-    example_note: str
-    programming_model: str
-    execution_path: str
-    boundary: str
-    question: str
-    code: Code
-    assumptions: list[str] = Field(min_length=1)
-    inspect_next: list[str] = Field(min_length=1)
-    sources: list[str] = Field(min_length=1, description="Ids from sources.toml.")
-    guide_section: str = Field(description="Id of a section in guide.toml.")
-    job: CardJob | None = Field(
-        default=None, description="The catalog job matching the example (JAX cards have one)."
-    )
-
-
-class GuideSection(_Model):
-    """One topic of the full explanation."""
-
-    id: str = Field(pattern=r"^[a-z0-9-]+$")
-    title: str
-    lede: str
-    paragraphs: list[str] = Field(min_length=1)
-    code: Code | None = None
-    sources: list[str] = Field(default_factory=list)
-
-
-class Guide(_Model):
-    title: str
-    intro: str
-    sections: list[GuideSection] = Field(min_length=1)
-
-
-class HardwareFact(_Model):
-    """A vendor figure, kept exactly as the vendor labels it."""
-
-    label: str
-    value: str = Field(description="As printed by the vendor, e.g. '1,638 GB/s'.")
-    scope: str = Field(description="Per chip, per GPU, per platform ...")
-    note: str | None = None
-    source: str
-
-
-class HardwareGroup(_Model):
-    id: str
-    title: str
-    system: str
-    facts: list[HardwareFact] = Field(min_length=1)
-
-
-class Hardware(_Model):
-    intro: str
-    units_note: str
-    groups: list[HardwareGroup] = Field(min_length=1)
-
-
-class Site(_Model):
-    """Words around the reader: headline, the no-side-effects line, footer."""
-
-    headline: str
-    lede: str
-    no_side_effects: str
-    embed_credit: str
-    """The embed's footer: the embed has no selectors, so it must not mention any."""
-    default_path: PathId
-    default_stage: StageId
-
-
-class Content(_Model):
-    """Everything the reader shows, checked for consistency."""
-
-    site: Site
-    paths: dict[PathId, PathInfo]
-    stages: dict[StageId, StageInfo]
-    cards: dict[tuple[PathId, StageId], Card]
-    guide: Guide
-    hardware: Hardware
-    sources: dict[str, Source]
-    version: str = Field(description="A hash of every file: changes when any text changes.")
-
-    def card(self, path: PathId, stage: StageId) -> Card:
-        return self.cards[(path, stage)]
-
-    def section(self, section_id: str) -> GuideSection:
-        return next(s for s in self.guide.sections if s.id == section_id)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -253,27 +69,36 @@ CARD_JOB_PATHS: tuple[PathId, ...] = (PathId.JAX_GPU, PathId.JAX_TPU)
 
 
 def _check_job(card: Card, card_file: Path) -> None:
-    """A card's job must be one the API would accept, on the card's own path."""
-    if card.job is None:
+    """A card's jobs must be ones the API would accept, on the card's own path; a JAX card
+    has both examples, the second one a Pallas kernel."""
+    if card.job is None or card.pallas is None:
         if card.path in CARD_JOB_PATHS:
-            raise ContentError(f"{card_file}: field job: a {card.path.value} card names its job")
+            missing = "job" if card.job is None else "pallas"
+            raise ContentError(f"{card_file}: field {missing}: a {card.path.value} card names it")
         return
-    if card.job.path != card.path:
+    for field, job in (("job", card.job), ("pallas.job", card.pallas.job)):
+        _check_one(field, job, card, card_file)
+    if card.pallas.job.params.get("kernel") != "pallas":
+        raise ContentError(f"{card_file}: field pallas.job.params.kernel: must be pallas")
+
+
+def _check_one(field: str, job: CardJob, card: Card, card_file: Path) -> None:
+    if job.path != card.path:
         raise ContentError(
-            f"{card_file}: field job.path: {card.job.path.value}, the card is {card.path.value}"
+            f"{card_file}: field {field}.path: {job.path.value}, the card is {card.path.value}"
         )
-    for i, claim in enumerate(card.job.claims):
+    for i, claim in enumerate(job.claims):
         try:
             re.compile(claim.pattern)
         except re.error as exc:
-            raise ContentError(f"{card_file}: field job.claims[{i}].pattern: {exc}") from None
+            raise ContentError(f"{card_file}: field {field}.claims[{i}].pattern: {exc}") from None
     try:  # the same checks as a job submitted to the API, stages and samples included
-        validate_job(card.job.body(), COMPILE_ONLY_CAP)
+        validate_job(job.body(), COMPILE_ONLY_CAP)
     except JobRefused as exc:
-        field, message = exc.problems[0]
-        field = field or "body"
-        said = message if message.startswith(field) else f"{field}: {message}"
-        raise ContentError(f"{card_file}: field job.{said}") from None
+        name, message = exc.problems[0]
+        name = name or "body"
+        said = message if message.startswith(name) else f"{name}: {message}"
+        raise ContentError(f"{card_file}: field {field}.{said}") from None
 
 
 def load_content(directory: Path = CONTENT_DIR) -> Content:

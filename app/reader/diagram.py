@@ -14,7 +14,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-from app.reader.content import READER_STAGES, PathInfo
+from app.reader.content import READER_STAGES
+from app.reader.models import PathInfo
 
 WIDTH = 960
 """The wide layout's width: shown only where the container is at least this wide."""

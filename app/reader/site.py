@@ -14,7 +14,8 @@ from typing import Any
 
 from jinja2 import Environment
 
-from app.reader.content import READER_PATHS, READER_STAGES, Content
+from app.reader.content import READER_PATHS, READER_STAGES
+from app.reader.models import Content
 from app.reader.views import (
     embed_url,
     guide_context,

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.reader.card_jobs import describe, form_fields
-from app.reader.content import READER_PATHS, READER_STAGES, Content
+from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.diagram import pipeline
+from app.reader.models import Content
 from workers.protocol import PathId, StageId
 
 
@@ -51,6 +52,7 @@ def reader_context(
         },
         "public_base": public_base,
         "card_job": _card_job(card.job),
+        "pallas_job": _card_job(card.pallas.job) if card.pallas else None,
     }
 
 

@@ -159,18 +159,20 @@ async def run_page(
 def _card_claims(state: AppState, dispatcher: Dispatcher, job: dict[str, Any]) -> Any:
     """When this job is a reader card's example: the card, and each of its claims checked
     against the full stored artifacts (not the inline, capped copies)."""
-    card = card_for_job(state.content, job)
-    if card is None or card.job is None:
+    found = card_for_job(state.content, job)
+    if found is None:
         return None
+    card, example = found
     texts: dict[str, str | None] = {}
-    for claim in card.job.claims:
+    for claim in example.claims:
         if claim.artifact not in texts:
             found = dispatcher.store.get_artifact(job["id"], claim.artifact)
             texts[claim.artifact] = found[0] if found else None
     return {
         "title": card.title,
         "link": f"/read/{card.path.value}/{card.stage.value}",
-        "checks": check_claims(card.job, texts),
+        "checks": check_claims(example, texts),
+        "pallas": example is not card.job,
     }
 
 

@@ -29,7 +29,7 @@ def edit(path: Path, old: str, new: str) -> None:
 def test_shipped_content_is_complete() -> None:
     content = load_content()
     assert len(content.cards) == 9
-    assert len(content.guide.sections) == 11
+    assert len(content.guide.sections) == 12
     assert len(content.version) == 16
 
 
@@ -47,6 +47,13 @@ def _drop_line(field: str) -> Callable[[Path], None]:
         f.write_text("".join(line for line in lines if not line.startswith(f"{field} =")))
 
     return change
+
+
+def _drop_pallas(d: Path) -> None:
+    """A JAX card without its Pallas example."""
+    f = d / "cards" / "jax-tpu.compile.toml"
+    text = f.read_text()
+    f.write_text(text[: text.index("\n[pallas]")] + "\n")
 
 
 @pytest.mark.parametrize(
@@ -79,6 +86,23 @@ def _drop_line(field: str) -> Callable[[Path], None]:
             ["hardware.toml", "bogus"],
         ),
         (lambda d: (d / "guide.toml").write_text("title = [unclosed"), ["guide.toml", "TOML"]),
+        (_drop_pallas, ["jax-tpu.compile.toml", "pallas"]),
+        (
+            lambda d: edit(
+                d / "cards" / "jax-gpu.execute.toml",
+                'pallas_backend = "mosaic-gpu"',
+                'pallas_backend = "mosaic-gpu", block_m = 100',
+            ),
+            ["jax-gpu.execute.toml", "pallas.job.params.block_m", "does not divide m=2048"],
+        ),
+        (
+            lambda d: edit(
+                d / "cards" / "jax-tpu.execute.toml",
+                'dtype = "bfloat16", kernel = "pallas" }',
+                'dtype = "bfloat16", kernel = "xla" }',
+            ),
+            ["jax-tpu.execute.toml", "pallas.job.params.kernel", "must be pallas"],
+        ),
     ],
     ids=[
         "missing-field",
@@ -88,6 +112,9 @@ def _drop_line(field: str) -> Callable[[Path], None]:
         "missing-card",
         "unknown-field",
         "bad-toml",
+        "jax-card-without-pallas",
+        "pallas-blocks-refused",
+        "pallas-example-not-pallas",
     ],
 )
 def test_mistakes_stop_start_up_with_file_and_field(

@@ -1,9 +1,10 @@
-"""Every JAX reader card's example, compiled for real for the card's target, against what
-the card says: one test per card that its stated collectives, fusions, library calls and
-layouts appear in the real compiler output (libtpu and the CUDA plugin, without the
-hardware), and that the job is exactly the card's code example (shapes and dtypes).
+"""Every JAX reader card's two examples (XLA's kernels, then a Pallas kernel), compiled for
+real for the card's target, against what the card says: one test per example that its
+stated collectives, fusions, custom calls, layouts and (for Pallas) kernel IR, bundles,
+PTX and SASS appear in the real compiler output (libtpu and the CUDA plugin, without the
+hardware), and that the job is exactly the example's code (shapes and dtypes).
 
-Each card's job is compiled once per test session (the compiles take seconds each).
+Each example's job is compiled once per test session (the compiles take seconds each).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import re
 import pytest
 
 from app.reader.card_jobs import check_claims
-from app.reader.content import CARD_JOB_PATHS, Card, load_content
-from workers.protocol import JobSpec, PathId, RunResult, StageId
+from app.reader.content import CARD_JOB_PATHS, load_content
+from app.reader.models import Card, CardJob
+from workers.protocol import ARTIFACT_NAMES, JobSpec, PathId, RunResult, StageId
 from workers.run.engine import run_job
 
 pytestmark = pytest.mark.slow
@@ -26,12 +28,26 @@ CARDS: dict[str, Card] = {
 }
 
 
-@functools.cache
-def compiled(key: str) -> RunResult:
-    """The card's job, compiled once for its target."""
+EXAMPLES = [f"{key}/{which}" for key in sorted(CARDS) for which in ("xla", "pallas")]
+"""Each card's examples: `jax-tpu.compile/xla`, `jax-tpu.compile/pallas`, …"""
+
+
+def example(name: str) -> tuple[CardJob, str]:
+    """The job and code of one example (`card/xla` or `card/pallas`)."""
+    key, which = name.split("/")
     card = CARDS[key]
+    if which == "pallas":
+        assert card.pallas is not None
+        return card.pallas.job, card.pallas.code.text
     assert card.job is not None
-    return run_job(JobSpec.model_validate(card.job.body()))
+    return card.job, card.code.text
+
+
+@functools.cache
+def compiled(name: str) -> RunResult:
+    """An example's job, compiled once for its target (`name`: a card key, or card/which)."""
+    job, _ = example(name if "/" in name else f"{name}/xla")
+    return run_job(JobSpec.model_validate(job.body()))
 
 
 def test_every_jax_card_names_its_job() -> None:
@@ -41,37 +57,40 @@ def test_every_jax_card_names_its_job() -> None:
     for key, card in CARDS.items():
         assert card.job is not None, key
         assert card.job.path is card.path
+        assert card.pallas is not None and card.pallas.job.path is card.path, key
+        assert card.pallas.job.params["kernel"] == "pallas"
+        assert "kernel" not in card.job.params  # the first example is XLA's own kernels
     tpu_scale = CARDS["jax-tpu.scale"].job
     assert tpu_scale is not None
     assert (tpu_scale.workload, tpu_scale.target) == ("sharded-matmul", "v6e:2x4")
     assert tpu_scale.params["mesh"] == "2x4" and tpu_scale.params["a_spec"] == "data,model"
 
 
-@pytest.mark.parametrize("key", sorted(CARDS))
-def test_the_cards_claims_hold_in_the_real_compiler_output(key: str) -> None:
-    run = compiled(key)
-    card = CARDS[key]
-    assert card.job is not None
-    assert run.target is not None and run.target.id == card.job.target
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_cards_claims_hold_in_the_real_compiler_output(name: str) -> None:
+    run = compiled(name)
+    job, _ = example(name)
+    assert run.target is not None and run.target.id == job.target
     assert run.target.deviceless  # this machine has no TPU or GPU
     assert [s for s in run.job.stages] == [StageId.COMPILE]
-    texts = {name: getattr(run.artifacts, name) for name in ("hlo", "stablehlo", "jaxpr", "ptx")}
-    checks = check_claims(card.job, texts)
+    texts = {name: getattr(run.artifacts, name) for name in ARTIFACT_NAMES}
+    checks = check_claims(job, texts)
     failed = [c.says for c in checks if not c.holds]
-    assert not failed, f"{key}: claims the real output does not bear out: {failed}"
+    assert not failed, f"{name}: claims the real output does not bear out: {failed}"
+    assert (run.params.get("kernel") == "pallas") == name.endswith("/pallas")
 
 
-@pytest.mark.parametrize("key", sorted(CARDS))
-def test_the_cards_code_uses_the_jobs_shapes(key: str) -> None:
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_cards_code_uses_the_jobs_shapes(name: str) -> None:
     """The example's arrays are the job's: each input shape and dtype appears in the code."""
-    run = compiled(key)
-    code = CARDS[key].code.text.replace(" ", "")
+    run = compiled(name)
+    code = example(name)[1].replace(" ", "")
     for info in run.inputs:
         shape = ",".join(map(str, info.shape))
         # The code writes the global shapes, e.g. (4096,8192) or (1,1,512,128).
-        assert f"({shape})" in code, f"{key}: no array of shape ({shape}) in the example"
+        assert f"({shape})" in code, f"{name}: no array of shape ({shape}) in the example"
         short = {"float32": "float32", "bfloat16": "bfloat16"}[info.dtype]
-        assert short in code, f"{key}: the example never says {short}"
+        assert short in code, f"{name}: the example never says {short}"
 
 
 def test_a_claim_the_output_contradicts_is_reported_as_not_holding() -> None:
