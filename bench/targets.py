@@ -13,12 +13,12 @@
        .venv/bin/python bench/targets.py [--rounds 3] [--targets v6e:1x1,b200:1]
 
 2. Pallas rows (`--pallas`). Per case (a Pallas kernel, or XLA's own for comparison, on
-   v6e, H100 and B200 targets): `--rounds` whole deviceless runs (`run_job`), each
-   after one untimed run of its kind. Prints the timed compile's median, the median of
-   what the run adds below the HLO without timing it (TPU: libtpu's bundle dump, a
-   compile of the exported program in a child process; GPU: XLA's dump compile for the
-   PTX, Mosaic GPU's own dump in a child, ptxas and cuobjdump for the SASS), and
-   (compile + dump) ÷ compile.
+   v6e, H100 and B200 targets): `--rounds` whole deviceless runs (`run_job`), each in a
+   fresh process after one untimed compile of a small other program for the platform.
+   Prints the timed compile's median, the median of what the run adds below the HLO
+   without timing it (TPU: libtpu's bundle dump, a compile of the exported program in a
+   child process; GPU: XLA's dump compile for the PTX, Mosaic GPU's own dump in a child,
+   ptxas and cuobjdump for the SASS), and (compile + dump) ÷ compile.
 
        .venv/bin/python bench/targets.py --pallas [--rounds 3]
 
@@ -172,37 +172,69 @@ DUMP_PARTS = ("bundle_dump", "dump_compile", "mosaic_gpu_dump", "sass")
 """The untimed work a deviceless run adds below the HLO, as `extra.unreported_s` names it."""
 
 
-def pallas_rows(rounds: int) -> None:
+WARM_UP: dict[str, dict[str, Any]] = {
+    "jax-tpu": {"workload": "matmul", "params": {"m": 256, "n": 256, "k": 256}},
+    "jax-gpu": {"workload": "elementwise", "params": {"n": 4096}},
+}
+"""A small, different program each row's process compiles first, untimed: the compiler's
+start-up (and the first dump child's) is no part of the row."""
+
+
+def pallas_row(index: int) -> None:
+    """One round of one Pallas row, in this fresh process: `{compile, dump}` as JSON.
+
+    Each round has its own process because Mosaic GPU caches compiled kernels in the
+    process (a second compile of the same kernel skips its compiler), and a fresh process
+    is also what a new kind of job meets on a worker."""
+    import json
+
     from workers.compiler.jaxenv import apply_jax_environment
 
     apply_jax_environment()
     from workers.protocol import JobSpec
     from workers.run.engine import run_job
 
+    target, workload, params = PALLAS_CASES[index]
+    path = "jax-tpu" if target.startswith("v6e") else "jax-gpu"
+    first = {**WARM_UP[path], "path": path, "target": target.split(":")[0] + ":1"}
+    if target.startswith("v6e"):
+        first["target"] = "v6e:1x1"
+    run_job(JobSpec.model_validate(first))
+    job = {"workload": workload, "path": path, "target": target, "params": params}
+    run = run_job(JobSpec.model_validate(job))
+    spent = run.extra.get("unreported_s") or {}
+    dump = sum(float(spent.get(k, 0.0)) for k in DUMP_PARTS)
+    print(json.dumps({"compile": run.stage_seconds.compile, "dump": dump}))
+
+
+def pallas_rows(rounds: int) -> None:
+    import json
+
     print(
         f"{'target':<8} {'workload':<15} {'kernel':<11} {'compile':>9} {'dump':>9} "
         f"{'(compile + dump) ÷ compile':>27}"
     )
-    for target, workload, params in PALLAS_CASES:
-        path = "jax-tpu" if target.startswith("v6e") else "jax-gpu"
-        job = JobSpec.model_validate(
-            {"workload": workload, "path": path, "target": target, "params": params}
-        )
-        run_job(job)  # untimed: the compiler's start-up, and the first child's
+    for index, (target, workload, params) in enumerate(PALLAS_CASES):
         compiles: list[float] = []
         dumps: list[float] = []
         for _ in range(rounds):
-            run = run_job(job)
-            compiles.append(run.stage_seconds.compile or 0.0)
-            spent = run.extra.get("unreported_s") or {}
-            dumps.append(sum(float(spent.get(k, 0.0)) for k in DUMP_PARTS))
+            done = subprocess.run(
+                [sys.executable, __file__, "--pallas-row", str(index)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            compiles.append(found["compile"])
+            dumps.append(found["dump"])
         compile_s, dump_s = statistics.median(compiles), statistics.median(dumps)
         kernel = params.get("pallas_backend") or (
             "pallas" if params.get("kernel") == "pallas" else "xla"
         )
         print(
             f"{target:<8} {workload:<15} {kernel:<11} {compile_s * 1e3:>6.0f} ms "
-            f"{dump_s * 1e3:>6.0f} ms {(compile_s + dump_s) / compile_s:>26.1f}×"
+            f"{dump_s * 1e3:>6.0f} ms {(compile_s + dump_s) / compile_s:>26.1f}×",
+            flush=True,
         )
 
 
@@ -301,7 +333,11 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(CASES))
     parser.add_argument("--fresh-clone", type=Path, default=None)
     parser.add_argument("--pallas", action="store_true", help="the Pallas rows (see above)")
+    parser.add_argument("--pallas-row", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pallas_row is not None:
+        pallas_row(args.pallas_row)
+        return
     if args.fresh_clone is not None:
         fresh_clone(args.fresh_clone)
         return

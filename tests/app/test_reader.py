@@ -119,11 +119,17 @@ async def test_guide_has_every_section_and_the_hardware_panel(client: httpx.Asyn
     r = await client.get("/guide")
     assert r.status_code == 200
     ids = [s.id for s in content.guide.sections]
-    assert len(ids) == 11
+    assert len(ids) == 12
     for sid in ids:
         assert f'<section id="{sid}"' in r.text
     for card in content.cards.values():
         assert card.guide_section in ids
+    # Pallas between XLA's kernels and the FFI, with JAX's own Pallas documents as sources.
+    assert ids.index("pallas") == ids.index("portability-ffi") - 1
+    pallas = r.text[r.text.index('<section id="pallas"') :]
+    pallas = pallas[: pallas.index("</section>")]
+    assert "https://docs.jax.dev/en/latest/pallas/index.html" in pallas
+    assert "tpu_custom_call" in pallas and "shard_map" in pallas
     assert 'id="hardware"' in r.text
     j = await client.get("/guide.json")
     assert [s["id"] for s in j.json()["guide"]["sections"]] == ids
@@ -215,3 +221,34 @@ async def test_cuda_pages_use_cuda_words_for_their_stage(
     assert twin["stage"]["heading"] == words.heading
     jax = (await client.get("/read/jax-gpu/compile")).text
     assert "Are we retracing" in jax
+
+
+async def test_every_jax_card_shows_where_a_pallas_kernel_enters(
+    client: httpx.AsyncClient,
+) -> None:
+    """The second example: where the kernel enters at this stage, its code, its claims and
+    a "Compile this for real" form that queues the Pallas job (kernel=pallas)."""
+    content = load_content()
+    for (path, stage), card in content.cards.items():
+        page = (await client.get(f"/read/{path.value}/{stage.value}")).text
+        if card.pallas is None:
+            assert 'id="card-compile-pallas"' not in page
+            continue
+        assert "Where a Pallas kernel enters:" in page
+        form = page[page.index('id="card-compile-pallas"') :]
+        form = form[: form.index("</form>")]
+        assert 'name="param.kernel" value="pallas"' in form
+        assert f'name="target" value="{card.pallas.job.target}"' in form
+    stages = {s.value: c.pallas.enters for (p, s), c in content.cards.items() if c.pallas}
+    assert "custom call" in stages["compile"] and "shard_map" in stages["scale"]
+
+
+def test_a_run_of_the_pallas_example_is_matched_to_it_not_to_the_xla_one() -> None:
+    from app.reader.card_jobs import card_for_job
+
+    content = load_content()
+    card = content.cards[(PathId.JAX_TPU, StageId.EXECUTE)]
+    assert card.job is not None and card.pallas is not None
+    for job in (card.job, card.pallas.job):
+        found = card_for_job(content, {**job.body(), "params": dict(job.params)})
+        assert found is not None and found[1] is job
