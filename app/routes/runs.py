@@ -159,10 +159,10 @@ async def run_page(
 def _card_claims(state: AppState, dispatcher: Dispatcher, job: dict[str, Any]) -> Any:
     """When this job is a reader card's example: the card, and each of its claims checked
     against the full stored artifacts (not the inline, capped copies)."""
-    found = card_for_job(state.content, job)
-    if found is None:
+    matched = card_for_job(state.content, job)
+    if matched is None:
         return None
-    card, example = found
+    card, example = matched
     texts: dict[str, str | None] = {}
     for claim in example.claims:
         if claim.artifact not in texts:
