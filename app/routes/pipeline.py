@@ -26,7 +26,7 @@ from app.ir.pipeline import (
 )
 from app.ir.view import SourceText, build_view
 from app.pages.jobs import job_public
-from app.routes.common import is_htmx, render
+from app.routes.common import IrQueryDep, render
 from app.routes.routing import reads
 
 router = APIRouter(include_in_schema=False)
@@ -194,10 +194,7 @@ async def kernel_step(
     request: Request,
     state: StateDep,
     dispatcher: DispatcherDep,
-    start: Annotated[int | None, Query(ge=1, le=10**9)] = None,
-    q: Annotated[str, Query(max_length=200)] = "",
-    src: Annotated[str, Query(max_length=400)] = "",
-    part: Annotated[str, Query(pattern="^(lines)?$")] = "",
+    query: IrQueryDep,
 ) -> HTMLResponse:
     """The IR after one step of a kernel's passes, in the IR view: searchable, paged, and
     (Mosaic, Triton, Mosaic GPU) each line linked to the kernel body's source line."""
@@ -207,16 +204,8 @@ async def kernel_step(
     run = job_public(row, dispatcher).get("run") if row is not None else None
     base = f"/runs/{job_id}/pipeline/kernels/{quote(kernel, safe='')}"
     name = STEP_ARTIFACT.get(chosen.pipeline, "mosaic")
-    view = build_view(
-        name,
-        text,
-        f"{base}/steps/{order}",
-        start=start,
-        q=q.strip(),
-        src=src,
-        source=SourceText.from_run(run) if run else None,
-        part=part == "lines" or is_htmx(request),
-    )
+    source = SourceText.from_run(run) if run else None
+    view = query.view(name, text, f"{base}/steps/{order}", source, request)
     ctx: dict[str, Any] = {
         "job_id": job_id,
         "kernel": kernel,
@@ -224,11 +213,11 @@ async def kernel_step(
         "step": chosen,
         "name": name,
         "view": view,
-        "src": src,
+        "src": query.src,
         "source_sha": "",
         "download": f"{base}/steps/{order}.txt",
         "nav": "runs",
     }
-    if part == "lines":
+    if query.part == "lines":
         return render(state, "_ir_lines.html", ctx)
     return render(state, "kernel_step.html", ctx)

@@ -16,13 +16,13 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.ir.view import SourceText, build_view
+from app.ir.view import SourceText
 from app.pages.jobs import job_public
 from app.pages.runs.profile import profile_response
 from app.pages.runs.views import run_context, samples_csv, shape_and_dtype
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
-from app.routes.common import is_htmx, render
+from app.routes.common import IrQueryDep, is_htmx, render
 from app.routes.errors import MissingPart
 from app.routes.routing import Endpoint, reads
 from app.routes.run_form import FORM_MAX_BYTES
@@ -83,14 +83,11 @@ async def run_csv(job_id: str, dispatcher: DispatcherDep) -> PlainTextResponse:
 async def run_ir(
     job_id: str,
     name: str,
+    *,
     request: Request,
     state: StateDep,
     dispatcher: DispatcherDep,
-    *,
-    start: Annotated[int | None, Query(ge=1, le=10**9)] = None,
-    q: Annotated[str, Query(max_length=200)] = "",
-    src: Annotated[str, Query(max_length=400)] = "",
-    part: Annotated[str, Query(pattern="^(lines)?$")] = "",
+    query: IrQueryDep,
 ) -> HTMLResponse:
     """One artifact, full length, paged, searchable and linked to its source (a tab's
     content). `start` pages, `q` filters to matching lines, `src` selects a source line;
@@ -114,31 +111,20 @@ async def run_ir(
     text, _ = found
     run = _job_json(job_id, dispatcher).get("run")
     source = SourceText.from_run(run)
-    view = build_view(
-        name,
-        text,
-        f"/runs/{job_id}/ir/{name}",
-        start=start,
-        q=q.strip(),
-        src=src,
-        source=source,
-        # A part, or the view htmx puts into the run page: a short first page, the rest
-        # loading as it scrolls into view, keeps each main-thread task short.
-        part=part == "lines" or is_htmx(request),
-    )
+    view = query.view(name, text, f"/runs/{job_id}/ir/{name}", source, request)
     names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
         "name": name,
         "names": names or [name],
         "view": view,
-        "src": src,
+        "src": query.src,
         "source_sha": source.sha256 if source else "",
         "has_pipeline": bool((run or {}).get("pipeline") or (run or {}).get("kernel_pipelines")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",
     }
-    if part == "lines":
+    if query.part == "lines":
         return render(state, "_ir_lines.html", ctx)
     return render(state, "_ir.html" if is_htmx(request) else "ir_page.html", ctx)
 

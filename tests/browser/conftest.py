@@ -107,3 +107,14 @@ def page(browser: Any) -> Iterator[Any]:
     p = context.new_page()
     yield p
     context.close()
+
+
+@pytest.fixture(params=[True, False], ids=["js", "no-js"])
+def any_page(request: pytest.FixtureRequest, browser: Any) -> Iterator[Any]:
+    """A page with JavaScript on, then off: every flow works both ways (`page.js` says
+    which)."""
+    context = browser.new_context(java_script_enabled=request.param)
+    page = context.new_page()
+    page.js = request.param
+    yield page
+    context.close()

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from checks import VIEWPORTS, axe_faults, overflow, shot
 from conftest import serve
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -82,15 +82,6 @@ def _wait(url: str, job: str) -> None:
             return
         time.sleep(0.5)
     pytest.fail(f"job {job} did not finish in {DONE_S} s")
-
-
-@pytest.fixture(params=[True, False], ids=["js", "no-js"])
-def any_page(request: pytest.FixtureRequest, browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(java_script_enabled=request.param)
-    page = context.new_page()
-    page.js = request.param  # type: ignore[attr-defined]
-    yield page
-    context.close()
 
 
 def _reads_well(page: Page, name: str, *, axe: bool = True) -> None:

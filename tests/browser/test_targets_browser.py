@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import serve
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -41,16 +41,6 @@ def target_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         else:
             pytest.fail("the local worker never offered target v6e:2x4")
         yield url
-
-
-@pytest.fixture(params=[True, False], ids=["js", "no-js"])
-def any_page(request: pytest.FixtureRequest, browser: Browser) -> Iterator[Page]:
-    """A page with JavaScript on, then off: every flow works both ways."""
-    context = browser.new_context(java_script_enabled=request.param)
-    page = context.new_page()
-    page.js = request.param  # type: ignore[attr-defined]
-    yield page
-    context.close()
 
 
 def _wait_run_done(page: Page, server: str) -> None:

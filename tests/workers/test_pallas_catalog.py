@@ -10,19 +10,8 @@ import pytest
 
 from app.queue.validation import JobRefused, validate_job
 from workers.catalog import CatalogError, parse_params
+from workers.catalog import pallas_blocks as pb
 from workers.catalog.kernels import kernel_reading, public_params
-from workers.catalog.pallas_blocks import (
-    AttentionBlocks,
-    MatmulBlocks,
-    check_attention_blocks,
-    check_elementwise_block,
-    check_matmul_blocks,
-    default_attention_blocks,
-    default_matmul_blocks,
-    default_rows,
-    matmul_shared_bytes,
-    matmul_vmem_bytes,
-)
 from workers.catalog.pallas_limits import GPU_SHARED, GPUS, H100, TPU_VMEM, Backend, default_block
 from workers.catalog.target_rules import apply_target, job_kernel
 from workers.protocol import JobSpec
@@ -144,46 +133,46 @@ def test_default_block_is_the_largest_candidate_that_divides() -> None:
 def test_defaults_pass_their_own_checks_on_every_compiler() -> None:
     for m, n, k in [(1024, 1024, 1024), (768, 384, 2048), (4096, 128, 512)]:
         for dtype in ("bfloat16", "float32"):
-            blocks = default_matmul_blocks(m, n, k, Backend.MOSAIC_TPU)
-            tpu = check_matmul_blocks(
+            blocks = pb.default_matmul_blocks(m, n, k, Backend.MOSAIC_TPU)
+            tpu = pb.check_matmul_blocks(
                 m, n, k, dtype=dtype, blocks=blocks, backend=Backend.MOSAIC_TPU
             )
             assert tpu == [], (m, n, k, dtype)
     for gpu in (H100, B200):
         for backend in (Backend.TRITON, Backend.MOSAIC_GPU):
-            blocks = default_matmul_blocks(1024, 1024, 1024, backend, gpu=gpu)
-            said = check_matmul_blocks(
+            blocks = pb.default_matmul_blocks(1024, 1024, 1024, backend, gpu=gpu)
+            said = pb.check_matmul_blocks(
                 1024, 1024, 1024, dtype="bfloat16", blocks=blocks, backend=backend, gpu=gpu
             )
             assert said == [], (gpu, backend, blocks)
     # float32 Triton tiles step k by 64: 128 × 128 × 128 would need 384 KiB of shared memory.
-    assert default_matmul_blocks(1024, 1024, 1024, Backend.TRITON, dtype="float32").bk == 64
+    assert pb.default_matmul_blocks(1024, 1024, 1024, Backend.TRITON, dtype="float32").bk == 64
 
 
 def test_gpu_defaults_are_smaller_than_tpu_defaults() -> None:
     """The README's line: 512-row Triton tiles do not fit; the GPU default is 128 at most."""
-    assert default_matmul_blocks(1024, 1024, 1024, Backend.MOSAIC_TPU).bm == 512
-    assert default_matmul_blocks(1024, 1024, 1024, Backend.TRITON).bm == 128
-    assert default_rows(1 << 18, Backend.MOSAIC_TPU) == 512
-    assert default_rows(1 << 18, Backend.TRITON) == 8
-    assert default_attention_blocks(1024, Backend.TRITON) == AttentionBlocks(128, 128)
+    assert pb.default_matmul_blocks(1024, 1024, 1024, Backend.MOSAIC_TPU).bm == 512
+    assert pb.default_matmul_blocks(1024, 1024, 1024, Backend.TRITON).bm == 128
+    assert pb.default_rows(1 << 18, Backend.MOSAIC_TPU) == 512
+    assert pb.default_rows(1 << 18, Backend.TRITON) == 8
+    assert pb.default_attention_blocks(1024, Backend.TRITON) == pb.AttentionBlocks(128, 128)
 
 
 def test_vmem_refusal_names_the_scoped_limit_and_its_source() -> None:
-    blocks = MatmulBlocks(2048, 2048, 512)
-    said = check_matmul_blocks(
+    blocks = pb.MatmulBlocks(2048, 2048, 512)
+    said = pb.check_matmul_blocks(
         4096, 4096, 4096, dtype="bfloat16", blocks=blocks, backend=Backend.MOSAIC_TPU
     )
-    assert matmul_vmem_bytes(blocks, 2) == 40 * 2**20 and TPU_VMEM.bytes == 32 * 2**20
+    assert pb.matmul_vmem_bytes(blocks, 2) == 40 * 2**20 and TPU_VMEM.bytes == 32 * 2**20
     assert any(
         "40 MiB of VMEM" in r and "32 MiB" in r and "CompileTimeScopedVmemOom" in r for r in said
     )
 
 
 def test_shared_memory_refusal_names_the_gpu_limit_and_its_source() -> None:
-    blocks = MatmulBlocks(128, 128, 256)
-    assert matmul_shared_bytes(blocks, 2, Backend.TRITON, H100) == 393216  # XLA says the same
-    said = check_matmul_blocks(
+    blocks = pb.MatmulBlocks(128, 128, 256)
+    assert pb.matmul_shared_bytes(blocks, 2, Backend.TRITON, H100) == 393216  # XLA says the same
+    said = pb.check_matmul_blocks(
         1024, 1024, 1024, dtype="bfloat16", blocks=blocks, backend=Backend.TRITON, gpu=B200
     )
     assert any("B200" in r and "227 KiB" in r and "target description" in r for r in said)
@@ -216,51 +205,51 @@ def test_float16_on_v6e_and_float32_on_mosaic_gpu_are_refused_with_a_reason() ->
 
 
 def test_triton_tiles_that_would_spill_are_refused() -> None:
-    said = check_matmul_blocks(
+    said = pb.check_matmul_blocks(
         1024,
         1024,
         1024,
         dtype="bfloat16",
-        blocks=MatmulBlocks(256, 256, 32),
+        blocks=pb.MatmulBlocks(256, 256, 32),
         backend=Backend.TRITON,
     )
     assert any("registers" in r and "spill" in r for r in said)
-    rows = check_elementwise_block(1 << 18, dtype="float32", rows=64, backend=Backend.TRITON)
+    rows = pb.check_elementwise_block(1 << 18, dtype="float32", rows=64, backend=Backend.TRITON)
     assert any("spill" in r for r in rows)
 
 
 def test_mosaic_gpu_takes_jaxs_tile_shapes() -> None:
-    said = check_matmul_blocks(
-        1024, 1024, 1024, dtype="bfloat16", blocks=MatmulBlocks(64, 128, 128),
+    said = pb.check_matmul_blocks(
+        1024, 1024, 1024, dtype="bfloat16", blocks=pb.MatmulBlocks(64, 128, 128),
         backend=Backend.MOSAIC_GPU, gpu=B200,
     )  # fmt: skip
     assert any("block_m=64" in r for r in said) and any("block_k=128" in r for r in said)
-    elementwise = check_elementwise_block(
+    elementwise = pb.check_elementwise_block(
         1 << 18, dtype="float32", rows=8, backend=Backend.MOSAIC_GPU
     )
     assert "pallas_backend=triton" in elementwise[0]
 
 
 def test_attention_refusals_name_what_the_shipped_kernels_cannot_do() -> None:
-    blocks = default_attention_blocks(1024, Backend.MOSAIC_TPU)
-    assert blocks == AttentionBlocks(512, 512)
+    blocks = pb.default_attention_blocks(1024, Backend.MOSAIC_TPU)
+    assert blocks == pb.AttentionBlocks(512, 512)
     assert (
-        check_attention_blocks(
+        pb.check_attention_blocks(
             1024, 128, dtype="bfloat16", blocks=blocks, backend=Backend.MOSAIC_TPU
         )
         == []
     )
-    on_b200 = check_attention_blocks(
+    on_b200 = pb.check_attention_blocks(
         1024,
         128,
         dtype="float16",
-        blocks=AttentionBlocks(128, 128),
+        blocks=pb.AttentionBlocks(128, 128),
         backend=Backend.MOSAIC_GPU,
         gpu=B200,
     )
     assert any("sm_100a" in r and "wgmma" in r for r in on_b200)
-    bf16 = check_attention_blocks(
-        1024, 128, dtype="bfloat16", blocks=AttentionBlocks(128, 128), backend=Backend.MOSAIC_GPU
+    bf16 = pb.check_attention_blocks(
+        1024, 128, dtype="bfloat16", blocks=pb.AttentionBlocks(128, 128), backend=Backend.MOSAIC_GPU
     )
     assert any("float16 only" in r for r in bf16)
 

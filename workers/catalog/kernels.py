@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from workers.catalog.pallas_blocks import (
     AttentionBlocks,
@@ -34,7 +34,7 @@ from workers.catalog.pallas_blocks import (
     default_rows,
 )
 from workers.catalog.pallas_limits import GPUS, H100, Backend, Gpu
-from workers.protocol import PathId, Target
+from workers.protocol import Lax, PathId, Target
 
 XLA = "xla"
 PALLAS = "pallas"
@@ -81,6 +81,16 @@ def block_field(what: str) -> Any:
         le=16384,
         description=f"kernel=pallas: {what}; 0 picks the default for the compiler.",
     )
+
+
+class MatmulBlockFields(BaseModel):
+    """The Pallas matmul's settings, shared by `matmul` and `sharded-matmul` (whose blocks
+    tile each device's shards)."""
+
+    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
+    block_m: int = block_field("rows of C per block (of each device's C when sharded)")
+    block_n: int = block_field("columns of C per block (of each device's C when sharded)")
+    block_k: int = block_field("the step along k (along each device's k when sharded)")
 
 
 def kernel_reading(path: str, value: Any) -> str:
@@ -317,7 +327,10 @@ def local_matmul_shape(
 def public_params(params: Any, path: str, choice: KernelChoice | None) -> dict[str, Any]:
     """The parameters a run reports: `kernel` as it reads on the path, the block sizes
     the Pallas kernel used, and no Pallas parameter a run without one did not read."""
-    out: dict[str, Any] = params.model_dump(mode="json")
+    dumped: dict[str, Any] = params.model_dump(mode="json")
+    # The problem's own parameters first, then a Pallas kernel's (a mixin declares those).
+    out = {k: v for k, v in dumped.items() if k not in PALLAS_FIELDS}
+    out.update({k: v for k, v in dumped.items() if k in PALLAS_FIELDS})
     if "kernel" in out:
         out["kernel"] = choice.kernel if choice is not None else kernel_reading(path, out["kernel"])
     if choice is None or not choice.pallas:

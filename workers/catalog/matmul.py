@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
-from workers.catalog.kernels import GpuBackend, backend_field, block_field
+from workers.catalog.kernels import MatmulBlockFields
 from workers.protocol import PathId
 
 
@@ -21,7 +21,7 @@ class MatmulKernel(StrEnum):
     PALLAS = "pallas"
 
 
-class MatmulParams(WorkloadParams):
+class MatmulParams(WorkloadParams, MatmulBlockFields):
     workload = "matmul"
     title = "Matrix multiply"
     summary = "A dense contraction: the regular, compute-heavy case libraries are built for."
@@ -42,10 +42,6 @@ class MatmulParams(WorkloadParams):
         "value but pallas reads as xla) or pallas (a tiled Pallas kernel, float32 "
         "accumulator). cuda: tiled (shared memory, the default) or naive (a thread per output).",
     )
-    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
-    block_m: int = block_field("rows of C per block")
-    block_n: int = block_field("columns of C per block")
-    block_k: int = block_field("the step along k")
 
     def output_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype.value] * self.m * self.n

@@ -15,7 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision
-from workers.catalog.kernels import GpuBackend, backend_field, block_field
+from workers.catalog.kernels import MatmulBlockFields
 from workers.catalog.mesh import ArrayLayout, MeshError, MeshParams, Spec, parse_spec
 
 
@@ -35,7 +35,7 @@ class ShardedKernel(StrEnum):
     PALLAS = "pallas"
 
 
-class ShardedMatmulParams(MeshParams):
+class ShardedMatmulParams(MeshParams, MatmulBlockFields):
     workload = "sharded-matmul"
     title = "Sharded matrix multiply"
     summary = (
@@ -64,10 +64,6 @@ class ShardedMatmulParams(MeshParams):
         "the collectives) or pallas (the matmul kernel on each device's shards inside "
         "shard_map, the collectives written out).",
     )
-    pallas_backend: Annotated[GpuBackend, Lax] = backend_field()
-    block_m: int = block_field("rows of each device's C per block")
-    block_n: int = block_field("columns of each device's C per block")
-    block_k: int = block_field("the step along each device's k")
     a_spec: str = Field(
         default="", max_length=80, description="sharding=custom: A's spec, e.g. x,- (rows over x)."
     )

@@ -96,7 +96,9 @@ def param_fields(workload: str, path: str | None = None) -> list[Field]:
     schema = WORKLOADS[workload].model_json_schema()
     defs = schema.get("$defs", {})
     fields = []
-    for name, raw in schema.get("properties", {}).items():
+    # The problem's own parameters first, then a Pallas kernel's settings.
+    properties = sorted(schema.get("properties", {}).items(), key=lambda p: p[0] in PALLAS_FIELDS)
+    for name, raw in properties:
         prop = _resolve(raw, defs)
         label = name.replace("_", " ")
         help_text = prop.get("description", "")
