@@ -17,7 +17,12 @@ from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
-from workers.protocol import FINAL_STATUSES, JobStatus
+from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus
+
+NEVER_A_SPEED_NOTE = (
+    "host-dispatch times the call returning, not the work finishing: a teaching demo of "
+    "asynchronous dispatch. These medians are never a speed, and no rate is computed from them."
+)
 
 CSV_COLUMNS = (
     "matrix",
@@ -158,6 +163,7 @@ def matrix_public(matrix: MatrixRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "workload": spec.workload,
         "spec": matrix.spec,
         "boundary": boundary,
+        "boundary_note": NEVER_A_SPEED_NOTE if BoundaryId(boundary) in NEVER_A_SPEED else None,
         "mode": spec.measure.mode.value,
         "axis": spec.axis.name,
         "columns": [

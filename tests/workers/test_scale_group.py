@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from workers.agent.group import GroupConfig, GroupConfigError, group_job
-from workers.measure.stopping import Stopper, lockstep
 from workers.catalog import CatalogError
+from workers.measure.stopping import Stopper, lockstep
 from workers.protocol import JobSpec, RunResult
 
 ROOT = Path(__file__).resolve().parents[2]

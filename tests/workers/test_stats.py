@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.measure.stopping import Stopper
 from workers.measure.stats import quartiles, relative_iqr, summarize
+from workers.measure.stopping import Stopper
 from workers.protocol import MeasureOptions
 
 
