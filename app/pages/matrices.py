@@ -92,7 +92,7 @@ def cell_public(cell: CellRow, dispatcher: Dispatcher, boundary: str) -> dict[st
     )
     measured = next((m for m in run.get("measurements", []) if m["boundary"] == boundary), None)
     stats = (measured or {}).get("stats")
-    if measured is not None:
+    if measured is not None and measured["samples_s"]:  # none on a run whose times are withheld
         out["rounds"] = len(measured["samples_s"])
     if stats:
         out.update(median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"], iqr_s=stats["iqr"])

@@ -256,3 +256,23 @@ def test_a_compile_only_group_is_valid_when_every_process_compiled() -> None:
     failed = regroup(run, report.model_copy(update={"members": broke}))
     assert not failed.valid
     assert any("process 1: compile failed: OOM" in w for w in failed.warnings)
+
+
+def test_a_time_capped_run_says_so_in_a_field_not_in_its_warnings() -> None:
+    """The finding: the harness wrote "sampling reached the time cap of X s after N of M"
+    into the warnings, from which a speed follows (X / N) past any field-based strip."""
+    job = JobSpec.model_validate(
+        {
+            "workload": "matmul",
+            "params": SMALL["matmul"],
+            "measure": {"samples": 5000, "max_seconds": 0.05},
+        }
+    )
+    run = run_job(job)
+    (m,) = run.measurements
+    assert m.stopped_because is not None and "time cap" in m.stopped_because
+    assert not any("time cap" in w or "IQR/median" in w for w in run.warnings), run.warnings
+    with perturbed(0.5):
+        failed = run_job(job)
+    assert not failed.valid and failed.measurements[0].stopped_because is None
+    assert not any("time cap" in w for w in failed.warnings)
