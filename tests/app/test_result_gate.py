@@ -47,13 +47,16 @@ def genuine() -> dict[str, Any]:
     return run.model_dump(mode="json")
 
 
-async def queue_cell(client: httpx.AsyncClient, worker: FakeWorker) -> tuple[str, dict[str, Any]]:
-    """A one-cell matrix, its job leased by `worker`: the matrix id and the grant."""
+async def leased_cell(client: httpx.AsyncClient) -> tuple[FakeWorker, str, dict[str, Any]]:
+    """A registered worker holding the job of a fresh one-cell matrix: the worker, the
+    matrix id and the lease's grant."""
+    worker = FakeWorker(client)
+    await worker.register()
     created = await client.post("/api/v1/matrices", json=MATRIX)
     assert created.status_code == 201, created.text
     grant = await worker.lease()
     assert grant is not None
-    return str(created.json()["id"]), grant
+    return worker, str(created.json()["id"]), grant
 
 
 async def post(worker: FakeWorker, grant: dict[str, Any], result: dict[str, Any]) -> httpx.Response:
@@ -116,9 +119,7 @@ def speedless(run: dict[str, Any]) -> None:
 async def test_a_forged_result_shows_no_speed_anywhere(
     bench_client: httpx.AsyncClient, genuine: dict[str, Any], case: str
 ) -> None:
-    worker = FakeWorker(bench_client)
-    await worker.register()
-    matrix_id, grant = await queue_cell(bench_client, worker)
+    worker, matrix_id, grant = await leased_cell(bench_client)
     job_id = grant["job_id"]
     answer = await post(worker, grant, forged(genuine, case))
     assert answer.status_code == 200, answer.text
@@ -154,9 +155,7 @@ async def test_a_nan_verdict_never_reaches_the_store(
     bench_client: httpx.AsyncClient, genuine: dict[str, Any]
 ) -> None:
     """A NaN error marked passed: the worker API refuses NaN as the public API does."""
-    worker = FakeWorker(bench_client)
-    await worker.register()
-    _, grant = await queue_cell(bench_client, worker)
+    worker, _, grant = await leased_cell(bench_client)
     run = copy.deepcopy(genuine)
     run["correctness"].update(passed=True, error=float("nan"))
     body = json.dumps(
@@ -200,9 +199,7 @@ def worker_auth() -> dict[str, str]:
 async def test_a_result_for_another_job_than_its_lease_is_refused(
     bench_client: httpx.AsyncClient, genuine: dict[str, Any], change: dict[str, Any], field: str
 ) -> None:
-    worker = FakeWorker(bench_client)
-    await worker.register()
-    _, grant = await queue_cell(bench_client, worker)
+    worker, _, grant = await leased_cell(bench_client)
     run = copy.deepcopy(genuine)
     run["job"] = grant["spec"]
     if "params" in change:
@@ -222,9 +219,7 @@ async def test_a_result_for_another_job_than_its_lease_is_refused(
 async def test_a_genuine_result_passes_the_lease_check_and_keeps_its_speed(
     bench_client: httpx.AsyncClient, genuine: dict[str, Any]
 ) -> None:
-    worker = FakeWorker(bench_client)
-    await worker.register()
-    matrix_id, grant = await queue_cell(bench_client, worker)
+    worker, matrix_id, grant = await leased_cell(bench_client)
     answer = await post(worker, grant, genuine)
     assert answer.status_code == 200, answer.text
     run = (await bench_client.get(f"/api/v1/jobs/{grant['job_id']}")).json()["run"]

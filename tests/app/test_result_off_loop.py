@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from app.dispatch import results
 from app.ir.explain import explain
 from app.settings import Settings
-from tests.app.bench_fakes import WORKER_TOKEN, FakeWorker
+from tests.app.bench_fakes import FakeWorker
 from workers.protocol import JobSpec
 
 pytestmark = pytest.mark.anyio
@@ -44,16 +43,11 @@ def long_run() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def capped_client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def capped_client(bench_settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The bench's app with a small artifact cap."""
     from app.main import create_app
 
-    settings = Settings(
-        DB=tmp_path / "db.sqlite3",
-        CACHE_DIR=tmp_path / "jax",
-        WORKER_TOKEN=WORKER_TOKEN,
-        POLL_S=1.0,
-        ARTIFACT_MAX_BYTES=CAP,
-    )
+    settings = bench_settings.model_copy(update={"ARTIFACT_MAX_BYTES": CAP})
     transport = httpx.ASGITransport(app=create_app(settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
