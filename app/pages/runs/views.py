@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import shlex
+import statistics
 from typing import Any, get_args
 
 from pydantic import ValidationError
@@ -75,10 +76,9 @@ def settling_text(m: Measurement) -> str | None:
     discarded = m.warmup_discarded or 0
     if discarded == 0:
         return "No warm-up transient: no sample was discarded before these."
-    kept, thrown = sorted(m.samples_s), sorted(m.warmup_samples_s)
     slower = ""
-    if kept and thrown and kept[len(kept) // 2] > 0:
-        ratio = thrown[len(thrown) // 2] / kept[len(kept) // 2]
+    if m.samples_s and m.warmup_samples_s and statistics.median(m.samples_s) > 0:
+        ratio = statistics.median(m.warmup_samples_s) / statistics.median(m.samples_s)
         slower = f", about {ratio:.2g}× slower at their median,"
     return (
         f"Warm-up: the first {discarded} samples{slower} were discarded while the timings "
