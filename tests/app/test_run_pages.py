@@ -265,8 +265,10 @@ async def test_the_page_says_what_warm_up_discarded_and_the_samples_shape(
     assert "the first 4 samples, about 3.7× slower at their median, were discarded" in page
     stored = (await bench_client.get(f"/runs/{job_id}.json")).json()["run"]["measurements"][0]
     assert (stored["warmup_discarded"], stored["shape"]) == (4, "bimodal")
-    compared = (await bench_client.get(f"/compare?a={job_id}")).text
-    assert "bimodal" in compared and "4 warm-up discarded" in compared
     steady = (await finish_with(bench_client, real_results["good"]))[0]
     plain = (await bench_client.get(f"/runs/{steady}")).text
-    assert "shape-bimodal" not in plain
+    judged = real_results["good"]["measurements"][0]["shape"]  # this machine's own samples
+    assert ("shape-bimodal" in plain) is (judged == "bimodal")
+    compared = (await bench_client.get(f"/compare?a={job_id}&b={steady}")).text
+    assert 'class="badge shape-bimodal"' in compared and "4 warm-up discarded" in compared
+    assert "1 bimodal and 0 drifting of 1 usable run on side A" in compared
