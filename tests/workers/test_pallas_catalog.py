@@ -11,7 +11,7 @@ import pytest
 from app.queue.validation import JobRefused, validate_job
 from workers.catalog import CatalogError, parse_params
 from workers.catalog import pallas_blocks as pb
-from workers.catalog.kernels import kernel_reading, public_params
+from workers.catalog.kernels import kernel_reading, kernel_record, public_params
 from workers.catalog.pallas_limits import GPU_SHARED, GPUS, H100, TPU_VMEM, Backend, default_block
 from workers.catalog.target_rules import apply_target, job_kernel
 from workers.protocol import JobSpec
@@ -84,8 +84,9 @@ def test_every_jax_path_value_but_pallas_reads_as_xla() -> None:
     assert kernel_reading("jax-tpu", "pallas") == "pallas"
     assert kernel_reading("cuda", "naive") == "naive"
     params = parse_params("matmul", {"kernel": "tiled"})
-    shown = public_params(params, "jax-cpu", choice_of({"workload": "matmul", "path": "jax-cpu"}))
+    shown = public_params(params, "jax-cpu")
     assert shown["kernel"] == "xla" and "block_m" not in shown and "pallas_backend" not in shown
+    assert public_params(params, "cuda")["kernel"] == "tiled"
 
 
 def test_a_pallas_run_reports_the_block_sizes_it_used() -> None:
@@ -93,10 +94,15 @@ def test_a_pallas_run_reports_the_block_sizes_it_used() -> None:
     body["params"] = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bfloat16", "kernel": "pallas"}
     choice = choice_of(body)
     assert choice.backend is Backend.TRITON and choice.gpu == H100
-    shown = public_params(parse_params("matmul", body["params"]), "jax-gpu", choice)
+    shown = public_params(parse_params("matmul", body["params"]), "jax-gpu")
     assert shown["kernel"] == "pallas" and shown["pallas_backend"] == "triton"
-    assert (shown["block_m"], shown["block_n"], shown["block_k"]) == (128, 128, 128)
+    assert (shown["block_m"], shown["block_n"], shown["block_k"]) == (0, 0, 0)  # as asked
+    used = kernel_record(choice)  # the run's extra.kernel: each default resolved
+    assert used["blocks"] == {"block_m": 128, "block_n": 128, "block_k": 128}
+    assert used["compiler"] == "triton" and used["gpu"] == "NVIDIA H100"
     assert choice.label() == "Pallas (triton), block_m=128 block_n=128 block_k=128"
+    tpu = public_params(parse_params("matmul", body["params"]), "jax-tpu")
+    assert "pallas_backend" not in tpu and tpu["block_m"] == 0
 
 
 def test_each_path_has_its_pallas_compiler() -> None:

@@ -79,7 +79,7 @@ def test_boundary_run_checks_the_sharded_kernel_on_eight_cpu_devices() -> None:
     run = json.loads(done.stdout)
     assert run["correctness"]["passed"] and run["valid"]
     assert run["warnings"][0] == INTERPRET_WARNING
-    assert run["params"]["block_k"] == 128  # 1024 / 8 devices, whole
+    assert run["extra"]["kernel"]["blocks"]["block_k"] == 128  # 1024 / 8 devices, whole
     assert "all-reduce" in run["artifacts"]["hlo"]  # the psum the kernel's layout writes out
 
 
@@ -138,3 +138,20 @@ def test_mosaic_gpu_counts_the_shared_memory_we_count(model: str) -> None:
     found = re.search(r"smem_bytes=(\d+)", str(raised.value))
     assert found is not None
     assert int(found.group(1)) == matmul_shared_bytes(blocks, 2, Backend.MOSAIC_GPU, gpu)
+
+
+def test_the_servers_half_of_the_gate_keeps_an_interpreted_run_as_published() -> None:
+    """Interpret mode passes the server's gate unchanged: its lease check finds the job it
+    leased (parameters in the same normal form) and re-gating keeps it valid, timeless."""
+    from app.dispatch.results import lease_problems, prepare
+    from workers.protocol.gate import gate
+
+    run = interpret("matmul", {"m": 128, "n": 128, "k": 256, "block_k": 128})
+    assert lease_problems(run.job.model_dump(mode="json"), run) == []
+    assert gate(run) == run
+    stored = prepare(
+        run, artifact_max_bytes=1 << 22, inline_bytes=1 << 16, pipeline_max_bytes=1 << 24
+    ).run
+    assert stored.valid and stored.warnings[0] == INTERPRET_WARNING
+    assert all(m.samples_s == [] and m.stats is None for m in stored.measurements)
+    assert stored.extra["kernel"]["blocks"] == {"block_m": 128, "block_n": 128, "block_k": 128}

@@ -324,65 +324,32 @@ def local_matmul_shape(
     ), None
 
 
-def public_params(params: Any, path: str, choice: KernelChoice | None) -> dict[str, Any]:
-    """The parameters a run reports: `kernel` as it reads on the path, the block sizes
-    the Pallas kernel used, and no Pallas parameter a run without one did not read."""
+def public_params(params: Any, path: str) -> dict[str, Any]:
+    """The parameters a run reports, after validation and defaults: `kernel` as it reads
+    on the path, and no Pallas setting a run does not read (a Pallas run keeps its block
+    sizes as asked, 0 for the default; `pallas_backend` on jax-gpu only). The same on the
+    worker and on the server, whose lease check compares them; the block sizes a kernel
+    used are the run's `extra.kernel` (`kernel_record`)."""
     dumped: dict[str, Any] = params.model_dump(mode="json")
     # The problem's own parameters first, then a Pallas kernel's (a mixin declares those).
     out = {k: v for k, v in dumped.items() if k not in PALLAS_FIELDS}
-    out.update({k: v for k, v in dumped.items() if k in PALLAS_FIELDS})
     if "kernel" in out:
-        out["kernel"] = choice.kernel if choice is not None else kernel_reading(path, out["kernel"])
-    if choice is None or not choice.pallas:
-        return {k: v for k, v in out.items() if k not in PALLAS_FIELDS}
-    out.update(dict(choice.blocks))
+        out["kernel"] = kernel_reading(path, out["kernel"])
+    if out.get("kernel") != PALLAS:
+        return out
     keep = set(BLOCK_FIELDS.get(params.workload, ()))
     if path == PathId.JAX_GPU.value:
         keep.add("pallas_backend")
-    return {k: v for k, v in out.items() if k not in PALLAS_FIELDS or k in keep}
+    out.update({k: v for k, v in dumped.items() if k in keep})
+    return out
 
 
-COMPILERS = {
-    Backend.MOSAIC_TPU: "Mosaic (TPU), lowered to the custom call tpu_custom_call",
-    Backend.TRITON: "Triton, lowered to the custom call __gpu$xla.gpu.triton",
-    Backend.MOSAIC_GPU: "Mosaic GPU, lowered to the custom call mosaic_gpu_v2",
-    Backend.INTERPRET: "Pallas's interpreter on the CPU, running the Mosaic TPU kernel body",
-}
-
-
-def kernel_phrase(workload: str, path: str, params: dict[str, Any]) -> str | None:
-    """What implemented a run's operation, in a sentence; None for XLA's own kernels."""
-    if kernel_reading(path, params.get("kernel")) != PALLAS:
-        return None
-    backend = {PathId.JAX_CPU.value: Backend.INTERPRET, PathId.JAX_TPU.value: Backend.MOSAIC_TPU}
-    chosen = backend.get(path) or (
-        Backend.MOSAIC_GPU if params.get("pallas_backend") == "mosaic-gpu" else Backend.TRITON
-    )
-    if workload == "attention":
-        whose = f"jax's shipped {SHIPPED[chosen]}"
-    elif chosen is Backend.MOSAIC_GPU:
-        whose = "jax's bundled Mosaic GPU matmul (hopper_matmul_mgpu or blackwell_matmul_mgpu)"
-    else:
-        module = "matmul" if workload.endswith("matmul") else "ops"
-        whose = f"Boundary's own kernel (workers/pallas/{module}.py)"
-    blocks = [f"{k}={params[k]}" for k in BLOCK_FIELDS.get(workload, ()) if k in params]
-    sized = f", blocks {' '.join(blocks)}" if blocks else ""
-    inside = " inside shard_map on each device's shards" if workload == "sharded-matmul" else ""
-    return f"A Pallas kernel{inside}: {whose}, compiled by {COMPILERS[chosen]}{sized}."
-
-
-def implementation_label(path: str, params: dict[str, Any]) -> str | None:
-    """A run's `kernel` as a comparison names the implementation: 'XLA' or 'Pallas
-    (triton), block_m=128 …' on a JAX path, 'kernel=tiled' on cuda; None without one."""
-    value = params.get("kernel")
-    if path == PathId.CUDA.value:
-        return f"kernel={value}" if value is not None else None
-    if kernel_reading(path, value) != PALLAS:
-        return "XLA"
-    backend = {PathId.JAX_CPU.value: "interpret", PathId.JAX_TPU.value: "mosaic-tpu"}.get(
-        path, str(params.get("pallas_backend") or GpuBackend.TRITON.value)
-    )
-    blocks = " ".join(
-        f"{k}={params[k]}" for k in PALLAS_FIELDS if k in params and k != "pallas_backend"
-    )
-    return f"Pallas ({backend}){', ' + blocks if blocks else ''}"
+def kernel_record(choice: KernelChoice) -> dict[str, Any]:
+    """What a Pallas run reports of its kernel in `extra.kernel`: the compiler, the GPU it
+    was built for, and every block size as used (defaults resolved)."""
+    return {
+        "kernel": choice.kernel,
+        "compiler": choice.backend.value if choice.backend else None,
+        "gpu": choice.gpu.name if choice.gpu else None,
+        "blocks": dict(choice.blocks),
+    }

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from workers.catalog.base import WorkloadParams
-from workers.catalog.kernels import KernelChoice, public_params
+from workers.catalog.kernels import KernelChoice, kernel_record, public_params
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
@@ -295,7 +295,7 @@ def run_deviceless(
     environment.extra["compiled_for"] = f"{target.id} ({name} {version or ''})".strip()
     measured = Measured(
         job=job,
-        params=public_params(params, job.path.value, choice),
+        params=public_params(params, job.path.value),
         environment=environment,
         started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
@@ -306,7 +306,10 @@ def run_deviceless(
         memory_analysis=analysis,
         work=Work(workload.flop_count(params), workload.byte_count(params)),
         warnings=warnings,
-        extra={"compile_only": True},
+        extra={
+            "compile_only": True,
+            **({"kernel": kernel_record(choice)} if choice is not None and choice.pallas else {}),
+        },
         unreported=unreported,
         target=report,
         source=workload_source(workload, choice is not None and choice.pallas),

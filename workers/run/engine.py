@@ -20,7 +20,13 @@ from typing import Any
 
 from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
 from workers.catalog.base import WorkloadParams
-from workers.catalog.kernels import INTERPRET_WARNING, KernelChoice, kernel_reading, public_params
+from workers.catalog.kernels import (
+    INTERPRET_WARNING,
+    KernelChoice,
+    kernel_reading,
+    kernel_record,
+    public_params,
+)
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target, byte_cap, job_kernel, job_target
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
@@ -177,7 +183,7 @@ def run_job(
     boundary = MAIN_BOUNDARY[job.measure.mode]
     measured = Measured(
         job=job,
-        params=public_params(params, job.path.value, choice),
+        params=public_params(params, job.path.value),
         environment=detect_environment(device, job.measure.cache, program.cache_events, devices),
         started=started,
         inputs=[
@@ -193,7 +199,7 @@ def run_job(
         # Dispatch time is never a speed: no rates from it.
         rate_basis=RateBasis(boundary) if boundary is not BoundaryId.HOST_DISPATCH else None,
         warnings=jax_path_notes(job),
-        extra={"seed": SEED},
+        extra={"seed": SEED, **({"kernel": kernel_record(choice)} if choice.pallas else {})},
         unreported={"artifacts": program.artifacts_s},
         source=workload_source(workload, choice.pallas),
         pipeline=program.pipeline,

@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.catalog.kernels import PALLAS_FIELDS, implementation_label
-from workers.protocol import BoundaryId, Mode, PathId
+from workers.catalog.kernel_words import implementation_label
+from workers.catalog.kernels import PALLAS_FIELDS
+from workers.protocol import MAIN_BOUNDARY, BoundaryId, Mode, PathId
 
 IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant", *PALLAS_FIELDS)
 """Parameters that choose an implementation rather than the problem (the kernel, and a
@@ -25,12 +26,6 @@ UNCONTROLLED_MEASURE: frozenset[str] = frozenset(
     {"samples", "max_seconds", "auto_max_samples", "auto_rel_iqr", "warmup"}
 )
 """How long sampling goes on changes the precision of a median, not what it measures."""
-MODE_BOUNDARY: dict[str, str] = {
-    Mode.LATENCY.value: BoundaryId.HOST_SYNC.value,
-    Mode.THROUGHPUT.value: BoundaryId.HOST_THROUGHPUT.value,
-    Mode.APPLICATION.value: BoundaryId.APPLICATION.value,
-    Mode.DISPATCH.value: BoundaryId.HOST_DISPATCH.value,
-}
 DISPATCH = BoundaryId.HOST_DISPATCH.value
 EVENTS = BoundaryId.DEVICE_EVENTS.value
 
@@ -127,14 +122,15 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
         _label(m["boundary"], m.get("subject")) for m in measurements if "boundary" in m
     )
     rates = run.get("rates") or {}
-    default = rates.get("boundary") or MODE_BOUNDARY.get(mode)
+    main = MAIN_BOUNDARY.get(Mode(mode)) if mode in set(Mode) else None
+    default = rates.get("boundary") or (main.value if main is not None else None)
     path = str(job.get("path"))
     # `kernel` on a JAX path is XLA's kernels or a Pallas kernel with its compiler and
     # blocks (any other stored value reads as XLA); on cuda, the hand-written variant.
     implementation = [
         f"{k}={_text(params[k])}" for k in ("implementation", "variant") if k in params
     ]
-    label = implementation_label(path, params)
+    label = implementation_label(path, params, run.get("extra"))
     if label is not None:
         implementation.insert(0, label)
     elif path != PathId.CUDA.value:

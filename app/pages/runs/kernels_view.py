@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from workers.catalog.kernels import INTERPRET_WARNING, kernel_phrase
+from workers.catalog.kernel_words import kernel_phrase
+from workers.catalog.kernels import INTERPRET_WARNING
 from workers.protocol import KernelResources, KernelSchedule, PathId, RunResult
 
 BELOW_HLO = ("mosaic", "triton", "mosaic_gpu", "bundles", "ptx", "sass")
@@ -33,7 +34,7 @@ def kernels_view(job_id: str, run: RunResult) -> KernelsView | None:
     """The panel for `run`; None when there is nothing below XLA's choice to show."""
     path = run.job.path.value
     view = KernelsView(
-        phrase=kernel_phrase(run.job.workload, path, run.params),
+        phrase=kernel_phrase(run.job.workload, path, run.params, run.extra),
         interpret=INTERPRET_WARNING in run.warnings,
     )
     if run.target is not None:
