@@ -11,6 +11,7 @@ import base64
 import sys
 from pathlib import Path
 
+from workers.catalog.kernel_words import kernel_phrase
 from workers.protocol import (
     HloSummary,
     Measurement,
@@ -112,6 +113,9 @@ def format_report(run: RunResult) -> str:
     lines = [f"{job.workload} on {job.path.value}  {params}"]
     if not run.valid:
         lines.append("INVALID RUN: the output failed the correctness check; no speed is shown.")
+    phrase = kernel_phrase(job.workload, job.path.value, run.params, run.extra)
+    if phrase is not None:
+        lines.append(f"kernel    {phrase}")
     lines.append(
         f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
         f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "

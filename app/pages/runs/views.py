@@ -24,6 +24,7 @@ from app.pages.runs.profile import profile_view
 from app.pages.runs.roofline import roofline_view
 from app.pages.runs.sweep_plot import sweep_view
 from workers.catalog import WORKLOADS
+from workers.catalog.kernels import PALLAS_FIELDS
 from workers.protocol import (
     ARTIFACT_NAMES,
     FINAL_STATUSES,
@@ -220,8 +221,8 @@ def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
     sizes = [
         f"{k}={v}"
         for k, v in sorted(params.items())
-        if isinstance(v, int) and not isinstance(v, bool)
-    ]
+        if isinstance(v, int) and not isinstance(v, bool) and not (k in PALLAS_FIELDS and not v)
+    ]  # a Pallas block size of 0 is the default: not a size of the problem
     dtype = params.get("dtype")
     return (" ".join(sizes) or None), (str(dtype) if dtype else None)
 
