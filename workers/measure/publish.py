@@ -60,6 +60,7 @@ from workers.protocol import (
     SweepResult,
     TargetReport,
 )
+from workers.protocol.compiler_options import as_text
 
 __all__ = [
     "WITHHELD",
@@ -185,6 +186,10 @@ class Checked:
                 warnings.append(f"{c.detail}: these timings are of an unverified output.")
         elif c is not None:
             warnings.append(f"correctness failed ({c.detail}): the timings are no result.")
+        environment = m.environment
+        if m.job.compiler_options:  # every run names the options its compiles had
+            recorded = {**environment.extra, "compiler_options": as_text(m.job.compiler_options)}
+            environment = environment.model_copy(update={"extra": recorded})
         run = RunResult(
             job=m.job,
             params=m.params,
@@ -197,7 +202,7 @@ class Checked:
             measurements=measurements,
             correctness=c,
             rates=_rates(m.work, None, []) if m.work is not None else None,
-            environment=m.environment,
+            environment=environment,
             warnings=warnings,
             valid=valid,
             harness_seconds=harness_s,
