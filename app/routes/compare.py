@@ -161,6 +161,17 @@ def _record_context(
             status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
         )
     ctx = _context(dispatcher, req)
+    if ctx.get("compile_only"):
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {
+                    "field": "b",
+                    "message": "b: both sides only compiled and nothing was timed, so there is "
+                    "no decision to record (a record sets measured times against prices)",
+                }
+            ],
+        )
     if not ctx["guard"]["comparable"]:
         raise HTTPException(
             status_code=422,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.protocol import BoundaryId, Mode, PathId
+from workers.protocol.compiler_options import NONE, as_text
 
 IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
 """Parameters that choose an implementation rather than the problem: experimental."""
@@ -29,6 +30,8 @@ MODE_BOUNDARY: dict[str, str] = {
     Mode.APPLICATION.value: BoundaryId.APPLICATION.value,
     Mode.DISPATCH.value: BoundaryId.HOST_DISPATCH.value,
 }
+OPTIONS = "compiler options"
+"""The controlled variable that may also be the experiment: XLA options of the compile."""
 DISPATCH = BoundaryId.HOST_DISPATCH.value
 EVENTS = BoundaryId.DEVICE_EVENTS.value
 
@@ -112,6 +115,9 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
     controlled["precision"] = _text(params.get("precision"))
     controlled["mode"] = mode
     controlled["cache policy"] = _text(measure.get("cache", "cold"))
+    # Runs from before compiler options existed have none: they read as "none".
+    options = (run.get("job") or {}).get("compiler_options") or job.get("compiler_options")
+    controlled[OPTIONS] = as_text(options) if isinstance(options, dict) else NONE
     for key in sorted(measure):
         if key in UNCONTROLLED_MEASURE or key in ("mode", "cache"):
             continue
@@ -212,10 +218,12 @@ def _boundary_why(a: str, b: str, a_all: tuple[str, ...], b_all: tuple[str, ...]
 def _side_consistency(name: str, side: list[RunFacts], problems: list[str]) -> None:
     first = side[0]
     for other in side[1:]:
-        for kind, mine, theirs in (
-            ("controlled", first.controlled, other.controlled),
-            ("experimental", first.experimental, other.experimental),
-        ):
+        checks = [("controlled", first.controlled, other.controlled)]
+        if first.status == "done" and other.status == "done":
+            # A queued repeat has not run anywhere yet: its device and versions are not
+            # known, which is waiting, not a mixed side.
+            checks.append(("experimental", first.experimental, other.experimental))
+        for kind, mine, theirs in checks:
             for key in sorted(set(mine) | set(theirs)):
                 if mine.get(key) != theirs.get(key):
                     problems.append(
@@ -268,6 +276,7 @@ def guard(a: list[RunFacts], b: list[RunFacts], boundary: str | None = None) -> 
         va, vb = first_a.experimental[key], first_b.experimental[key]
         if va != vb:
             out.experimental.append((key, va, vb))
+    _options_as_experiment(out)
     names = [e[0] for e in out.experimental]
     extra = [n for n in names if n == "version"] if "path" in names else names[1:]
     if extra and len(names) > 1:
@@ -313,12 +322,32 @@ def _guard_compiled(a: list[RunFacts], b: list[RunFacts]) -> Guarded:
     impl_a, impl_b = first_a.experimental["implementation"], first_b.experimental["implementation"]
     if impl_a != impl_b:
         out.experimental.append(("implementation", impl_a, impl_b))
+    _options_as_experiment(out)
     if len(out.experimental) > 1:
         out.warnings.append(
             "more than one experimental variable differs (target, implementation): a "
             "difference in the output cannot be pinned on one"
         )
     return out
+
+
+def _options_as_experiment(out: Guarded) -> None:
+    """Different compiler options are the experiment when nothing else differs ("what
+    does XLA do if …"): they move from the mismatches to the experimental variables.
+    Beside another difference they stay a mismatch, since neither could take the blame."""
+    found = next((m for m in out.mismatches if m.variable == OPTIONS), None)
+    if found is None:
+        return
+    others = [m for m in out.mismatches if m is not found]
+    if others or out.experimental:
+        besides = ", ".join([m.variable for m in others] + [e[0] for e in out.experimental])
+        found.why = (
+            f"compiler options are the experiment only when nothing else differs; here "
+            f"{besides} differ{'s' if ',' not in besides else ''} too"
+        )
+        return
+    out.mismatches.remove(found)
+    out.experimental.append((OPTIONS, found.a, found.b))
 
 
 def _check_boundaries(
