@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
+from app.ir.pipeline import GPU_REPORTS, PASS_PIPELINE
 from app.ir.view import SourceText, build_view
 from app.pages.jobs import job_public
 from app.pages.runs.profile import chrome_trace, profile_response, profile_view
@@ -47,6 +48,13 @@ def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
     if job is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
     return job_public(job, dispatcher)
+
+
+def _pipeline_label(pipeline: Any) -> str | None:
+    """What the run's /pipeline page is called in links to it; None when it has none."""
+    if not pipeline:
+        return None
+    return PASS_PIPELINE if pipeline.get("steps") else GPU_REPORTS
 
 
 def _public_base(state: AppState, request: Request) -> str:
@@ -165,7 +173,7 @@ async def run_ir(
         "view": view,
         "src": src,
         "source_sha": source.sha256 if source else "",
-        "has_pipeline": bool((run or {}).get("pipeline")),
+        "pipeline_label": _pipeline_label((run or {}).get("pipeline")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",
