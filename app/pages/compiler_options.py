@@ -202,4 +202,3 @@ def options_context() -> dict[str, Any]:
         for compiler in Compiler
     ]
     return {"examples": examples, "compilers": compilers, "max_options": MAX_OPTIONS}
-

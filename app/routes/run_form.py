@@ -62,8 +62,15 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         if f.kind == "checkbox":
             params[f.name] = raw is not None
             continue
-        if raw is None or raw.strip() == "":
-            continue  # the workload's default applies
+        if raw is None:
+            continue  # not on the form: the workload's default applies
+        if raw.strip() == "":
+            if f.default not in (None, ""):
+                # An emptied box is not a request for the default: say which it would be.
+                state.errors[f"params.{f.name}"] = (
+                    f"{f.name} is required; the default is {f.default}"
+                )
+            continue
         try:
             if f.kind == "integer":
                 params[f.name] = whole_number(f.name, raw)

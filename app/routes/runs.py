@@ -86,7 +86,7 @@ async def run_timeline(job_id: str, state: StateDep, dispatcher: DispatcherDep) 
     if view is None or view["timeline"] is None:
         raise MissingPart(
             f"run {job_id} has no profiler trace to show (a run has one when it was asked "
-            "for with --profile, or \"measure\": {\"profile\": true})",
+            'for with --profile, or "measure": {"profile": true})',
             "This run has no trace",
             ("Back to the run", f"/runs/{job_id}"),
         )

@@ -26,9 +26,9 @@ EMPTY_STYLE_HASH = "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"
 """The CSP hash of empty text. speedscope's styling library adds one empty <style>
 element and fills it through the CSSOM (`insertRule`), which CSP does not govern."""
 
-VIEWER_CSP = _BASE_CSP.replace(
-    "script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'"
-).replace("style-src 'self'", f"style-src 'self' {EMPTY_STYLE_HASH}")
+VIEWER_CSP = _BASE_CSP.replace("script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'").replace(
+    "style-src 'self'", f"style-src 'self' {EMPTY_STYLE_HASH}"
+)
 """The viewer's policy: it also compiles a small WebAssembly name demangler carried in its
 own script. Still no inline script or style text, no eval, no other origin."""
 

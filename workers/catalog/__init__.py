@@ -118,11 +118,22 @@ def parse_params(
         raise CatalogError(message, field) from None
     size = parsed.input_bytes()
     if size > max_bytes:
-        raise CatalogError(
-            f"params: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            "params",
-        )
+        raise CatalogError(f"params: {over_limit(size, max_bytes)}", "params")
     return parsed
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.3g} GB" if size >= 10**8 else f"{size / 1e6:.3g} MB"
+
+
+def over_limit(size: int, max_bytes: int) -> str:
+    """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
+    return (
+        f"inputs and outputs take {_gb(size)} ({size:,} bytes), over this server's limit of "
+        f"{_gb(max_bytes)} ({max_bytes:,} bytes, BOUNDARY_MAX_JOB_BYTES). Compiled for a "
+        "target without running (a target, stages compile only) the job places no array, "
+        "has no such limit, and shows whether the program fits the chip"
+    )
 
 
 def check_live_outputs(

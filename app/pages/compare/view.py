@@ -85,6 +85,16 @@ def _result(g: Guarded, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             ),
         }
     short = [s["name"] for s in (a, b) if len(s["medians"]) < MIN_RUNS]
+    waiting = a["pending"] + b["pending"]
+    if short and waiting:
+        return {
+            "ratio": None,
+            "reason": (
+                f"Waiting for {waiting} repeat{'' if waiting == 1 else 's'} to finish: a "
+                f"ratio needs at least {MIN_RUNS} finished, valid runs a side. This page "
+                "refreshes itself."
+            ),
+        }
     if short:
         return {
             "ratio": None,

@@ -160,6 +160,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                 ((run_json or {}).get("target") or {}).get("memory"),
                 run.target.model if run.target else "",
                 run.target.count if run.target else 0,
+                refused=run.target.refused if run.target else None,
             ),
         )
     return ctx
