@@ -151,7 +151,7 @@ def _bars(
     # The line's label sits at the line, on the side with room.
     anchor = "end" if line > BAR_W / 2 else "start"
     nudge = -4 if anchor == "end" else 4
-    label = el(
+    hbm_label = el(
         "text",
         f"HBM {gb(hbm)}",
         class_="axis mem-label",
@@ -161,4 +161,4 @@ def _bars(
     )
     cls = "memory-bars over" if over else "memory-bars"
     height = BAR_Y + BAR_H + 8
-    return Chart(cls, BAR_W + PAD, height, chart_id, title, [hbm_rect, *parts, limit, label])
+    return Chart(cls, BAR_W + PAD, height, chart_id, title, [hbm_rect, *parts, limit, hbm_label])
