@@ -22,6 +22,7 @@ from app.pages.runs.form import (
     param_fields,
     target_note,
     target_options,
+    wider_targets_note,
 )
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.routes.common import connected_paths, is_htmx, render
@@ -127,6 +128,7 @@ def _form_context(
         "compiler": compiler,
         "allowed_options": allowed_table(compiler) if compiler is not None else [],
         "targets": options,
+        "wider_targets": wider_targets_note(form.workload, form.path, options),
         "target_note": target_note(chosen.id, chosen.real) if chosen else None,
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],

@@ -21,7 +21,7 @@ from app.ir.view import SourceText, build_view
 from app.pages.jobs import job_public
 from app.pages.runs.profile import chrome_trace, profile_response, profile_view
 from app.pages.runs.timeline import KEYS_HELP, TraceTooLarge, timeline_urls, viewer_trace
-from app.pages.runs.views import run_context, samples_csv, shape_and_dtype
+from app.pages.runs.views import run_context, samples_csv, shape_and_dtype, variant_of
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import is_htmx, render
@@ -290,7 +290,7 @@ async def run_live(
 
 def _history_row(job: dict[str, Any]) -> dict[str, Any]:
     shape, dtype = shape_and_dtype(job)
-    return {**job, "shape": shape, "dtype": dtype}
+    return {**job, "shape": shape, "dtype": dtype, "variant": variant_of(job)}
 
 
 @page_route("/runs")

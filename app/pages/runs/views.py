@@ -31,6 +31,7 @@ from workers.protocol import (
     ProgressPhase,
     RunResult,
 )
+from workers.protocol.compiler_options import as_arguments, as_text
 
 PHASES: tuple[str, ...] = tuple(p for p in get_args(ProgressPhase) if p != "failed")
 """The steps a job goes through, in order, as the progress panel lists them."""
@@ -66,6 +67,7 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
     for option in ("mode", "samples", "cache"):
         if option in measure:
             parts += [f"--{option}", str(measure[option])]
+    parts += as_arguments(job.get("compiler_options") or {})
     if server:
         parts += ["--server", server]
     return shlex.join(parts)
@@ -73,7 +75,7 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
 
 def job_request(job: dict[str, Any]) -> str:
     """The job as the JSON a client would POST to /api/v1/jobs."""
-    keys = ("workload", "path", "target", "params", "stages", "measure")
+    keys = ("workload", "path", "target", "params", "stages", "measure", "compiler_options")
     body = {k: job[k] for k in keys if job.get(k) is not None}
     return json.dumps(body, indent=2)
 
@@ -181,6 +183,26 @@ def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
     ]
     dtype = params.get("dtype")
     return (" ".join(sizes) or None), (str(dtype) if dtype else None)
+
+
+def variant_of(job: dict[str, Any]) -> str | None:
+    """What else sets two runs of one shape apart in /runs: a scale workload's sharding
+    ("sharding=custom a_spec=x,- b_spec=-,x out_spec=-,x mesh=8") and the compiler
+    options the job set."""
+    params = job.get("params") or {}
+    words = []
+    if "sharding" in params:
+        keys = ["sharding", "mesh", "axes"]
+        if params.get("sharding") == "custom":
+            keys += ["a_spec", "b_spec", "out_spec"]
+        words += [f"{k}={params[k]}" for k in keys if params.get(k) not in (None, "")]
+    for key in ("kind", "over"):  # a collective's own choice
+        if key in params and job.get("workload") == "collective":
+            words.append(f"{key}={params[key]}")
+    options = job.get("compiler_options")
+    if options:
+        words.append(as_text(options))
+    return " ".join(words) or None
 
 
 def samples_csv(job: dict[str, Any]) -> str:
