@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.placement import placement_view
-from app.pages.runs.plots import format_seconds, samples_svg
+from app.pages.runs.plots import NARROW_W, format_seconds, samples_svg
 from app.pages.runs.profile import profile_view
 from app.pages.runs.roofline import roofline_view
 from app.pages.runs.sweep_plot import sweep_view
@@ -98,6 +98,9 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "wide": bool(stats and stats.wide_spread),
         "stopped_because": m.stopped_because,
         "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
+        "narrow_chart": (
+            samples_svg(m, title_id=f"samples-{index}-narrow", width=NARROW_W) if valid else None
+        ),
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
 
