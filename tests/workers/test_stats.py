@@ -37,7 +37,7 @@ def test_fixed_count_stops_at_exactly_n() -> None:
         if stopper.done(samples, now=0.1):
             break
     assert len(samples) == 7
-    assert stopper.reason == "took the 7 samples asked for"
+    assert stopper.reason == "it took the 7 samples asked for"
 
 
 def test_a_thousand_samples_are_allowed() -> None:
@@ -64,14 +64,14 @@ def test_auto_stops_at_the_sample_cap_when_noisy() -> None:
         if stopper.done(samples, now=0.0):
             break
     assert len(samples) == 40
-    assert stopper.reason == "reached the cap of 40 samples"
+    assert stopper.reason == "it reached the cap of 40 samples"
 
 
 def test_the_time_cap_stops_either_kind() -> None:
     auto = Stopper(MeasureOptions(samples="auto", max_seconds=2.0), start=10.0)
     assert not auto.done([1.0, 3.0], now=11.0)
     assert auto.done([1.0, 3.0, 1.0], now=12.5)
-    assert auto.reason == "reached the time cap of 2 s after 3"
+    assert auto.reason == "it reached the time cap of 2 s after 3"
     fixed = Stopper(MeasureOptions(samples=100, max_seconds=1.0), start=0.0)
     assert fixed.done([1.0], now=1.5)
-    assert fixed.reason == "reached the time cap of 1 s after 1 of 100"
+    assert fixed.reason == "it reached the time cap of 1 s after 1 of 100"

@@ -67,14 +67,16 @@ class Stopper:
         count = len(samples)
         if count >= self.cap:
             self.reason = (
-                f"took the {count} samples asked for"
+                f"it took the {count} samples asked for"
                 if self.target is not None
-                else f"reached the cap of {count} samples"
+                else f"it reached the cap of {count} samples"
             )
             return True
         if now >= self.deadline:
             wanted = f" of {self.target}" if self.target is not None else ""
-            self.reason = f"reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
+            self.reason = (
+                f"it reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
+            )
             return True
         if self.target is None and count >= self.next_check:
             # Sorting every sample would cost more than the samples on fast workloads, so
@@ -83,7 +85,8 @@ class Stopper:
             spread = relative_iqr(samples)
             if spread < self.threshold:
                 self.reason = (
-                    f"IQR/median {spread:.3f} fell below {self.threshold:g} after {count} samples"
+                    f"its IQR/median {spread:.3f} fell below {self.threshold:g} after {count} "
+                    "samples"
                 )
                 return True
         return False
