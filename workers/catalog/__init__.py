@@ -122,17 +122,21 @@ def parse_params(
     return parsed
 
 
-def _gb(size: int) -> str:
-    return f"{size / 1e9:.3g} GB" if size >= 10**8 else f"{size / 1e6:.3g} MB"
+def _size(size: int) -> str:
+    """Bytes in decimal units with the exact count: "3.22 GB (3,221,225,472 bytes)"."""
+    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit} ({size:,} bytes)"
+    return f"{size:,} bytes"
 
 
 def over_limit(size: int, max_bytes: int) -> str:
     """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
     return (
-        f"inputs and outputs take {_gb(size)} ({size:,} bytes), over this server's limit of "
-        f"{_gb(max_bytes)} ({max_bytes:,} bytes, BOUNDARY_MAX_JOB_BYTES). Compiled for a "
-        "target without running (a target, stages compile only) the job places no array, "
-        "has no such limit, and shows whether the program fits the chip"
+        f"inputs and outputs take {_size(size)}, over this server's limit of "
+        f"{_size(max_bytes)}, set by BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running "
+        "(a target, stages compile only) the job places no array, has no such limit, and "
+        "shows whether the program fits the chip"
     )
 
 
