@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from typing import Any
 
@@ -18,7 +19,7 @@ from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
-from workers.protocol import FINAL_STATUSES, JobStatus
+from workers.protocol import FINAL_STATUSES, JobStatus, hlo
 
 CSV_COLUMNS = (
     "matrix",
@@ -114,6 +115,18 @@ def group_size(collective: dict[str, Any]) -> str:
     iota = _IOTA.match(groups)  # [2,4]<=[8]: 2 groups of 4
     if iota is not None:
         return f"groups of {iota.group(2)}"
+    mesh = hlo.MESH_GROUPS.match(groups)  # mesh['x'=2,'y'=4] {'y'}: groups of 4
+    if mesh is not None:
+        sizes = {}
+        for part in mesh[1].split(","):
+            axis = hlo.MESH_AXIS.match(part.strip())
+            if axis is None:
+                return "groups not stated"
+            sizes[axis[1]] = int(axis[2])
+        chosen = [name.strip().strip("'") for name in mesh[2].split(",") if name.strip()]
+        if not chosen or any(name not in sizes for name in chosen):
+            return "groups not stated"
+        return f"groups of {math.prod(sizes[name] for name in chosen)}"
     first = groups.split("},{", maxsplit=1)[0].strip("{} ")
     return f"groups of {len(first.split(','))}" if first else "groups not stated"
 

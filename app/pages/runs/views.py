@@ -171,14 +171,21 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
     return ctx
 
 
-def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
-    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
-    with the workload's defaults filled in for what the submission left out."""
+def filled_params(job: dict[str, Any]) -> dict[str, Any]:
+    """A job's parameters with its workload's defaults filled in (as submitted when they
+    do not validate)."""
     params: dict[str, Any] = dict(job.get("params") or {})
     cls = WORKLOADS.get(job.get("workload", ""))
     if cls is not None:
         with contextlib.suppress(ValidationError):  # else shown as submitted
             params = cls.model_validate(params).model_dump(mode="json", by_alias=True)
+    return params
+
+
+def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
+    with the workload's defaults filled in for what the submission left out."""
+    params = filled_params(job)
     sizes = [
         f"{k}={v}"
         for k, v in sorted(params.items())
@@ -192,10 +199,10 @@ def variant_of(job: dict[str, Any]) -> str | None:
     """What else sets two runs of one shape apart in /runs: a scale workload's sharding
     ("sharding=custom a_spec=x,- b_spec=-,x out_spec=-,x mesh=8") and the compiler
     options the job set."""
-    params = job.get("params") or {}
+    params = filled_params(job)
     words = []
     if "sharding" in params:
-        keys = ["sharding", "mesh", "axes"]
+        keys = ["sharding", "devices", "mesh", "axes"]
         if params.get("sharding") == "custom":
             keys += ["a_spec", "b_spec", "out_spec"]
         words += [f"{k}={params[k]}" for k in keys if params.get(k) not in (None, "")]
