@@ -74,9 +74,7 @@ class Stopper:
             return True
         if now >= self.deadline:
             wanted = f" of {self.target}" if self.target is not None else ""
-            self.reason = (
-                f"it reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
-            )
+            self.reason = f"it reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
             return True
         if self.target is None and count >= self.next_check:
             # Sorting every sample would cost more than the samples on fast workloads, so
