@@ -294,7 +294,7 @@ def _the_pass_list_shows_changed_steps_only(page: Page, site: Site) -> None:
 
 def _the_run_says_why_sampling_stopped_in_words(page: Page, site: Site) -> None:
     page.goto(f"{site.url}/runs/{site.runs['done']}")
-    expect(page.locator("main")).to_contain_text("Sampling stopped because it took the 12 samples")
+    expect(page.locator("main")).to_contain_text("Sampling stopped: took the 12 samples asked for")
 
 
 def _the_landing_page_offers_the_tour(page: Page, site: Site) -> None:

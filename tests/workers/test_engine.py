@@ -89,7 +89,7 @@ def test_auto_sampling_records_why_it_stopped(job: Callable[..., JobSpec]) -> No
     assert m.stopped_because.endswith(f"after {len(m.samples_s)} samples")
     capped = run_job(job("elementwise", samples="auto", auto_rel_iqr=1e-9, auto_max_samples=25))
     assert len(capped.measurements[0].samples_s) == 25
-    assert capped.measurements[0].stopped_because == "it reached the cap of 25 samples"
+    assert capped.measurements[0].stopped_because == "reached the cap of 25 samples"
 
 
 def test_perturbed_output_fails_and_hides_the_speed(job: Callable[..., JobSpec]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workers.catalog import WORKLOADS
-from workers.protocol import BoundaryId, Mode, PathId
+from workers.protocol import MAIN_BOUNDARY, Mode, PathId
 from workers.protocol.compiler_options import NONE, as_text
 
 IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
@@ -21,12 +21,6 @@ UNCONTROLLED_MEASURE: frozenset[str] = frozenset(
     {"samples", "max_seconds", "auto_max_samples", "auto_rel_iqr", "warmup"}
 )
 """How long sampling goes on changes the precision of a median, not what it measures."""
-MODE_BOUNDARY: dict[str, str] = {
-    Mode.LATENCY.value: BoundaryId.HOST_SYNC.value,
-    Mode.THROUGHPUT.value: BoundaryId.HOST_THROUGHPUT.value,
-    Mode.APPLICATION.value: BoundaryId.APPLICATION.value,
-    Mode.DISPATCH.value: BoundaryId.HOST_DISPATCH.value,
-}
 OPTIONS = "compiler options"
 """The controlled variable that may also be the experiment: XLA options of the compile."""
 
@@ -94,7 +88,8 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
         label(m["boundary"], m.get("subject")) for m in measurements if "boundary" in m
     )
     rates = run.get("rates") or {}
-    default = rates.get("boundary") or MODE_BOUNDARY.get(mode)
+    main = MAIN_BOUNDARY.get(Mode(mode)) if mode in set(Mode) else None
+    default = rates.get("boundary") or (main.value if main is not None else None)
     path = str(job.get("path"))
     # `kernel` picks a hand-written CUDA kernel; on a JAX path it means nothing: XLA chose.
     implementation = [
