@@ -60,15 +60,20 @@ _PLAIN: dict[str, str] = {
 """Pydantic's error types, said in plain words after the field's name ("m must be at least 1")."""
 
 
-_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
-"""The pattern of a name (a parameter, an axis): said in words, not as a regex."""
+_PATTERN_WORDS: dict[str, str] = {
+    "^[A-Za-z_][A-Za-z0-9_]*$": "must be letters, digits and _, not starting with a digit",
+    "^[0-9a-f]{64}$": "must be a SHA-256: 64 lowercase hexadecimal digits",
+}
+"""Patterns the checks use (a name, a stored file's digest), said in words rather than as
+a regular expression; any other reads "is not in the form it takes"."""
 
 
 def _plain(err: Any, loc: str) -> str:
     template = _PLAIN.get(err["type"])
     ctx = err.get("ctx") or {}
-    if err["type"] == "string_pattern_mismatch" and ctx.get("pattern") == _NAME_PATTERN:
-        template = "must be letters, digits and _, not starting with a digit"
+    pattern = ctx.get("pattern") if err["type"] == "string_pattern_mismatch" else None
+    if pattern is not None and pattern in _PATTERN_WORDS:
+        template = _PATTERN_WORDS[pattern]
     elif err["type"] == "too_short" and ctx.get("min_length") == 1:
         template = "must not be empty"
     if template is None:

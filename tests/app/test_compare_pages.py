@@ -331,6 +331,9 @@ async def test_the_decision_record_round_trips(
         if isinstance(value, str):
             assert value in md, name
     assert "Recorded 20" in md
+    # Calls an hour in whole calls with separators, never "1.24183e+06".
+    row = next(line for line in md.splitlines() if line.startswith("| A |"))
+    assert f"{side_a.calls_per_hour:,.0f}" in row and "e+" not in row
     for key, value in record.controlled.items():
         assert f"{key}: {value}" in md
     for run in record.runs:

@@ -305,7 +305,22 @@ def _the_landing_page_offers_the_tour(page: Page, site: Site) -> None:
     expect(page.get_by_role("button", name="Copy the snippet")).to_be_visible()
 
 
+def _the_source_pane_is_half_the_view_and_wraps(page: Page, site: Site) -> None:
+    page.goto(f"{site.url}/runs/{site.runs['done']}/ir/hlo")
+    source = page.locator(".ir-source")
+    expect(source).to_be_visible()
+    pane, whole = source.bounding_box(), page.locator(".ir-panes").bounding_box()
+    assert pane is not None and whole is not None
+    assert pane["width"] >= 0.45 * whole["width"], (pane, whole)  # it was 2 parts in 5
+    page.get_by_label("Wrap long lines").check()
+    code = page.locator(".ir-source .sl code").first
+    assert code.evaluate("e => getComputedStyle(e).whiteSpace") == "pre-wrap"
+    scroll = page.locator(".ir-source .ir-scroll")
+    assert scroll.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the source does not wrap"
+
+
 FIXED: dict[str, Callable[[Page, Site], None]] = {
+    "source-pane": _the_source_pane_is_half_the_view_and_wraps,
     "decision-record": _target_comparison_has_no_decision_record,
     "launch-order": _gpu_run_shows_its_launch_order,
     "options-compared": _options_are_the_one_variable,
