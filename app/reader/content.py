@@ -73,8 +73,10 @@ def _check_job(card: Card, card_file: Path) -> None:
     has both examples, the second one a Pallas kernel."""
     if card.job is None or card.pallas is None:
         if card.path in CARD_JOB_PATHS:
-            missing = "job" if card.job is None else "pallas"
-            raise ContentError(f"{card_file}: field {missing}: a {card.path.value} card names it")
+            missing, what = ("job", "job") if card.job is None else ("pallas", "Pallas example")
+            raise ContentError(
+                f"{card_file}: field {missing}: a {card.path.value} card names its {what}"
+            )
         return
     for field, job in (("job", card.job), ("pallas.job", card.pallas.job)):
         _check_one(field, job, card, card_file)

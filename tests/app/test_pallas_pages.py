@@ -93,8 +93,8 @@ async def test_each_kernel_pass_is_a_step_with_its_diff_and_source_links(
     assert "Each Pallas kernel's own passes" in overview and "boundary_matmul" in overview
     base = f"/runs/{job}/pipeline/kernels/boundary_matmul"
     page = (await bench_client.get(base)).text
-    assert '<h3 class="pipeline-name">mosaic</h3>' in page
-    assert '<h3 class="pipeline-name">llo</h3>' in page
+    assert '<p class="pipeline-name"><strong>mosaic</strong></p>' in page
+    assert '<p class="pipeline-name"><strong>llo</strong></p>' in page
     step = re.search(r'href="[^"]+\?step=(\d+)#diff">(post-apply-vector-layout[^<]*)<', page)
     assert step is not None, "a Mosaic pass that changed the kernel links to its diff"
     diff = await bench_client.get(f"{base}?step={step.group(1)}")

@@ -133,7 +133,7 @@ def test_each_pass_of_the_tpu_kernel_is_a_step_with_its_diff(
     page.goto(f"{url}/runs/{job}/pipeline")
     page.get_by_role("link", name="boundary_matmul", exact=True).click()
     expect(page.locator("h1")).to_contain_text("Passes of the Pallas kernel")
-    expect(page.locator("h3.pipeline-name").first).to_have_text("mosaic")
+    expect(page.locator(".pipeline-name").first).to_have_text("mosaic")
     page.get_by_role("link", name=re.compile(r"^post-apply-vector-layout$")).first.click()
     expect(page.locator("#diff-h")).to_contain_text("post-apply-vector-layout")
     expect(page.locator(".pipeline-diff .d-add").first).to_be_visible()

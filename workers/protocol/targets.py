@@ -227,3 +227,8 @@ class TargetReport(OpenModel):
         description="How the bundles (TPU) or Mosaic GPU's PTX were dumped: a separate, "
         "untimed compile, and what it cost.",
     )
+    refused: str | None = Field(
+        default=None,
+        description="The compiler's own refusal of a program too big for the chip (libtpu "
+        "refuses what XLA:GPU compiles): the run then shows the misfit and has no optimized HLO.",
+    )

@@ -21,6 +21,7 @@ from workers.catalog.kernels import KernelChoice, kernel_record, public_params
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, Work
@@ -40,14 +41,16 @@ from workers.protocol import (
     TargetMemory,
     TargetReport,
 )
+from workers.protocol.compiler_options import as_text
 from workers.run.base import PathUnavailable, Progress, emitter
-from workers.run.kernel_dumps import Lowered, dump_artifacts
+from workers.run.kernel_dumps import KernelArtifacts, Lowered, dump_artifacts
 from workers.run.stages import single_device_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
 from workers.workloads import get_workload
 from workers.workloads.base import function_for
 from workers.xla_targets.dump_child import placement_of
+from workers.xla_targets.misfit import Misfit, hbm_misfit
 from workers.xla_targets.topology import compiler_of, target_devices
 
 DEVICELESS_WARNING = (
@@ -74,6 +77,11 @@ TPU_ESTIMATES_NOTE = (
 GPU_COUNTS_NOTE = (
     "cost_analysis() gives nothing for a GPU compile without the device: the FLOP and "
     "byte counts are the catalog's analytic ones."
+)
+MISFIT_NOTE = (
+    "memory: the compiler refused the program, so memory_analysis() has nothing to read; "
+    "the temporaries are the figure in its refusal (it writes G for 2^30 bytes), a lower "
+    "bound of what one device needs"
 )
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
 
@@ -120,6 +128,20 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             argument_bytes=argument, output_bytes=output, temp_bytes=temp, peak_bytes=peak
         )
     return analysis, memory, note
+
+
+def misfit_memory(misfit: Misfit, target: Target) -> TargetMemory:
+    """What a refused program's device needs, as far as the refusal says: its temporaries."""
+    chip = target.chip
+    temp = misfit.temp_bytes
+    return TargetMemory(
+        peak_bytes=temp,
+        temp_bytes=temp,
+        hbm_bytes=chip.hbm_bytes,
+        hbm_label=chip.hbm_label,
+        source=chip.source,
+        fraction=temp / chip.hbm_bytes if temp is not None else None,
+    )
 
 
 def refuse_execution(job: JobSpec, target: Target) -> str | None:
@@ -215,38 +237,45 @@ def run_deviceless(
         staged = trace_and_lower(jitted, abstract, emit)
     traced, lowered = staged.traced, staged.lowered
     t0 = clock()
+    misfit: Misfit | None = None
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=compile_options(job))
     except Exception as exc:
-        # libtpu refuses a program whose temporaries pass the chip's HBM (or a kernel whose
-        # blocks pass its VMEM): the answer to "does it fit?", said plainly, not a crash.
-        refuse_resources(exc, target)
-        raise
+        # libtpu refuses a program whose temporaries pass the chip's HBM: that is the
+        # answer to "does it fit?", a finished run that shows it, as on a GPU target. A
+        # Pallas kernel whose blocks pass the scoped VMEM is refused in the compiler's words.
+        misfit = hbm_misfit(exc)
+        if misfit is None:
+            refuse_resources(exc, target)
+            raise
+        compiled = None
     compile_s = clock() - t0
     claim_architecture(choice)
     emit("compiled", message=f"for {target.id}, without the hardware")
-    hlo = compiled.as_text()
+    hlo = compiled.as_text() if compiled is not None else None
     artifacts = Artifacts(
         jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
         stablehlo=lowered.as_text(debug_info=True),
         hlo=hlo,
     )
-    gpu = target.platform is Platform.GPU
+    gpu = target.platform is Platform.GPU and compiled is not None
     notes: list[str] = []
     # Below the HLO: PTX and SASS, bundles, the kernels' own IR; none of it timed.
     program = Lowered(
         jitted,
         abstract,
         lowered,
-        placement_of(target.id, mesh, devices[0]),
+        placement_of(target.id, mesh, devices[0], job.compiler_options),
         mesh,
         devices[0],
         choice,
     )
-    kernels = dump_artifacts(
-        program, target, passes=job.measure.pipeline, max_bytes=max_bytes_from_env()
-    )
-    emit("compiled", message="machine code dumped")
+    kernels = KernelArtifacts()  # a program the compiler refused has no machine code
+    if compiled is not None:
+        kernels = dump_artifacts(
+            program, target, passes=job.measure.pipeline, max_bytes=max_bytes_from_env()
+        )
+        emit("compiled", message="machine code dumped")
     for name in ("ptx", "sass", "mosaic", "bundles", "triton", "mosaic_gpu"):
         setattr(artifacts, name, getattr(kernels, name))
     unreported: dict[str, float] = dict(kernels.seconds)
@@ -257,14 +286,23 @@ def run_deviceless(
         )
         notes.append(GPU_COUNTS_NOTE)
         cost = None
-    else:
+    elif compiled is not None:
         timing = COMPILE_TIMING.format(
             extra="the bundles come from one more compile, in a child process, not counted"
         )
         notes.append(TPU_ESTIMATES_NOTE)
         cost = compiled_costs(compiled)
-    analysis, memory, memory_note = memory_of(compiled, target)
+    else:
+        timing = COMPILE_TIMING.format(extra="it ended in the compiler's refusal")
+        cost = None
+    if compiled is not None:
+        analysis, memory, memory_note = memory_of(compiled, target)
+    else:
+        assert misfit is not None
+        analysis, memory, memory_note = None, misfit_memory(misfit, target), MISFIT_NOTE
     notes.append(memory_note)
+    if job.compiler_options:
+        notes.append(f"compiled with {as_text(job.compiler_options)}")
     name, version = compiler_of(target)
     report = TargetReport(
         id=target.id,
@@ -279,16 +317,24 @@ def run_deviceless(
         notes=notes + kernels.notes,
         kernels=kernels.schedules,
         dump=kernels.dump,
+        refused=misfit.message if misfit is not None else None,
     )
     warnings = [DEVICELESS_WARNING.format(id=target.id, count=target.count, name=target.chip.name)]
+    if misfit is not None:
+        remedy = "smaller shapes" if scaled is None else "a larger slice, or smaller shapes"
+        warnings.append(
+            f"Does not fit: {target.compiler_phrase()} refused to compile for {target.id}: "
+            f"{misfit.message} The run shows the compiler's own figures and has no optimized "
+            f"HLO; {remedy} would fit."
+        )
     if gpu:
         warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
     if job.measure.cache is not CachePolicy.COLD:
         warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
     pipeline = PipelineCapture(files=reports) if gpu and reports else None
-    if job.measure.pipeline:  # its own compile with the per-pass dump, after the timed one
+    if job.measure.pipeline and compiled is not None:  # its own compile, with the per-pass dump
         t0 = clock()
-        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        pipeline = capture_pipeline(lowered, max_bytes_from_env(), job.compiler_options)
         unreported["pipeline_compile"] = clock() - t0
     host = devices_by_platform().get("cpu") or jax.devices()
     environment = detect_environment(host[0], CachePolicy.COLD, None, list(host))
@@ -317,7 +363,7 @@ def run_deviceless(
         kernel_resources=kernels.resources,
         kernel_pipelines=kernels.pipelines,
     )
-    if scaled is not None:
+    if scaled is not None and compiled is not None:
         t0 = clock()
         measured.placement = placement_report(scaled, compiled, hlo)
         unreported["placement_report"] = clock() - t0

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.catalog.kernels import KernelChoice
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import read_reports
 from workers.pallas.lowering import lowering_for
 from workers.protocol import KernelResources, KernelSchedule, PipelineCapture, Target
@@ -111,17 +112,16 @@ def gpu_artifacts(program: Lowered, *, passes: bool, max_bytes: int) -> KernelAr
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
         # The fusion pass writes its decisions only when its own pass is dumped.
-        options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
-        program.lowered.compile(compiler_options=options)
+        dump = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
+        program.lowered.compile(compiler_options=compile_options(program.place.options, dump))
         modules = ptx_modules(Path(folder))
         out.reports = read_reports(Path(folder), max_bytes)
     out.seconds["dump_compile"] = time.perf_counter() - t0
     if passes and decoded.triton:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="boundary-triton-dump-") as folder:
-            program.lowered.compile(
-                compiler_options={"xla_dump_to": folder, "xla_dump_emitter_re": ".*"}
-            )
+            dump = {"xla_dump_to": folder, "xla_dump_emitter_re": ".*"}
+            program.lowered.compile(compiler_options=compile_options(program.place.options, dump))
             found = read_triton_passes(Path(folder))
         spent = time.perf_counter() - t0
         for name, steps in found.items():

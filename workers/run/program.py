@@ -23,6 +23,7 @@ from workers.compiler.compile_cache import (
     events_between,
 )
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.measure.publish import Work
 from workers.pallas.lowering import claim_architecture, lowering_for
@@ -113,7 +114,7 @@ def compile_program(
     with lowering_for(choice, scaled.mesh if scaled is not None else None, devices[0]):
         staged = trace_and_lower(jitted, abstract, emit)
     t0 = clock()
-    compiled = staged.lowered.compile()
+    compiled = staged.lowered.compile(compiler_options=compile_options(job))
     compile_s = clock() - t0
     claim_architecture(choice)
     cache_events = events_between(before, cache_counts())
@@ -132,7 +133,7 @@ def compile_program(
     artifacts_s = clock() - t0
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
-        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env())
+        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env(), job.compiler_options)
         emit("compiled", message="pass pipeline captured")
     return Program(
         compiled=compiled,

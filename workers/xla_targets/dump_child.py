@@ -22,12 +22,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from workers.compiler.jaxenv import jax_environment
+from workers.protocol.compiler_options import OptionValue
 
 TIMEOUT_S = 300.0
 
@@ -43,20 +44,26 @@ class ChildCompile:
 @dataclass(frozen=True)
 class Placement:
     """Where the program was lowered: the target, the mesh's device ids in order, its shape
-    and axis names (so the export's shardings mean the same devices in the child)."""
+    and axis names (so the export's shardings mean the same devices in the child); and the
+    job's compiler options, which every compile of its program takes, the child's too."""
 
     target: str
     device_ids: tuple[int, ...]
     mesh_shape: tuple[int, ...]
     axis_names: tuple[str, ...]
+    options: Mapping[str, OptionValue] = field(default_factory=dict)
 
 
-def placement_of(target: str, mesh: Any | None, device: Any) -> Placement:
-    """The placement of a program lowered over `mesh` (a scale workload) or one `device`."""
+def placement_of(
+    target: str, mesh: Any | None, device: Any, options: Mapping[str, OptionValue] | None = None
+) -> Placement:
+    """The placement of a program lowered over `mesh` (a scale workload) or one `device`,
+    compiled with `options`."""
+    own = dict(options or {})
     if mesh is None:
-        return Placement(target, (int(device.id),), (1,), ("device",))
+        return Placement(target, (int(device.id),), (1,), ("device",), own)
     ids = tuple(int(d.id) for d in mesh.devices.flat)
-    return Placement(target, ids, tuple(mesh.devices.shape), tuple(mesh.axis_names))
+    return Placement(target, ids, tuple(mesh.devices.shape), tuple(mesh.axis_names), own)
 
 
 def export_program(jitted: Any, abstract: list[Any], platform: str) -> bytes:
@@ -86,6 +93,7 @@ def compile_in_child(
                 "device_ids": list(place.device_ids),
                 "mesh_shape": list(place.mesh_shape),
                 "axis_names": list(place.axis_names),
+                "options": dict(place.options),
             }
         )
     )
@@ -143,7 +151,7 @@ def _child(folder: Path) -> None:
     with jax.set_mesh(mesh):
         lowered = jax.jit(exported.call).lower(*args)
     t0 = time.perf_counter()
-    lowered.compile()
+    lowered.compile(compiler_options=job.get("options") or None)
     print(f"compile_s={time.perf_counter() - t0:.4f}", flush=True)
 
 
