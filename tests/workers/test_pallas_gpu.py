@@ -77,3 +77,53 @@ def test_a_mosaic_gpu_matmul_runs_on_the_gpu_it_was_built_for(tmp_path: Path) ->
     timed(run)
     assert "mosaic_gpu_v2" in (run.artifacts.hlo or "")
     assert run.artifacts.mosaic_gpu
+
+
+def compared(run: RunResult, name: str) -> Any:
+    """A finished run as the comparison pages read it (the job JSON's fields they use)."""
+    from app.pages.compare.facts import run_facts
+
+    job = run.job
+    return run_facts(
+        {
+            "id": name,
+            "status": "done",
+            "workload": job.workload,
+            "path": job.path.value,
+            "stages": [s.value for s in job.stages],
+            "run": run.model_dump(mode="json"),
+        }
+    )
+
+
+def test_xla_against_pallas_is_one_experiment_naming_the_kernel_and_its_blocks(
+    tmp_path: Path,
+) -> None:
+    """Two executed runs on one GPU, the kernel the only change: a ratio may be printed, and
+    the implementation a decision record states for the Pallas side is its compiler and
+    every block size it used."""
+    from app.pages.compare.guard import guard
+
+    params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bfloat16"}
+    pallas = executed("matmul", params, tmp_path)
+    xla = run_job(
+        JobSpec.model_validate(
+            {
+                "workload": "matmul",
+                "path": "jax-gpu",
+                "params": {**params, "kernel": "xla"},
+                "stages": ["compile", "execute"],
+                "measure": {"samples": 10},
+            }
+        ),
+        cache_dir=tmp_path,
+    )
+    timed(pallas)
+    verdict = guard([compared(xla, "a")], [compared(pallas, "b")])
+    assert verdict.comparable, (verdict.problems, verdict.mismatches)
+    [(variable, side_a, side_b)] = verdict.experimental
+    blocks = pallas.extra["kernel"]["blocks"]
+    assert variable == "implementation" and side_a.startswith("XLA")
+    assert side_b.startswith("Pallas (triton), ")
+    for name in ("block_m", "block_n", "block_k"):
+        assert f"{name}={blocks[name]}" in side_b
