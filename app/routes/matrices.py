@@ -25,7 +25,7 @@ from app.queue.admission import Admission
 from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, render
-from app.routes.forms import FormValueError, sample_count
+from app.routes.forms import FormValueError, sample_count, typed_value
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic, inline_schema
 from app.settings import Settings
@@ -33,7 +33,6 @@ from app.store import now
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
-from workers.catalog.values import parse_value
 from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
@@ -153,14 +152,14 @@ def _assignments(text: str, field: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"{field}: {item[:30]!r} is not key=value")
-        out[key] = parse_value(value)
+        out[key] = typed_value(f"{field}: {key[:30]}", value)
     return out
 
 
 def _values(name: str, text: str, field: str) -> list[Any]:
     if name == SHAPE:
         return [_assignments(item, field) for item in _SPLIT_SHAPES.split(text) if item.strip()]
-    return [parse_value(item.strip()) for item in _SPLIT_SCALARS.split(text) if item.strip()]
+    return [typed_value(field, item) for item in _SPLIT_SCALARS.split(text) if item.strip()]
 
 
 def read_matrix_form(
@@ -187,10 +186,13 @@ def read_matrix_form(
         errors["axis.values"] = str(exc)
     column_name = form.get("columns.name", "").strip()
     if column_name:
-        body["columns"] = {
-            "name": column_name,
-            "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
-        }
+        try:
+            body["columns"] = {
+                "name": column_name,
+                "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
+            }
+        except ValueError as exc:
+            errors["columns.values"] = str(exc)
     body["measure"] = {
         "mode": form.get("mode", Mode.LATENCY.value),
         "cache": form.get("cache", CachePolicy.COLD.value),

@@ -16,6 +16,8 @@ from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
 MAX_SHAPES = 512
 MAX_SIZE = 8192
 BUCKETING = re.compile(r"^(none|pow2|multiple:([1-9][0-9]{0,3}))$")
+DIGITS = re.compile(r"[0-9]{1,6}")
+"""A size typed as text: ASCII digits only ('²'.isdigit() is true, and int('²') fails)."""
 
 
 class SweepOp(StrEnum):
@@ -78,7 +80,7 @@ class ShapeSweepParams(WorkloadParams):
             parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
             if not parts:
                 return None
-            if not all(p.isdigit() for p in parts):
+            if not all(DIGITS.fullmatch(p) for p in parts):
                 raise ValueError("give whole numbers separated by commas, e.g. 3,5,8")
             value = [int(p) for p in parts]
         if isinstance(value, list):
