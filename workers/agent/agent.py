@@ -36,7 +36,7 @@ from workers.agent.link import (
 )
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
-from workers.files import FileCache
+from workers.files import FileCache, job_files
 
 log = logging.getLogger("boundary.worker")
 
@@ -268,11 +268,26 @@ class Agent:
         forwarder: ProgressForwarder,
         cancelled: asyncio.Event,
     ) -> dict[str, Any] | None:
-        job_id = grant["job_id"]
+        # Pin every file the job names for its whole run, before fetching what is
+        # missing: no other job or worker sharing the folder can evict one meanwhile.
         files = self._files()
-        missing = await self.link.fetch_files(grant["spec"], files)
-        if missing is not None:
-            return {"failure": {"reason": missing}}
+        with contextlib.ExitStack() as pins:
+            for sha in job_files(grant["spec"]).values():
+                pins.enter_context(files.pinned(sha))
+            missing = await self.link.fetch_files(grant["spec"], files)
+            if missing is not None:
+                return {"failure": {"reason": missing}}
+            return await self._run_fetched(grant, devices, forwarder, cancelled, files)
+
+    async def _run_fetched(
+        self,
+        grant: dict[str, Any],
+        devices: int,
+        forwarder: ProgressForwarder,
+        cancelled: asyncio.Event,
+        files: FileCache,
+    ) -> dict[str, Any] | None:
+        job_id = grant["job_id"]
         request = {
             "job": grant["spec"],
             "cache_dir": str(self.config.cache_dir) if self.config.cache_dir else None,
