@@ -69,8 +69,7 @@ def test_a_size_that_overflows_names_its_dimension() -> None:
     member = npy(header("<f4", (2**32, 2**32)))
     message = refused(archive([("arg0.npy", member)]), cap=2**80)
     assert message == (
-        "arg0: dimension 1 (4,294,967,296) makes the array's size overflow "
-        "(over 2**63 - 1 bytes)"
+        "arg0: dimension 1 (4,294,967,296) makes the array's size overflow (over 2**63 - 1 bytes)"
     )
 
 
