@@ -14,9 +14,10 @@ from typing import IO, Any
 from app.store import Store
 from workers.catalog import WORKLOADS
 from workers.catalog.exported import EXPORT_MEDIA_TYPE, JAX_PLATFORM, NPZ_MEDIA_TYPE
-from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
+from workers.catalog.jaxexport import ITEMSIZE, ArtifactError, ExportHeader, read_header
 from workers.catalog.npz import ArrayInfo, NpzError, read_npz
-from workers.protocol import JobSpec
+from workers.catalog.peak import dense_peak, refusal
+from workers.protocol import JobSpec, Mode, StageId
 
 KINDS: dict[str, str] = {"exported": EXPORT_MEDIA_TYPE, "npz": NPZ_MEDIA_TYPE}
 """Upload kinds and the media type each is stored under."""
@@ -134,11 +135,13 @@ def _artifact_problems(
             )
         ]
     try:
-        size = sum(aval.nbytes() for aval in (*header.in_avals, *header.out_avals))
+        inputs = sum(aval.nbytes() for aval in header.in_avals)
+        output = sum(aval.nbytes() for aval in header.out_avals)
     except ArtifactError as exc:
         return [(field, str(exc))]
-    if size > max_job_bytes:
-        return [
-            (field, f"inputs and outputs take {size:,} bytes, over the limit of {max_job_bytes:,}")
-        ]
+    itemsize = ITEMSIZE.get(header.out_avals[0].dtype, 4)
+    alive = spec.measure.calls_per_sample if spec.measure.mode is Mode.THROUGHPUT else 1
+    problem = refusal(dense_peak(inputs, output, itemsize, alive), max_job_bytes)
+    if problem is not None and StageId.EXECUTE in spec.stages:
+        return [(field, problem.removeprefix("params: "))]
     return []

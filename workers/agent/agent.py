@@ -34,6 +34,7 @@ from workers.agent.link import (
     cap_artifacts,
     detail,
 )
+from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
 from workers.files import FileCache, job_files
@@ -59,6 +60,8 @@ class AgentConfig:
     max_job_bytes: int | None = None
     files_dir: Path | None = None
     """Where fetched files (exported functions, .npz) are kept; beside cache_dir if unset."""
+    memory: MemoryPolicy | None = None
+    """How runners' memory is bounded (workers.agent.memory); None: not at all."""
 
 
 class Agent:
@@ -297,8 +300,9 @@ class Agent:
         runner: Runner | None = None
         try:
             runner = await self.pool.get(devices)
+            memory = self.config.memory
             work = asyncio.create_task(
-                runner.run(request, float(grant["timeout_s"]), forwarder.add)
+                runner.run(request, float(grant["timeout_s"]), forwarder.add, memory)
             )
             stop = asyncio.create_task(cancelled.wait())
             abort = asyncio.create_task(self.stop.abort.wait())
@@ -320,6 +324,13 @@ class Agent:
                     log.info("job %s abandoned: the server cancelled it or its lease", job_id)
                 return None
             outcome: Outcome = work.result()
+            if outcome.replace or (memory is not None and runner.keeps_too_much(memory)):
+                # Over its memory limit, or holding too much after giving back what it
+                # could: the next job gets a fresh runner.
+                log.info("runner %s replaced after job %s (its memory)", runner.pid, job_id)
+                await runner.kill()
+                self.pool.forget(runner)
+                self.pool.warm(devices)
         except RunnerFailed as exc:
             log.warning("job %s failed: %s", job_id, exc)
             if runner is not None:

@@ -20,10 +20,11 @@ from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
+from workers.catalog.peak import refusal
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
-from workers.protocol import MeasureOptions, Mode
+from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -123,6 +124,18 @@ def parse_params(
             "params",
         )
     return parsed
+
+
+def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    """Refuse, naming params, a job whose estimated peak memory (WorkloadParams.peak: its
+    inputs, outputs, float64 references and, for a sweep, every size's buffers) passes
+    `max_bytes`. A job that only compiles makes no arrays: it is not counted."""
+    if StageId.EXECUTE not in job.stages:
+        return
+    alive = job.measure.calls_per_sample if job.measure.mode is Mode.THROUGHPUT else 1
+    problem = refusal(params.peak(alive), max_bytes)
+    if problem is not None:
+        raise CatalogError(problem, "params")
 
 
 def check_live_outputs(

@@ -29,6 +29,7 @@ from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import JAX_PLATFORM, ExportedParams
 from workers.catalog.jaxexport import DTYPES
 from workers.catalog.npz import NpzError, read_npz
+from workers.catalog.peak import dense_peak, refusal
 from workers.files import FileCache
 from workers.measure.correctness import check_output, unchecked
 from workers.protocol import Correctness, PathId
@@ -160,12 +161,17 @@ def _check(exp: Any, path: PathId, max_bytes: int) -> None:
             "functions that return exactly one (stack or concatenate the results)",
             field,
         )
-    size = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
-    if size > max_bytes:
-        raise CatalogError(
-            f"{field}: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            field,
-        )
+
+    def nbytes(aval: Any) -> int:
+        return int(np.prod(aval.shape, dtype=np.int64)) * int(np.dtype(aval.dtype).itemsize)
+
+    output = exp.out_avals[0]
+    peak = dense_peak(
+        sum(nbytes(a) for a in exp.in_avals), nbytes(output), int(np.dtype(output.dtype).itemsize)
+    )
+    problem = refusal(peak, max_bytes)
+    if problem is not None:
+        raise CatalogError(f"{field}: {problem.removeprefix('params: ')}", field)
     refused = refused_targets(custom_call_targets(exp.mlir_module()))
     if refused:
         raise CatalogError(
