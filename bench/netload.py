@@ -71,13 +71,18 @@ def serve(port: int, data: Path, **settings: str) -> Iterator[subprocess.Popen[b
             time.sleep(0.1)
         yield proc
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, wait_s: float = 15) -> None:
+    """Ask `proc` to stop with `sig`, kill it if it has not after `wait_s`, and reap it."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def queued_job(port: int) -> str:

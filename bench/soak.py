@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from netload import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "soak-worker-token-0123456789"
@@ -281,11 +282,7 @@ def storage_soak(args: argparse.Namespace) -> None:
         if not ok:
             raise SystemExit(1)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, signal.SIGTERM)
         logs.close()
 
 

@@ -176,23 +176,16 @@ def read_matrix_form(
         body["base_params"] = _assignments(form.get("base_params", ""), "base_params")
     except ValueError as exc:
         errors["base_params"] = str(exc)
-    axis_name = form.get("axis.name", "").strip()
-    try:
-        body["axis"] = {
-            "name": axis_name,
-            "values": _values(axis_name, form.get("axis.values", ""), "axis.values"),
-        }
-    except ValueError as exc:
-        errors["axis.values"] = str(exc)
-    column_name = form.get("columns.name", "").strip()
-    if column_name:
+    for part in ("axis", "columns"):  # the rows' parameter, and the columns' (optional)
+        name = form.get(f"{part}.name", "").strip()
+        if part == "columns" and not name:
+            continue
         try:
-            body["columns"] = {
-                "name": column_name,
-                "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
-            }
+            values = _values(name, form.get(f"{part}.values", ""), f"{part}.values")
         except ValueError as exc:
-            errors["columns.values"] = str(exc)
+            errors[f"{part}.values"] = str(exc)
+            continue
+        body[part] = {"name": name, "values": values}
     body["measure"] = {
         "mode": form.get("mode", Mode.LATENCY.value),
         "cache": form.get("cache", CachePolicy.COLD.value),

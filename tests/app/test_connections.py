@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
 import sys
 import textwrap
@@ -33,6 +32,7 @@ from bench.netload import (
     read_status,
     serve,
     slowloris,
+    stop,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -292,12 +292,7 @@ def test_uvicorn_limit_concurrency_reads_headers_first_and_stalled_connections_l
     try:
         status, answered, after = asyncio.run(scenario())
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     assert status == 503
     assert answered is False
     assert after == 200

@@ -65,32 +65,35 @@ def test_the_readers_keep_what_was_right() -> None:
         whole_number("samples", "1001", low=1, high=1000)
 
 
+async def refused_in_words(client: httpx.AsyncClient, url: str, forms: list[str]) -> None:
+    """Each form posted to `url` is a 422 that says what is wrong with its number."""
+    for form in forms:
+        r = await client.post(url, content=form.encode(), headers=FORM)
+        assert r.status_code == 422, (form[:60], r.status_code)
+        assert any(words in r.text for words in ("digits", "no number", "too large"))
+    assert await queued(client) == 0
+
+
 @pytest.mark.parametrize("bad", BAD)
 async def test_the_run_form_answers_422_in_words(bench_client: httpx.AsyncClient, bad: str) -> None:
     base = "workload=matmul&path=jax-cpu&stages=compile&stages=execute"
-    for field in (f"param.m={bad}&measure.samples=5", f"param.m=8&measure.samples={bad}"):
-        r = await bench_client.post("/runs", content=f"{base}&{field}".encode(), headers=FORM)
-        assert r.status_code == 422, (field[:40], r.status_code)
-        assert any(words in r.text for words in ("digits", "no number", "too large"))
-    assert await queued(bench_client) == 0
+    fields = [f"param.m={bad}&measure.samples=5", f"param.m=8&measure.samples={bad}"]
+    await refused_in_words(bench_client, "/runs", [f"{base}&{f}" for f in fields])
 
 
 @pytest.mark.parametrize("bad", BAD)
 async def test_the_matrix_form_answers_422_in_words(
     bench_client: httpx.AsyncClient, bad: str
 ) -> None:
-    base = "workload=matmul&paths=jax-cpu"
     fields = [f"axis.name=m&axis.values=8&samples={bad}"]
     if bad not in ("nan", "12abc"):  # words are values too (a cell then says why it has no job)
         fields += [
             f"axis.name=m&axis.values=8,{bad}&samples=5",
             f"axis.name=shape&axis.values=m={bad},n=8,k=8&samples=5",
+            f"axis.name=m&axis.values=8&columns.name=n&columns.values={bad}&samples=5",
         ]
-    for field in fields:
-        r = await bench_client.post("/matrices", content=f"{base}&{field}".encode(), headers=FORM)
-        assert r.status_code == 422, (field[:40], r.status_code)
-        assert any(words in r.text for words in ("digits", "no number", "too large"))
-    assert await queued(bench_client) == 0
+    base = "workload=matmul&paths=jax-cpu"
+    await refused_in_words(bench_client, "/matrices", [f"{base}&{f}" for f in fields])
 
 
 @pytest.mark.parametrize("bad", BAD)

@@ -34,19 +34,26 @@ def test_files_are_kept_once_and_attached_by_name(tmp_path: Path) -> None:
         store.close()
 
 
-def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
+def old_database(path: Path, version: int, *rows: tuple[str, tuple[object, ...]]) -> Path:
+    """A database at schema `version`, holding `rows` (statement, arguments)."""
     import sqlite3
 
     from app.store.schema import MIGRATIONS
 
-    path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("BEGIN")
-    MIGRATIONS[0](db)
-    db.execute("PRAGMA user_version = 1")
+    for migrate in MIGRATIONS[:version]:
+        migrate(db)
+    db.execute(f"PRAGMA user_version = {version}")
+    for statement, args in rows:
+        db.execute(statement, args)
     db.execute("COMMIT")
     db.close()
-    store = Store.open(path)
+    return path
+
+
+def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
+    store = Store.open(old_database(tmp_path / "old.sqlite3", 1))
     try:
         assert store.schema_version() == SCHEMA_VERSION
         assert store.put_file(b"x", "text/plain")
@@ -153,26 +160,13 @@ def test_a_blob_whose_writer_died_is_removed(tmp_path: Path) -> None:
 
 
 def test_files_of_a_version_4_database_are_moved_into_chunks(tmp_path: Path) -> None:
-    import sqlite3
-
-    from app.store.schema import MIGRATIONS
-
-    path = tmp_path / "v4.sqlite3"
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")
-    for migrate in MIGRATIONS[:4]:
-        migrate(db)
-    db.execute("PRAGMA user_version = 4")
     old = b"".join(pattern(2 * MiB + 7))
     sha = hashlib.sha256(old).hexdigest()
-    db.execute(
+    insert = (
         "INSERT INTO files (sha256, data, media_type, size, created_at, used_at) "
-        "VALUES (?, ?, 'application/x-npz', ?, 0, 0)",
-        (sha, old, len(old)),
+        "VALUES (?, ?, 'application/x-npz', ?, 0, 0)"
     )
-    db.execute("COMMIT")
-    db.close()
-    store = Store.open(path)
+    store = Store.open(old_database(tmp_path / "v4.sqlite3", 4, (insert, (sha, old, len(old)))))
     try:
         assert store.schema_version() == SCHEMA_VERSION
         assert [len(c) for c in store.file_chunks(sha) or []] == [MiB, MiB, 7]
