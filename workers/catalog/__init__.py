@@ -138,6 +138,18 @@ def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int = DEFAULT_MA
         raise CatalogError(problem, "params")
 
 
+def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:
+    """Whether a job of `workload` with `params` may come back unchecked (see
+    `WorkloadParams.may_go_unchecked`); False for parameters that do not parse."""
+    cls = WORKLOADS.get(workload)
+    if cls is None:
+        return False
+    try:
+        return cls.model_validate(params).may_go_unchecked()
+    except ValidationError:
+        return False
+
+
 def check_live_outputs(
     params: WorkloadParams,
     measure: MeasureOptions,
