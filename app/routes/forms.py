@@ -36,8 +36,8 @@ def whole_number(name: str, raw: str, *, low: int | None = None, high: int | Non
     text = raw.strip()
     if _WHOLE.fullmatch(text) is None:
         raise FormValueError(
-            f"{name} must be a whole number written with the digits 0 to 9 "
-            f"({_shown(text)} is not one)"
+            f"{name} must be a whole number ({_shown(text)} is not one): "
+            "write it with the digits 0 to 9"
         )
     if len(text.lstrip("+-").lstrip("0")) > MAX_DIGITS:
         raise FormValueError(f"{name} must be a whole number of at most {MAX_DIGITS} digits")
@@ -69,8 +69,8 @@ def sample_count(raw: str) -> int | str:
         return whole_number("samples", text, low=0)
     except FormValueError:
         raise FormValueError(
-            f"samples must be a count written with the digits 0 to 9, or auto "
-            f"({_shown(text)} is neither)"
+            f"samples must be a count or auto ({_shown(text)} is neither): write a count "
+            "with the digits 0 to 9"
         ) from None
 
 

@@ -29,6 +29,9 @@ from pathlib import Path
 from app.web.spool import OverCap, Spooled, SpoolWriter
 from app.web.tokens import bearer_of, token_matches
 
+TOKEN_FIELDS = frozenset({"token"})
+"""The field that carries the submission token (a field name; the token itself is only
+ever compared in constant time, by app.web.tokens)."""
 TOKEN_WINDOW = 64 * 1024
 """Body bytes read, at most, before a missing or wrong token is answered with 401."""
 TEXT_MAX = 4 * 1024
@@ -197,14 +200,14 @@ class _Reader:
 
     def begin(self, name: str, filename: str | None) -> None:
         self.parts += 1
-        if not self.token_checked and (self.parts > 1 or name != "token"):
+        if not self.token_checked and (self.parts > 1 or name not in TOKEN_FIELDS):
             raise FormRefused(401, "token", "this server needs its submission token, first")
         if name in self.form.text or name in self.form.files:
             raise FormRefused(422, name, "this field is in the form twice")
         self.name, self.size = name, 0
         if name in self.policy.files:
             self.file = SpoolWriter(self.spool, self.policy.files[name], filename)
-        elif name in self.policy.text or name == "token":
+        elif name in self.policy.text or name in TOKEN_FIELDS:
             self.text.clear()
         else:
             raise FormRefused(422, name[:40], "the form has no such field")
@@ -234,7 +237,7 @@ class _Reader:
                 spooled.discard()
             return
         value = self.text.decode("utf-8", "replace")
-        if self.name == "token" and not self.token_checked:
+        if self.name in TOKEN_FIELDS and not self.token_checked:
             if not token_matches(value, self.policy.token):
                 raise FormRefused(401, "token", "this server needs its submission token")
             self.token_checked = True

@@ -91,7 +91,8 @@ class MemoryPolicy:
 
 
 def read_status(pid: int) -> dict[str, int]:
-    """VmRSS, VmHWM and VmData of `pid` in bytes (OSError once it is gone)."""
+    """VmRSS, VmHWM and VmData of `pid` in bytes (OSError once it is gone, or a zombie
+    whose memory is already freed)."""
     found: dict[str, int] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as lines:
         for line in lines:
@@ -99,6 +100,8 @@ def read_status(pid: int) -> dict[str, int]:
             name = _FIELDS.get(key)
             if name is not None:
                 found[name] = int(value.split()[0]) * 1024
+    if len(found) < len(_FIELDS):
+        raise ProcessLookupError(f"process {pid} has exited")
     return found
 
 
