@@ -20,7 +20,7 @@ from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
-from workers.catalog.peak import refusal
+from workers.catalog.peak import limit_text, refusal, size_text
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
@@ -119,10 +119,7 @@ def parse_params(
         raise CatalogError(message, field) from None
     size = parsed.input_bytes()
     if size > max_bytes:
-        raise CatalogError(
-            f"params: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            "params",
-        )
+        raise CatalogError(f"params: {over_limit(size, max_bytes)}", "params")
     return parsed
 
 
@@ -136,6 +133,11 @@ def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int = DEFAULT_MA
     problem = refusal(params.peak(alive), max_bytes)
     if problem is not None:
         raise CatalogError(problem, "params")
+
+
+def over_limit(size: int, max_bytes: int) -> str:
+    """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
+    return f"inputs and outputs take {size_text(size, exact=True)}, {limit_text(max_bytes)}"
 
 
 def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:

@@ -26,13 +26,24 @@ COMPILE_BYTES = 1024 * 1024
 sizes: 0.25 MiB left them 20–40 % under, 1.5 MiB over)."""
 
 
-def size_text(n: int) -> str:
-    """Bytes in words: '734,003 bytes' under 1 MiB, else MiB or GiB with two decimals."""
-    if n < 2**20:
-        return f"{n:,} bytes"
-    if n < 2**30:
-        return f"{n / 2**20:.2f} MiB"
-    return f"{n / 2**30:.2f} GiB"
+def size_text(size: int, *, exact: bool = False) -> str:
+    """Bytes in decimal units, "3.22 GB", with the exact count when `exact`:
+    "3.22 GB (3,221,225,472 bytes)"."""
+    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if size >= scale:
+            text = f"{size / scale:.3g} {unit}"
+            return f"{text} ({size:,} bytes)" if exact else text
+    return f"{size:,} bytes"
+
+
+def limit_text(max_bytes: int) -> str:
+    """The end of every refusal by the job's byte cap: the cap, and what takes no cap."""
+    return (
+        f"over this server's limit of {size_text(max_bytes, exact=True)}, set by "
+        "BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running (a target, stages "
+        "compile only) the job places no array, has no such limit, and shows whether the "
+        "program fits the chip"
+    )
 
 
 @dataclass(frozen=True)
@@ -50,8 +61,8 @@ class Peak:
         return cls(sum(parts.values()), phase, dict(parts))
 
     def text(self) -> str:
-        """E.g. 'about 11.03 GiB at its peak (the correctness check; float64 outputs alone
-        5.75 GiB)'."""
+        """E.g. 'about 11.8 GB at its peak (the correctness check; float64 outputs alone
+        6.17 GB)'."""
         if not self.parts:
             return f"about {size_text(self.total)} at its peak ({self.phase})"
         name, biggest = max(self.parts.items(), key=lambda kv: kv[1])
@@ -91,7 +102,4 @@ def refusal(peak: Peak, max_bytes: int) -> str | None:
     """Why a job of `peak` may not run under the cap `max_bytes`, or None when it fits."""
     if peak.total <= max_bytes:
         return None
-    return (
-        f"params: the job needs {peak.text()}, over the limit of {max_bytes:,} bytes "
-        f"({size_text(max_bytes)}, BOUNDARY_MAX_JOB_BYTES)"
-    )
+    return f"params: the job needs {peak.text()}, {limit_text(max_bytes)}"
