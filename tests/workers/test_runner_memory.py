@@ -9,7 +9,7 @@ to 12.5 GB, and the runner kept 5.1 GB afterwards."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
 from workers.agent.memory import MemoryPolicy, default_max_memory, read_status
-from workers.agent.runner_pool import RunnerFailed, RunnerPool
+from workers.agent.runner_pool import Runner, RunnerFailed, RunnerPool
 from workers.catalog import CatalogError, check_peak, parse_params
 from workers.cli.run import run_command
 from workers.protocol import JobSpec
@@ -105,57 +105,53 @@ def test_the_runners_default_limit_is_the_job_cap_and_the_runtime() -> None:
         MemoryPolicy.from_env({"BOUNDARY_RUNNER_MAX_MEMORY": "²"}, 2 * GiB)
 
 
-@pytest.mark.anyio
-@pytest.mark.slow
-async def test_a_runner_past_its_limit_is_killed_and_the_job_fails_saying_so() -> None:
+@pytest.fixture
+async def runner() -> AsyncIterator[Runner]:
+    """A warm runner child of its own (real JAX), killed after the test."""
     pool = RunnerPool()
     try:
-        runner = await pool.get(1)
-        assert runner.pid is not None
-        limit = runner.ready_rss + 500 * MiB
-        policy = MemoryPolicy(max_memory=limit, keep_bytes=GiB, limit_data=False)
-        with pytest.raises(RunnerFailed) as failed:
-            await runner.run({"job": BIG}, 120.0, lambda e: None, policy)
-        assert "over the runner's limit of" in str(failed.value)
-        assert "(BOUNDARY_RUNNER_MAX_MEMORY); the runner was killed" in str(failed.value)
-        assert not runner.alive
+        yield await pool.get(1)
     finally:
         await pool.close()
 
 
 @pytest.mark.anyio
 @pytest.mark.slow
-async def test_under_rlimit_data_the_allocation_fails_inside_the_job() -> None:
-    pool = RunnerPool()
-    try:
-        runner = await pool.get(1)
-        policy = MemoryPolicy(max_memory=runner.ready_rss + 500 * MiB, keep_bytes=GiB)
-        outcome = await runner.run({"job": BIG}, 120.0, lambda e: None, policy)
-        assert outcome.result is None and outcome.replace and outcome.error_kind == "memory"
-        assert "the job passed the runner's memory limit of" in (outcome.error or "")
-        assert runner.alive  # it reported the failure itself; the agent replaces it
-        small = await runner.run({"job": SMALL}, 60.0, lambda e: None)
-        assert small.result is not None  # its limit was lifted again after the job
-    finally:
-        await pool.close()
+async def test_a_runner_past_its_limit_is_killed_and_the_job_fails_saying_so(
+    runner: Runner,
+) -> None:
+    limit = runner.ready_rss + 500 * MiB
+    policy = MemoryPolicy(max_memory=limit, keep_bytes=GiB, limit_data=False)
+    with pytest.raises(RunnerFailed) as failed:
+        await runner.run({"job": BIG}, 120.0, lambda e: None, policy)
+    assert "over the runner's limit of" in str(failed.value)
+    assert "(BOUNDARY_RUNNER_MAX_MEMORY); the runner was killed" in str(failed.value)
+    assert not runner.alive
 
 
 @pytest.mark.anyio
 @pytest.mark.slow
-async def test_a_runner_that_keeps_too_much_after_a_job_is_told_apart() -> None:
-    pool = RunnerPool()
-    try:
-        runner = await pool.get(1)
-        roomy = MemoryPolicy(max_memory=4 * GiB, keep_bytes=GiB)
-        outcome = await runner.run({"job": SMALL}, 60.0, lambda e: None, roomy)
-        assert outcome.result is not None
-        assert not runner.keeps_too_much(roomy)
-        assert runner.pid is not None
-        rss = read_status(runner.pid)["rss"]
-        strict = MemoryPolicy(max_memory=4 * GiB, keep_bytes=max(1, rss - runner.ready_rss - MiB))
-        assert runner.keeps_too_much(strict)
-    finally:
-        await pool.close()
+async def test_under_rlimit_data_the_allocation_fails_inside_the_job(runner: Runner) -> None:
+    policy = MemoryPolicy(max_memory=runner.ready_rss + 500 * MiB, keep_bytes=GiB)
+    outcome = await runner.run({"job": BIG}, 120.0, lambda e: None, policy)
+    assert outcome.result is None and outcome.replace and outcome.error_kind == "memory"
+    assert "the job passed the runner's memory limit of" in (outcome.error or "")
+    assert runner.alive  # it reported the failure itself; the agent replaces it
+    small = await runner.run({"job": SMALL}, 60.0, lambda e: None)
+    assert small.result is not None  # its limit was lifted again after the job
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_a_runner_that_keeps_too_much_after_a_job_is_told_apart(runner: Runner) -> None:
+    roomy = MemoryPolicy(max_memory=4 * GiB, keep_bytes=GiB)
+    outcome = await runner.run({"job": SMALL}, 60.0, lambda e: None, roomy)
+    assert outcome.result is not None
+    assert not runner.keeps_too_much(roomy)
+    assert runner.pid is not None
+    rss = read_status(runner.pid)["rss"]
+    strict = MemoryPolicy(max_memory=4 * GiB, keep_bytes=max(1, rss - runner.ready_rss - MiB))
+    assert runner.keeps_too_much(strict)
 
 
 @pytest.mark.e2e
