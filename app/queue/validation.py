@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.web.problems import problem_detail, pydantic_problems
-from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
+from workers.catalog import WORKLOADS, CatalogError, allowed_range, check_peak, parse_params
 from workers.catalog.kernels import pallas_refusal
 from workers.catalog.target_rules import apply_target, byte_cap, job_kernel
 from workers.protocol import MAX_SAMPLES, JobSpec
@@ -89,6 +89,9 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         params = parse_params(spec.workload, spec.params, byte_cap(spec, max_job_bytes))
         if spec.path in WORKLOADS[spec.workload].paths:
             job_kernel(spec, params)  # kernel=pallas: its compiler, block sizes and limits
+        # Its estimated peak memory (inputs, outputs, float64 references, a sweep's every
+        # size) against the cap, as the worker will check it again.
+        check_peak(params, spec, byte_cap(spec, max_job_bytes))
     except CatalogError as exc:
         raise JobRefused([(exc.field, str(exc))]) from None
     cls = WORKLOADS[spec.workload]
