@@ -196,6 +196,8 @@ def test_triton_gemm_off_on_a_b200_is_a_cublas_call_recorded_with_its_option() -
     assert run.pipeline is not None
     assert "kCublasLtMatmul" in run.pipeline.files["thunk_sequence.txt"]
     assert "gemm_fusion" not in (run.artifacts.ptx or "")
+    assert "gemm_fusion" not in (run.artifacts.sass or "")
+    assert not any("gemm" in k.name for k in run.kernel_resources)
 
     refused = _boundary_run("matmul", "--path", "jax-gpu", "--target", "b200:1",
                             "--xla-option", "xla_dump_to=/tmp/x")  # fmt: skip
