@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    if argv[0] == "export-fn":
+        # Runs in a model's own environment, which has none of the server's dependencies
+        # (pydantic among them): hand over before importing any of them.
+        raise SystemExit(_export_fn(argv[1:]))
     from pydantic import ValidationError
 
     from app.reader.content import ContentError

@@ -159,9 +159,12 @@ def fresh_clone(folder: Path) -> None:
     mark("cloned")
     subprocess.run(["python3", "-m", "venv", str(folder / ".venv")], check=True, env=env)
     subprocess.run(
-        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", "."], cwd=folder, check=True, env=env
+        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", ".[server]"],
+        cwd=folder,
+        check=True,
+        env=env,
     )
-    mark("installed (pip install -e ., cold package cache)")
+    mark("installed (pip install -e .[server], cold package cache)")
     port = _free_port()
     env["BOUNDARY_DB"] = str(folder / "var/bench.sqlite3")
     server = subprocess.Popen(

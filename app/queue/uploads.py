@@ -3,8 +3,8 @@
 The server never runs what it is sent. An exported function's header is read by
 `workers.catalog.jaxexport` (a bounds-checked FlatBuffer walk); an .npz archive's arrays
 are described from their .npy headers alone, so nothing is decompressed or unpickled.
-A job naming stored files is checked against them before it is queued: each file exists
-and is of the right kind, and the artifact was exported for the job's path.
+A job naming stored files is checked against them before it is queued, in
+`app.queue.job_files`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from app.store import Store
-from workers.catalog import WORKLOADS
-from workers.catalog.exported import EXPORT_MEDIA_TYPE, JAX_PLATFORM, NPZ_MEDIA_TYPE
+from workers.catalog.exported import EXPORT_MEDIA_TYPE, NPZ_MEDIA_TYPE
 from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
-from workers.protocol import JobSpec
 
 KINDS: dict[str, str] = {"exported": EXPORT_MEDIA_TYPE, "npz": NPZ_MEDIA_TYPE}
 """Upload kinds and the media type each is stored under."""
@@ -30,9 +27,15 @@ KINDS: dict[str, str] = {"exported": EXPORT_MEDIA_TYPE, "npz": NPZ_MEDIA_TYPE}
 MAX_NPZ_ARRAYS = 256
 MAX_FORM_PARTS = 8
 """The upload form has four fields; a multipart body with more parts is refused."""
-NPZ_MEMBER = re.compile(r"^(arg|out)(0|[1-9][0-9]{0,3})\.npy$")
-"""The only members an .npz may hold: a function's inputs arg0, arg1, … and its
-reference outputs out0, …"""
+_PATH_PART = r"[A-Za-z0-9_\-](?:[A-Za-z0-9_.\-]{0,127})"
+NPZ_MEMBER = re.compile(
+    rf"^(?=[^\n]{{1,512}}$)(?:(?:arg|out)(?:0|[1-9][0-9]{{0,3}})|{_PATH_PART}(?:/{_PATH_PART})*)"
+    r"(?:\.indices|\.values)?\.npy$"
+)
+"""The members an .npz may hold: a function's inputs (arg0, arg1, … or their paths, such
+as params/blocks/0/attn/key/kernel) and its reference results (out0, … or their paths),
+whole or sampled (out0.indices with out0.values). A path's parts start with a letter,
+digit, `_` or `-` (so no `..`), and a name is at most 512 characters."""
 
 
 class UploadError(ValueError):
@@ -64,15 +67,6 @@ def exported_header(data: bytes) -> ExportHeader:
         raise UploadError(
             f"shape {symbolic[0]} is symbolic: export with concrete shapes (one artifact per shape)"
         )
-    if header.nr_devices != 1:
-        raise UploadError(
-            f"exported for {header.nr_devices} devices; exported functions run on one"
-        )
-    if len(header.out_avals) != 1:
-        raise UploadError(
-            f"the function returns {len(header.out_avals)} arrays; the bench times functions "
-            "that return exactly one"
-        )
     return header
 
 
@@ -90,10 +84,11 @@ def npz_arrays(data: bytes) -> list[ArrayInfo]:
         if not names or len(names) > MAX_NPZ_ARRAYS:
             raise UploadError(f"an .npz archive holds 1 to {MAX_NPZ_ARRAYS} arrays")
         for member in names:
-            if not NPZ_MEMBER.match(member):
+            if not NPZ_MEMBER.match(member) or ".." in member:
                 raise UploadError(
-                    f"{member[:60]!r}: an .npz holds only arrays named arg0, arg1, … "
-                    "(a function's inputs) and out0, … (its reference outputs)"
+                    f"{member[:60]!r}: an .npz holds only arrays named arg0, arg1, … or by "
+                    "path (a function's inputs) and out0, … or by path (its reference "
+                    "results), whole or as NAME.indices with NAME.values (a sample)"
                 )
             try:
                 with archive.open(member) as stream:
@@ -145,75 +140,3 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, tuple[str | Non
         data = payload if isinstance(payload, bytes) else b""
         fields[name] = (part.get_filename(), data)
     return fields
-
-
-# --- jobs that name stored files ---------------------------------------------------------
-
-
-def check_job_files(
-    spec: JobSpec, store: Store, max_job_bytes: int
-) -> list[tuple[str | None, str]]:
-    """Problems (field, message) with the stored files `spec` names; empty when it is fine."""
-    cls = WORKLOADS.get(spec.workload)
-    fields: dict[str, str] = getattr(cls, "file_fields", {}) if cls is not None else {}
-    problems: list[tuple[str | None, str]] = []
-    arrays: list[tuple[str, ArrayInfo]] = []
-    for name, media_type in fields.items():
-        sha = spec.params.get(name)
-        if not isinstance(sha, str):
-            continue
-        field = f"params.{name}"
-        stored = store.get_file(sha)
-        if stored is None:
-            problems.append((field, f"no uploaded file {sha[:12]}…: POST it to /api/v1/artifacts"))
-            continue
-        if stored.media_type != media_type:
-            wanted = kind_of(media_type) or media_type
-            problems.append((field, f"file {sha[:12]}… is not of kind {wanted}"))
-            continue
-        if name == "artifact":
-            problems += _artifact_problems(stored.data, spec, max_job_bytes)
-        else:
-            try:
-                arrays.extend((field, a) for a in npz_arrays(stored.data))
-            except UploadError as exc:  # stored before a stricter check
-                problems.append((field, f"file {sha[:12]}…: {exc}"))
-    declared = sum(a.nbytes for _, a in arrays)
-    if declared > max_job_bytes:
-        biggest_field, biggest = max(arrays, key=lambda fa: fa[1].nbytes)
-        problems.append(
-            (
-                biggest_field,
-                f"the arrays declare {declared:,} bytes in all ({biggest.text()} alone "
-                f"{biggest.nbytes:,}), over the job's limit of {max_job_bytes:,}",
-            )
-        )
-    return problems
-
-
-def _artifact_problems(
-    data: bytes, spec: JobSpec, max_job_bytes: int
-) -> list[tuple[str | None, str]]:
-    field = "params.artifact"
-    try:
-        header = exported_header(data)
-    except UploadError as exc:
-        return [(field, str(exc))]
-    wanted = JAX_PLATFORM.get(spec.path)
-    if wanted is None or wanted not in header.platforms:
-        return [
-            (
-                field,
-                f"exported for {', '.join(header.platforms)} only; path {spec.path.value} "
-                f"needs {wanted or 'a JAX platform'} (export with --platforms {wanted or 'cpu'})",
-            )
-        ]
-    try:
-        size = sum(aval.nbytes() for aval in (*header.in_avals, *header.out_avals))
-    except ArtifactError as exc:
-        return [(field, str(exc))]
-    if size > max_job_bytes:
-        return [
-            (field, f"inputs and outputs take {size:,} bytes, over the limit of {max_job_bytes:,}")
-        ]
-    return []

@@ -29,7 +29,8 @@ from workers.measure.faults import perturbed
 from workers.measure.publish import Measured
 from workers.protocol import CacheEvents, CachePolicy, JobSpec, MeasureOptions, PathId
 from workers.run.engine import run_job
-from workers.workloads.exported import ExportedFunction, declared_npz_bytes
+from workers.workloads.artifact import declared_npz_bytes
+from workers.workloads.exported import ExportedFunction
 
 
 def npz(**arrays: Any) -> bytes:

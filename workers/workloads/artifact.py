@@ -1,0 +1,206 @@
+"""An uploaded artifact on the worker: deserialized, refused when it must not or cannot
+run here, and its .npz files read within the job's byte cap.
+
+A worker runs no Python of the user's: an artifact is StableHLO plus its calling
+convention. It still refuses, naming `params.artifact`, what it must not run (a custom
+call outside the targets jax itself guarantees, which would be native code run on the
+user's word) and what it cannot (another platform, symbolic shapes, a dtype it cannot
+generate or check, more bytes than the job's cap).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from workers.catalog import CatalogError
+from workers.catalog.exported import JAX_PLATFORM
+from workers.export.header import DTYPES, ExportHeader, read_header
+from workers.protocol import PathId
+
+_REFUSED_TARGETS = frozenset({"tf.call_tf_function"})  # calls back into TensorFlow's Python
+
+_COMPILED_BY_XLA = frozenset({"__gpu$xla.gpu.triton"})
+"""Kernels XLA itself compiles from the IR the call carries (Pallas on GPU through Triton),
+like `tpu_custom_call` (Mosaic) and `mosaic_gpu_v2`, which jax lists as stable: no native
+code of the user's runs."""
+
+_FALLBACK_STABLE = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "annotate_device_placement",
+        "shape_assertion",
+        "AllocateBuffer",
+        "tpu_custom_call",
+        "mosaic_gpu_v2",
+    }
+)
+_FALLBACK_PATTERN = re.compile(r"^(lapack_\w+_ffi|cusolver_\w+_ffi|cu_\w+|cusparse_\w+_ffi)$")
+
+_TARGET = re.compile(r'stablehlo\.custom_call\s+@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
+
+_MAX_LOADED = 8
+
+
+def known_targets() -> frozenset[str]:
+    """Custom-call targets an artifact may use: those jax guarantees stable across releases,
+    and the kernels XLA compiles itself.
+
+    jax keeps that list privately; if a release moves it, a short copy of the usual ones
+    (LAPACK, cuSOLVER, sharding markers, Pallas/Mosaic kernels) stands in.
+    """
+    try:
+        from jax._src.export import _export
+
+        stable = frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+    except (ImportError, AttributeError):
+        stable = _FALLBACK_STABLE
+    return (stable | _COMPILED_BY_XLA) - _REFUSED_TARGETS
+
+
+def custom_call_targets(module_text: str) -> list[str]:
+    """Every distinct custom-call target named in StableHLO text, in order of appearance."""
+    found: list[str] = []
+    for match in _TARGET.finditer(module_text):
+        name = match.group(1) or match.group(2)
+        if name not in found:
+            found.append(name)
+    return found
+
+
+def refused_targets(targets: Sequence[str]) -> list[str]:
+    """The targets among `targets` this worker will not run."""
+    allowed = known_targets()
+    return [
+        t
+        for t in targets
+        if t in _REFUSED_TARGETS or (t not in allowed and not _FALLBACK_PATTERN.match(t))
+    ]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A deserialized artifact and its header (names included), as every side reads it."""
+
+    exp: Any
+    header: ExportHeader
+
+
+_loaded: OrderedDict[str, Loaded] = OrderedDict()
+"""Deserialized artifacts by digest (content-addressed, so never stale), newest last."""
+
+
+def deserialize(data: bytes, field: str = "params.artifact") -> Loaded:
+    """An artifact from bytes; CatalogError naming `field` if they are not one."""
+    try:
+        header = read_header(data)
+        exp = jax.export.deserialize(bytearray(data))
+    except Exception as exc:  # noqa: BLE001 - any failure to parse means a bad artifact
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        raise CatalogError(
+            f"{field}: not a readable jax.export artifact (corrupted?): {reason}", field
+        ) from None
+    return Loaded(exp, header)
+
+
+def remember(sha256: str, loaded: Loaded) -> None:
+    """Keep `loaded` under its digest for the job that bound it (a few at most)."""
+    _loaded[sha256] = loaded
+    _loaded.move_to_end(sha256)
+    while len(_loaded) > _MAX_LOADED:
+        _loaded.popitem(last=False)
+
+
+def recall(sha256: str) -> Loaded | None:
+    """The artifact kept under `sha256`, if any."""
+    return _loaded.get(sha256)
+
+
+def dtype_name(aval: Any) -> str:
+    return str(np.dtype(aval.dtype).name) if hasattr(aval.dtype, "itemsize") else str(aval.dtype)
+
+
+def aval_bytes(avals: Sequence[Any]) -> int:
+    """Bytes of arrays of these shapes and dtypes."""
+    return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
+
+
+def check_artifact(exp: Any, path: PathId, max_bytes: int) -> None:
+    """Refuse, naming params.artifact, what this worker must not or cannot run."""
+    field = "params.artifact"
+    wanted = JAX_PLATFORM[path]
+    platforms = [str(p).lower() for p in exp.platforms]
+    if wanted not in platforms:
+        raise CatalogError(
+            f"{field}: exported for {', '.join(platforms)} only; path {path.value} runs on "
+            f"{wanted} (export it again with --platforms {','.join([*platforms, wanted])})",
+            field,
+        )
+    avals = [*exp.in_avals, *exp.out_avals]
+    for aval in avals:
+        if not all(isinstance(d, int) for d in aval.shape):
+            raise CatalogError(
+                f"{field}: shape {aval.str_short()} is symbolic; export with concrete shapes",
+                field,
+            )
+        if dtype_name(aval) not in DTYPES[:15]:
+            raise CatalogError(f"{field}: dtype {aval.dtype} cannot be generated or checked", field)
+    size = aval_bytes(avals)
+    if size > max_bytes:
+        raise CatalogError(
+            f"{field}: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
+            field,
+        )
+    refused = refused_targets(custom_call_targets(exp.mlir_module()))
+    if refused:
+        raise CatalogError(
+            f"{field}: refused: it calls custom call target(s) this worker does not know: "
+            f"{', '.join(refused)}",
+            field,
+        )
+
+
+def declared_npz_bytes(data: bytes, field: str) -> int:
+    """The bytes an .npz archive's arrays would take once loaded (shape × itemsize, from
+    each member's header), read without decompressing any array's data."""
+    total = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for member in archive.namelist():
+                with archive.open(member) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
+    return total
+
+
+def read_npz(data: bytes, field: str, max_bytes: int) -> dict[str, Any]:
+    """The arrays of an .npz archive, refused before decompressing if they would pass the
+    job's byte cap (a small compressed file can declare gigabytes of zeros)."""
+    declared = declared_npz_bytes(data, field)
+    if declared > max_bytes:
+        raise CatalogError(
+            f"{field}: the archive's arrays would take {declared:,} bytes once loaded, over "
+            f"the limit of {max_bytes:,}",
+            field,
+        )
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: np.asarray(archive[name]) for name in archive.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
