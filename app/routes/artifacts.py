@@ -10,6 +10,7 @@ The server only reads headers: a function runs on a worker, never here.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -18,6 +19,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
+from app.pages.artifact import artifact_context
 from app.queue.submission import (
     field_errors,
     form_errors,
@@ -52,7 +54,7 @@ UPLOAD_BODY = {
 }
 
 
-def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
+def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
     """The public description of a stored upload, or 404."""
     found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
     kind = kind_of(found.media_type) if found is not None else None
@@ -112,7 +114,7 @@ async def upload_artifact(
         sha = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
     except UploadError as exc:
         field_errors([("body", f"{kind}: {exc}")])
-    body = _stored(dispatcher, sha)
+    body = stored_file(dispatcher, sha)
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
 
@@ -123,13 +125,13 @@ async def upload_artifact(
 )
 async def get_artifact_info(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
     """An uploaded file's kind, size and contents (header or arrays)."""
-    return JSONResponse(_stored(dispatcher, sha256))
+    return JSONResponse(stored_file(dispatcher, sha256))
 
 
 # --- pages --------------------------------------------------------------------------------
 
 
-def _page_context(
+def page_context(
     state: StateDep,
     dispatcher: Dispatcher,
     *,
@@ -137,11 +139,13 @@ def _page_context(
     values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The upload form's, or an uploaded file's page's, context."""
     paths: list[str] = []
     if info is not None and "header" in info:
         platforms = info["header"]["platforms"]
         paths = [p.value for p, name in JAX_PLATFORM.items() if name in platforms]
     return {
+        **(artifact_context(info, dispatcher) if info is not None else {}),
         "info": info,
         "values": values or {},
         "errors": errors or {},
@@ -160,7 +164,7 @@ def _page_context(
 )
 async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """The upload form: an exported function, optional inputs and reference outputs."""
-    return render(state, "artifact_new.html", _page_context(state, dispatcher))
+    return render(state, "artifact_new.html", page_context(state, dispatcher))
 
 
 @router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
@@ -174,7 +178,7 @@ async def upload_from_page(
     errors: dict[str, str] = {}
 
     def again(status: int) -> HTMLResponse:
-        ctx = _page_context(state, dispatcher, errors=errors)
+        ctx = page_context(state, dispatcher, errors=errors)
         return render(state, "artifact_new.html", ctx, status)
 
     if not content_type.lower().startswith("multipart/form-data"):
@@ -219,7 +223,11 @@ async def upload_from_page(
 
 @router.api_route("/artifacts/{sha256}.json", methods=["GET", "HEAD"], include_in_schema=False)
 async def artifact_json(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
-    return JSONResponse(_stored(dispatcher, sha256))
+    """The page's JSON twin: the file, the targets it fits and its compiles' memory fit."""
+    info = stored_file(dispatcher, sha256)
+    page = artifact_context(info, dispatcher)
+    keep = ("arguments", "results", "fitting", "one_click", "fit")
+    return JSONResponse({**info, **{k: page[k] for k in keep}})
 
 
 @router.api_route(
@@ -236,11 +244,9 @@ async def artifact_page(
     reference: Annotated[str | None, Query(pattern=SHA256)] = None,
 ) -> HTMLResponse:
     """What an exported function declares, and a form to run it on a path."""
-    info = _stored(dispatcher, sha256)
+    info = stored_file(dispatcher, sha256)
     values = {"inputs": inputs or "", "reference": reference or ""}
-    return render(
-        state, "artifact.html", _page_context(state, dispatcher, info=info, values=values)
-    )
+    return render(state, "artifact.html", page_context(state, dispatcher, info=info, values=values))
 
 
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
@@ -254,7 +260,7 @@ async def run_artifact(
     """Queue a job for the uploaded function from its page's form."""
     from urllib.parse import parse_qsl
 
-    info = _stored(dispatcher, sha256)
+    info = stored_file(dispatcher, sha256)
     raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
     form = dict(parse_qsl(raw, keep_blank_values=True))
     errors: dict[str, str] = {}
@@ -262,6 +268,11 @@ async def run_artifact(
     for name in ("inputs", "reference"):
         if form.get(name, "").strip():
             params[name] = form[name].strip()
+    if form.get("input_rules", "").strip():
+        try:
+            params["input_rules"] = json.loads(form["input_rules"])
+        except ValueError as exc:
+            errors["params.input_rules"] = f"not JSON: {exc}"
     if form.get("tolerance", "").strip():
         try:
             params["tolerance"] = number("tolerance", form["tolerance"])
@@ -298,7 +309,7 @@ async def run_artifact(
             errors.update(form_errors(exc) if exc.status_code == 422 else {"general": exc.detail})
             status, headers = exc.status_code, dict(exc.headers or {})
     if job is None:
-        ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
+        ctx = page_context(state, dispatcher, info=info, values=form, errors=errors)
         page = render(state, "artifact.html", ctx, status)
         page.headers.update(headers)
         return page

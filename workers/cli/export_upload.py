@@ -32,7 +32,12 @@ def _refusal(response: Any) -> str:
     except ValueError:
         detail = response.text[:300]
     if isinstance(detail, list):
-        detail = "; ".join(f"{d.get('field')}: {d.get('message')}" for d in detail)
+        detail = "; ".join(
+            str(d.get("message"))
+            if str(d.get("message")).startswith(f"{d.get('field')}:")
+            else f"{d.get('field')}: {d.get('message')}"
+            for d in detail
+        )
     return f"{response.status_code}: {detail}"
 
 

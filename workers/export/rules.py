@@ -23,6 +23,7 @@ is queued. NumPy is imported only to draw.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -152,6 +153,16 @@ def _weight(pattern: str) -> tuple[int, int]:
     return (len(pattern), 1)
 
 
+def _near(pattern: str, names: Sequence[str]) -> list[str]:
+    """A few argument names (or their prefixes) spelled like `pattern`."""
+    stem = pattern.removesuffix("*").removesuffix("/")
+    prefixes = {
+        "/".join(n.split("/")[:i]) + "/*" for n in names for i in range(1, n.count("/") + 1)
+    }
+    close = difflib.get_close_matches(stem, [*names, *sorted(prefixes)], n=3, cutoff=0.5)
+    return close or list(names[:3])
+
+
 def _check_fits(pattern: str, rule: Rule, spec: Named) -> None:
     if rule.kind == "int" and spec.dtype not in INTEGER_RANGES:
         raise InputRuleError(
@@ -183,15 +194,12 @@ def resolve_rules(raw_rules: Any, specs: Sequence[Named]) -> dict[str, Rule]:
     if len(raw_rules) > MAX_RULES:
         raise InputRuleError("", f"{len(raw_rules)} rules; at most {MAX_RULES}")
     rules = {str(pattern): parse_rule(str(pattern), raw) for pattern, raw in raw_rules.items()}
+    names = [s.name for s in specs]
     for pattern in rules:
-        if not any(matches(pattern, s.name) for s in specs):
-            near = [s.name for s in specs if s.name.split("/")[0] == pattern.split("/")[0]]
-            hint = near[:3] or [s.name for s in specs[:3]]
+        if not any(matches(pattern, name) for name in names):
             what = "prefix" if pattern.endswith("/*") else "path"
-            raise InputRuleError(
-                pattern,
-                f"this {what} matches no argument (arguments include: {', '.join(hint)})",
-            )
+            near = ", ".join(_near(pattern, names))
+            raise InputRuleError(pattern, f"this {what} matches no argument (did you mean: {near})")
     chosen: dict[str, Rule] = {}
     for spec in specs:
         winners = [p for p in rules if matches(p, spec.name)]

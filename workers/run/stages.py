@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from workers.catalog.base import WorkloadParams
+from workers.catalog.target_rules import job_target
 from workers.compiler.jaxtyped import shape_dtype_struct
 from workers.protocol import JobSpec
 from workers.run.base import Emit
@@ -36,7 +37,8 @@ def bind_workload(
     workload: Workload[Any] = get_workload(job.workload)
     bind = getattr(workload, "bind", None)
     if bind is not None:
-        bound: Workload[Any] = bind(params, job.path, files_dir, max_bytes)
+        target = job_target(job)
+        bound: Workload[Any] = bind(params, job.path, files_dir, max_bytes, target=target)
         return bound
     return workload
 

@@ -97,12 +97,18 @@ class ExportedFunction(Workload[ExportedParams]):
         path: PathId,
         files_dir: Path | None = None,
         max_bytes: int = 2 * 1024**3,
+        *,
+        target: Target | None = None,
     ) -> ExportedFunction:
-        """This workload readied for one job: its artifact loaded and checked for `path`,
-        its input rules and reference checked against the artifact's names."""
+        """This workload readied for one job: its artifact loaded and checked for `path`
+        (and `target`: its platform, enough devices), its input rules and reference
+        checked against the artifact's names."""
         p = self.typed(params)
         files = FileCache(files_dir)  # None: $BOUNDARY_FILES_DIR or ~/.cache/boundary/files
         loaded = recall(p.artifact) or deserialize(files.get(p.artifact, "params.artifact"))
+        if target is not None:  # refused naming the target, before the path's own check
+            header = loaded.header
+            check_target_platforms(target, header.platforms, header.nr_devices)
         check_artifact(loaded.exp, path, max_bytes)
         remember(p.artifact, loaded)
         bound = ExportedFunction(path, files, max_bytes)

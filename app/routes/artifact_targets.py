@@ -1,0 +1,101 @@
+"""An uploaded function compiled for targets from its page: one form post queues one
+compile per chosen target through the one admission, and the memory-fit table that
+fills in as the compiles finish (a fragment htmx polls; without JavaScript the page
+refreshes itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.responses import Response
+
+from app.deps import AdmissionDep, DispatcherDep, StateDep
+from app.pages.artifact import artifact_context, target_path
+from app.queue.submission import form_errors, read_capped_body, validate_submission
+from app.queue.validation import ValidJob
+from app.routes.artifacts import page_context, stored_file
+from app.routes.common import is_htmx, render
+from workers.protocol import TargetError, parse_target
+
+router = APIRouter(tags=["artifacts"])
+
+MAX_TARGETS = 32
+
+
+def compile_job(sha256: str, target_id: str) -> dict[str, Any]:
+    """The job that compiles the artifact for one target, without the hardware."""
+    target = parse_target(target_id)
+    return {
+        "workload": "exported",
+        "path": target_path(target).value,
+        "target": target.id,
+        "stages": ["compile"],
+        "params": {"artifact": sha256},
+    }
+
+
+@router.post("/artifacts/{sha256}/compile", response_class=HTMLResponse, include_in_schema=False)
+async def compile_for_targets(
+    sha256: str,
+    request: Request,
+    state: StateDep,
+    dispatcher: DispatcherDep,
+    admission: AdmissionDep,
+) -> Response:
+    """Queue one compile per chosen target, all through one admission, or none."""
+    info = stored_file(dispatcher, sha256)
+    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
+    pairs = parse_qsl(raw, keep_blank_values=True)
+    form = dict(pairs)
+    chosen = list(dict.fromkeys(v for k, v in pairs if k == "target" and v))[:MAX_TARGETS]
+    errors: dict[str, str] = {}
+    status = 422
+    headers: dict[str, str] = {}
+    if not chosen:
+        errors["targets"] = "choose at least one target"
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
+        errors["token"] = "this server needs its submission token"
+        status = 401
+    jobs: list[ValidJob] = []
+    for target_id in chosen if not errors else []:
+        try:
+            body = compile_job(sha256, target_id)
+            jobs.append(validate_submission(body, dispatcher.store, state.settings.MAX_JOB_BYTES))
+        except TargetError as exc:
+            errors["targets"] = str(exc)
+        except HTTPException as exc:
+            found = form_errors(exc) if exc.status_code == 422 else {"general": exc.detail}
+            errors["targets"] = f"{target_id}: " + "; ".join(found.values())
+    if not errors:
+        try:
+            admission.queue(admission.client(request), jobs)
+        except HTTPException as exc:
+            errors["targets"] = str(exc.detail)
+            status, headers = exc.status_code, dict(exc.headers or {})
+    if errors:
+        ctx = page_context(state, dispatcher, info=info, errors=errors)
+        page = render(state, "artifact.html", ctx, status)
+        page.headers.update(headers)
+        return page
+    if is_htmx(request):
+        return Response(status_code=204, headers={"HX-Redirect": f"/artifacts/{sha256}#fit-h"})
+    return RedirectResponse(f"/artifacts/{sha256}#fit-h", status_code=303)
+
+
+@router.api_route(
+    "/artifacts/{sha256}/fit",
+    methods=["GET", "HEAD"],
+    response_class=HTMLResponse,
+    include_in_schema=False,
+)
+async def fit_table(sha256: str, state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
+    """The memory-fit table alone: what htmx swaps in while compiles are pending."""
+    info = stored_file(dispatcher, sha256)
+    ctx = {"info": info, **artifact_context(info, dispatcher)}
+    return render(state, "_artifact_fit.html", ctx)
