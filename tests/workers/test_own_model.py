@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 
+from app.ir.sources import source_map
 from tests.workers import own_model
 from tests.workers.own_exports import ROOT
 from workers.catalog import CatalogError
@@ -209,6 +210,14 @@ def test_targets_place_the_program_and_name_the_users_lines(
     assert str(own_model.__file__) in files_named  # the user's lines (and optax's) …
     assert not [f for f in files_named if f"{ROOT}/workers/" in f or f.endswith("app/cli.py")]
     assert not re.search(r'op_name="[^"]*#\d+', hlo)  # no tag left behind
+    # The pages read the same positions, and never Boundary's own frames: the StableHLO's
+    # locations hold the export wrapper's and the worker's call, which the view drops.
+    stablehlo = (wide.artifacts.stablehlo or "").splitlines()
+    assert "workers/export/trees.py" in "\n".join(stablehlo)
+    for name, text in (("hlo", hlo.splitlines()), ("stablehlo", stablehlo)):
+        named = source_map(name, text).files()
+        assert str(own_model.__file__) in named
+        assert not [f for f in named if f.startswith(f"{ROOT}/workers/")]
     dot = next(line for line in hlo.splitlines() if "dot_general" in line and "source_line" in line)
     line = int(re.search(r"source_line=(\d+)", dot)[1])  # type: ignore[index]
     assert "@" in Path(own_model.__file__).read_text().splitlines()[line - 1]  # a matmul line

@@ -37,14 +37,15 @@ JAX_PLATFORM: dict[PathId, str] = {
 BOUNDARY_FRAMES = (
     "workers/export/",
     "workers/cli/",
-    "workers/workloads/exported.py",
     "workers/run/",
+    "workers/agent/",
     "app/cli.py",
     "bin/boundary",
 )
 """Where Boundary's own code sits in an uploaded program's source locations: the export
-wrapper and the command that ran it (recorded on the user's machine), the worker's call.
-Matched at the end of a path's folders, so any install of Boundary is recognised."""
+wrapper and the command that ran it (recorded on the user's machine), the worker's call
+and stages. Matched by folder, so any install of Boundary is recognised; a catalog
+workload's own lines (workers/workloads/) are not among them."""
 
 
 def boundary_frame(file: str) -> bool:
