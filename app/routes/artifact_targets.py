@@ -7,17 +7,14 @@ refreshes itself).
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.pages.artifact import artifact_context, target_path
-from app.queue.submission import form_errors, read_capped_body, validate_submission
-from app.queue.validation import ValidJob
-from app.routes.artifacts import page_context, stored_file
+from app.routes.artifacts import page_form, queue_or_page, stored_file
 from app.routes.common import is_htmx, render
 from workers.protocol import TargetError, parse_target
 
@@ -48,41 +45,29 @@ async def compile_for_targets(
 ) -> Response:
     """Queue one compile per chosen target, all through one admission, or none."""
     info = stored_file(dispatcher, sha256)
-    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
-    pairs = parse_qsl(raw, keep_blank_values=True)
-    form = dict(pairs)
+    pairs = await page_form(request)
     chosen = list(dict.fromkeys(v for k, v in pairs if k == "target" and v))[:MAX_TARGETS]
     errors: dict[str, str] = {}
-    status = 422
-    headers: dict[str, str] = {}
-    if not chosen:
-        errors["targets"] = "choose at least one target"
-    try:
-        admission.check_token(form.get("token"), "job submission", bearer=False)
-    except HTTPException:
-        errors["token"] = "this server needs its submission token"
-        status = 401
-    jobs: list[ValidJob] = []
-    for target_id in chosen if not errors else []:
+    bodies: list[tuple[str | None, dict[str, Any]]] = []
+    for target_id in chosen:
         try:
-            body = compile_job(sha256, target_id)
-            jobs.append(validate_submission(body, dispatcher.store, state.settings.MAX_JOB_BYTES))
+            bodies.append((target_id, compile_job(sha256, target_id)))
         except TargetError as exc:
             errors["targets"] = str(exc)
-        except HTTPException as exc:
-            found = form_errors(exc) if exc.status_code == 422 else {"general": exc.detail}
-            errors["targets"] = f"{target_id}: " + "; ".join(found.values())
-    if not errors:
-        try:
-            admission.queue(admission.client(request), jobs)
-        except HTTPException as exc:
-            errors["targets"] = str(exc.detail)
-            status, headers = exc.status_code, dict(exc.headers or {})
-    if errors:
-        ctx = page_context(state, dispatcher, info=info, errors=errors)
-        page = render(state, "artifact.html", ctx, status)
-        page.headers.update(headers)
-        return page
+    if not chosen:
+        errors["targets"] = "choose at least one target"
+    queued = queue_or_page(
+        request,
+        state,
+        dispatcher,
+        admission,
+        info=info,
+        form=dict(pairs),
+        bodies=bodies,
+        errors=errors,
+    )
+    if not isinstance(queued, list):
+        return queued
     if is_htmx(request):
         return Response(status_code=204, headers={"HX-Redirect": f"/artifacts/{sha256}#fit-h"})
     return RedirectResponse(f"/artifacts/{sha256}#fit-h", status_code=303)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -27,10 +28,12 @@ from app.queue.submission import (
     validate_submission,
 )
 from app.queue.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
+from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
+from app.store import JobRow
 from app.web.tokens import token_matches
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
@@ -249,6 +252,57 @@ async def artifact_page(
     return render(state, "artifact.html", page_context(state, dispatcher, info=info, values=values))
 
 
+async def page_form(request: Request) -> list[tuple[str, str]]:
+    """A form the artifact page posts, as its (name, value) pairs."""
+    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
+    return parse_qsl(raw, keep_blank_values=True)
+
+
+def queue_or_page(
+    request: Request,
+    state: StateDep,
+    dispatcher: Dispatcher,
+    admission: AdmissionDep,
+    *,
+    info: dict[str, Any],
+    form: dict[str, str],
+    bodies: list[tuple[str | None, dict[str, Any]]],
+    errors: dict[str, str],
+) -> list[JobRow] | HTMLResponse:
+    """Queue the jobs a page form asks for, each checked like any submission, through the
+    one admission (all of them or none); else the page again, saying what was wrong.
+
+    `bodies` pairs each job with the label its refusals go under (errors["targets"]), or
+    None to name each refused field on its own."""
+    status = 422
+    headers: dict[str, str] = {}
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
+        errors["token"] = "this server needs its submission token"
+        status = 401
+    valid: list[ValidJob] = []
+    for label, body in bodies if not errors else []:
+        try:
+            valid.append(validate_submission(body, dispatcher.store, state.settings.MAX_JOB_BYTES))
+        except HTTPException as exc:
+            found = form_errors(exc) if exc.status_code == 422 else {"general": exc.detail}
+            if label is None:
+                errors.update(found)
+            else:
+                errors["targets"] = f"{label}: " + "; ".join(found.values())
+    if not errors:
+        try:
+            return admission.queue(admission.client(request), valid)
+        except HTTPException as exc:
+            errors["targets" if any(label for label, _ in bodies) else "general"] = str(exc.detail)
+            status, headers = exc.status_code, dict(exc.headers or {})
+    ctx = page_context(state, dispatcher, info=info, values=form, errors=errors)
+    page = render(state, "artifact.html", ctx, status)
+    page.headers.update(headers)
+    return page
+
+
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
 async def run_artifact(
     sha256: str,
@@ -258,11 +312,8 @@ async def run_artifact(
     admission: AdmissionDep,
 ) -> Response:
     """Queue a job for the uploaded function from its page's form."""
-    from urllib.parse import parse_qsl
-
     info = stored_file(dispatcher, sha256)
-    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
-    form = dict(parse_qsl(raw, keep_blank_values=True))
+    form = dict(await page_form(request))
     errors: dict[str, str] = {}
     params: dict[str, Any] = {"artifact": sha256}
     for name in ("inputs", "reference"):
@@ -292,27 +343,19 @@ async def run_artifact(
         "params": params,
         "measure": measure,
     }
-    settings = state.settings
-    status = 422
-    headers: dict[str, str] = {}
-    try:
-        admission.check_token(form.get("token"), "job submission", bearer=False)
-    except HTTPException:
-        errors["token"] = "this server needs its submission token"
-        status = 401
-    job = None
-    if not errors:
-        try:
-            valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
-            (job,) = admission.queue(admission.client(request), [valid])
-        except HTTPException as exc:
-            errors.update(form_errors(exc) if exc.status_code == 422 else {"general": exc.detail})
-            status, headers = exc.status_code, dict(exc.headers or {})
-    if job is None:
-        ctx = page_context(state, dispatcher, info=info, values=form, errors=errors)
-        page = render(state, "artifact.html", ctx, status)
-        page.headers.update(headers)
-        return page
+    queued = queue_or_page(
+        request,
+        state,
+        dispatcher,
+        admission,
+        info=info,
+        form=form,
+        bodies=[(None, body)],
+        errors=errors,
+    )
+    if not isinstance(queued, list):
+        return queued
+    (job,) = queued
     if is_htmx(request):
         return Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
     return RedirectResponse(f"/runs/{job.id}", status_code=303)

@@ -228,3 +228,35 @@ async def test_matrix_target_columns_take_an_artifact_where_its_devices_fit(
     assert cells[(1, 0)]["status"] == "not run"
     assert "exported for 8 devices and v6e:1x1 has 1" in cells[(1, 0)]["reason"]
     assert cells[(1, 1)]["status"] == cells[(1, 2)]["status"] == "queued"
+
+
+async def test_a_run_names_its_arguments_and_each_results_check(
+    bench_client: httpx.AsyncClient, own_exports: dict[str, Any], tmp_path: Path
+) -> None:
+    from tests.app.test_artifacts import run_one
+    from workers.files import FileCache
+
+    train = own_exports["train"]
+    sha = await upload(bench_client, train.artifact.read_bytes())
+    sample = await upload(bench_client, train.sample.read_bytes(), "npz")
+    params = {"artifact": sha, "reference": sample, "input_rules": train.rules}
+    r = await bench_client.post(
+        "/api/v1/jobs",
+        json={
+            "workload": "exported",
+            "path": "jax-cpu",
+            "params": params,
+            "measure": {"samples": 3},
+        },
+    )
+    assert r.status_code == 202, r.text
+    job = await run_one(bench_client, FileCache(tmp_path / "files"))
+    assert job["run"]["correctness"]["passed"]
+    page = (await bench_client.get(f"/runs/{job['id']}")).text
+    assert "Arguments and results" in page
+    assert f"{len(train.summary['results'])} results, each checked on its own" in page
+    count = page.split('data-result="out2/0/count"', 1)[1].split("</tr>", 1)[0]
+    assert "passed" in count and "1 sampled element<" in count  # a scalar: all of it
+    kernel = page.split('data-result="out1/blocks/0/attn/key/kernel"', 1)[1].split("</tr>")[0]
+    assert "passed" in kernel and "64 sampled elements" in kernel
+    assert "opt_state/0/nu/embed/embedding" in page and "drawn under the job" in page

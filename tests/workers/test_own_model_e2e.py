@@ -10,29 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jax
 import pytest
 
 from tests.workers.own_exports import TARGETS, export_fn
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
+from tests.workers.test_export_e2e import upload
 from workers.export.meshes import argument_shardings
 from workers.protocol import parse_target
 from workers.xla_targets.topology import target_devices
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def upload(client: httpx.Client, data: bytes, kind: str) -> str:
-    r = client.post(
-        "/api/v1/artifacts",
-        params={"kind": kind},
-        content=data,
-        headers={"Content-Type": "application/octet-stream"},
-    )
-    assert r.status_code == 201, r.text
-    sha: str = r.json()["sha256"]
-    return sha
 
 
 def plain_peak(artifact: Path, target_id: str) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.catalog.exported import boundary_frame
+from workers.compiler.hlo_summary import COLLECTIVES
+from workers.protocol.hlo import COMPUTATION, INSTRUCTION, OP_NAME, called
 
 Position = tuple[str, int]
 
@@ -38,21 +40,6 @@ TAG = "#"
 _TAGGED = re.compile(r"^(?P<name>.*)#(?P<n>\d+)$")
 _FILE_POS = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
 _OUTER_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
-_OP_NAME = re.compile(r'\bop_name="([^"]*)"')
-_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\("
-)
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?(?P<name>[^\s(){}]+)\s*(?:\(.*\))?\s*(?:->.*)?\{$")
-_CALLS = re.compile(r"\bcalls=(\{[^}]*\}|%?[^\s,{}]+)")
-_COLLECTIVES = (
-    "all-reduce",
-    "all-gather",
-    "reduce-scatter",
-    "all-to-all",
-    "collective-permute",
-    "collective-broadcast",
-    "ragged-all-to-all",
-)
 _SKIPPED_OPS = frozenset({"func.func", "builtin.module", "func.return", "func.call"})
 _MAX_STEPS_BACK = 3
 
@@ -103,7 +90,7 @@ def _untagged(op_name: str) -> str:
 
 def _with_position(line: str, position: Position | None) -> str:
     """`line` with its op_name untagged and, if given, the position in its metadata."""
-    line = _OP_NAME.sub(lambda m: f'op_name="{_untagged(m[1])}"', line)
+    line = OP_NAME.sub(lambda m: f'op_name="{_untagged(m[1])}"', line)
     if position is None or "source_file=" in line:
         return line
     file, number = position
@@ -133,7 +120,7 @@ def _operands(line: str, op: str) -> list[str]:
 
 
 def _linked(op: str) -> bool:
-    return op in ("fusion", "custom-call") or op.removesuffix("-start") in _COLLECTIVES
+    return op in ("fusion", "custom-call") or op.removesuffix("-start") in COLLECTIVES
 
 
 def place_positions(
@@ -164,16 +151,16 @@ def place_positions(
     computation: str | None = None
     for i, line in enumerate(lines):
         if computation is None and not line[:1].isspace():
-            header = _COMPUTATION.match(line.strip())
+            header = COMPUTATION.match(line.strip())
             computation = header["name"] if header else None
             continue
         if line.strip() == "}":
             computation = None
             continue
-        match = _INSTRUCTION.match(line)
+        match = INSTRUCTION.match(line)
         if match is None:
             continue
-        meta = _OP_NAME.search(line)
+        meta = OP_NAME.search(line)
         position = position_of(meta[1]) if meta else None
         own_position[match["name"]] = position
         if position is not None and computation is not None:
@@ -188,9 +175,8 @@ def place_positions(
         name, op = parsed[i]
         position = own_position.get(name)
         if position is None and op == "fusion":
-            called = _CALLS.search(line)
-            for callee in called[1].strip("{}").split(",") if called else []:
-                position = body_position.get(callee.strip().lstrip("%"))
+            for callee in called(line):
+                position = body_position.get(callee)
                 if position is not None:
                     break
         frontier = [name]
