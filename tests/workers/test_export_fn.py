@@ -249,3 +249,16 @@ def test_boundary_run_takes_local_files_by_at_sign(tmp_path: Path, files: FileCa
         ValueError, match=r"params\.artifact: .*junk\.jaxexport: (corrupted|not a jax)"
     ):
         resolve_file_params("exported", {"artifact": f"@{tmp_path / 'junk.jaxexport'}"})
+
+
+def test_kernels_the_compiler_builds_itself_are_not_refused() -> None:
+    from workers.workloads.artifact import refused_targets
+
+    # Pallas lowers to these on TPU (Mosaic) and GPU (Triton, Mosaic GPU): XLA compiles
+    # them from the IR they carry, so no native code of the user's runs.
+    kernels = ["tpu_custom_call", "mosaic_gpu_v2", "__gpu$xla.gpu.triton", "lapack_sgetrf_ffi"]
+    assert refused_targets(kernels) == []
+    assert refused_targets(["my_native_kernel", "tf.call_tf_function"]) == [
+        "my_native_kernel",
+        "tf.call_tf_function",
+    ]

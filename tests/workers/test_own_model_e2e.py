@@ -144,3 +144,23 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
         f"/compare?a={rows['v6e:2x4']['job']}&b={rows['h100:8']['job']}&ir=hlo"
     )
     assert page["one_click"] == ["v6e:2x4", "h100:8", "b200:8"]
+
+
+def test_the_upload_presents_the_submission_token_from_the_environment(
+    cluster: Callable[..., Cluster],  # noqa: F811 - the imported fixture
+    own_exports: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    c = cluster(SUBMIT_TOKEN="a-submission-token-of-some-length")
+    c.start_server()
+    model = Path(__file__).with_name("own_model.py")
+    args = [f"{model}:forward", "--example", f"{model}:forward_example"]
+    args += ["-o", str(tmp_path / "f.jaxexport"), "--upload", c.url, "--target", "b200:1"]
+    bare = export_fn(args, tmp_path, env={"BOUNDARY_SUBMIT_TOKEN": ""})
+    assert bare.returncode == 4, bare.stderr  # the server's refusal, named
+    assert "refused the exported file (401" in bare.stderr
+    given = export_fn(args, tmp_path, env={"BOUNDARY_SUBMIT_TOKEN": c.env["BOUNDARY_SUBMIT_TOKEN"]})
+    assert given.returncode == 0, given.stderr[-2000:]
+    (job,) = json.loads(given.stdout)["uploaded"]["jobs"]
+    assert job["target"] == "b200:1" and job["path"] == "jax-gpu"
+    assert c.job(job["id"])["status"] == "queued"  # no worker here: it waits, visibly
