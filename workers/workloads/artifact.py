@@ -88,12 +88,20 @@ def refused_targets(targets: Sequence[str]) -> list[str]:
     ]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Loaded:
     """A deserialized artifact and its header (names included), as every side reads it."""
 
     exp: Any
     header: ExportHeader
+    _custom_calls: list[str] | None = None
+
+    def custom_calls(self) -> list[str]:
+        """The custom-call targets its StableHLO names (read once: printing the module
+        costs more than the rest of a job's checks)."""
+        if self._custom_calls is None:
+            self._custom_calls = custom_call_targets(self.exp.mlir_module())
+        return self._custom_calls
 
 
 _loaded: OrderedDict[str, Loaded] = OrderedDict()
@@ -135,9 +143,10 @@ def aval_bytes(avals: Sequence[Any]) -> int:
     return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
 
 
-def check_artifact(exp: Any, path: PathId, max_bytes: int) -> None:
+def check_artifact(loaded: Loaded, path: PathId, max_bytes: int) -> None:
     """Refuse, naming params.artifact, what this worker must not or cannot run."""
     field = "params.artifact"
+    exp = loaded.exp
     wanted = JAX_PLATFORM[path]
     platforms = [str(p).lower() for p in exp.platforms]
     if wanted not in platforms:
@@ -161,7 +170,7 @@ def check_artifact(exp: Any, path: PathId, max_bytes: int) -> None:
             f"{field}: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
             field,
         )
-    refused = refused_targets(custom_call_targets(exp.mlir_module()))
+    refused = refused_targets(loaded.custom_calls())
     if refused:
         raise CatalogError(
             f"{field}: refused: it calls custom call target(s) this worker does not know: "

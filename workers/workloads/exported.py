@@ -109,7 +109,7 @@ class ExportedFunction(Workload[ExportedParams]):
         if target is not None:  # refused naming the target, before the path's own check
             header = loaded.header
             check_target_platforms(target, header.platforms, header.nr_devices)
-        check_artifact(loaded.exp, path, max_bytes)
+        check_artifact(loaded, path, max_bytes)
         remember(p.artifact, loaded)
         bound = ExportedFunction(path, files, max_bytes)
         try:
