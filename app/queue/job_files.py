@@ -17,7 +17,7 @@ from typing import Any
 from app.queue.uploads import ArrayInfo, UploadError, exported_header, kind_of, npz_arrays
 from app.queue.validation import ValidJob
 from app.store import Store
-from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog import WORKLOADS, CatalogError, over_limit
 from workers.catalog.exported import JAX_PLATFORM
 from workers.catalog.jaxexport import (
     INDICES,
@@ -137,9 +137,7 @@ def _artifact(
         found.problems.append((where, str(exc)))
         return None
     if size > cap:
-        found.problems.append(
-            (where, f"inputs and outputs take {size:,} bytes, over the limit of {cap:,}")
-        )
+        found.problems.append((where, over_limit(size, cap)))
     specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.arguments()]
     try:
         resolve_rules(spec.params.get("input_rules") or {}, specs)

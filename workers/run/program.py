@@ -22,6 +22,7 @@ from workers.compiler.compile_cache import (
     events_between,
 )
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source_tags import tag_sources
 from workers.measure.publish import Work
@@ -123,7 +124,7 @@ def compile_program(
     # name the user's lines (workers.compiler.source_tags); its StableHLO is printed first.
     tagged = tag_sources(workload, staged.lowered)
     t0 = clock()
-    compiled = staged.lowered.compile()
+    compiled = staged.lowered.compile(compiler_options=compile_options(job))
     compile_s = clock() - t0
     cache_events = events_between(before, cache_counts())
     emit("compiled")
@@ -140,7 +141,7 @@ def compile_program(
     artifacts_s = clock() - t0 + tagged.seconds
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
-        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env())
+        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env(), job.compiler_options)
         emit("compiled", message="pass pipeline captured")
     return Program(
         compiled=compiled,
@@ -159,7 +160,7 @@ def work_of(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> W
     """The work one call does: analytic counts, or XLA's where the workload has none."""
     moved = workload.byte_count(params)
     if getattr(workload, "counts_from_xla", False):
-        cost = compiled_costs(compiled)
+        cost = compiled_costs(compiled) if compiled is not None else None  # None: refused
         flops = cost.flops if cost is not None and cost.flops is not None else 0.0
         return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
     return Work(workload.flop_count(params), moved)
