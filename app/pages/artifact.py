@@ -166,7 +166,9 @@ def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, 
     """What the artifact's page shows beyond the file's own description."""
     header = info.get("header")
     if not header:
-        return {"arguments": [], "results": [], "fitting": [], "one_click": [], "fit": []}
+        # An .npz (or an unreadable file): nothing to compile, nothing pending.
+        empty: dict[str, Any] = {"arguments": [], "results": [], "fitting": [], "one_click": []}
+        return {**empty, "fit": [], "fit_pending": False}
     devices = int(header.get("nr_devices", 1))
     fitting = fitting_targets(header)
     chosen = one_click(fitting, devices)
