@@ -14,10 +14,13 @@ import json
 import re
 from typing import Any
 
+from fastapi import HTTPException
+
 from app.dispatch import Dispatcher
 from app.pages.matrices import compile_facts
 from app.pages.runs.memory_fit import gb
 from app.pages.runs.plots import format_seconds
+from app.queue.uploads import UploadError, describe, kind_of
 from workers.catalog.target_rules import JAX_PLATFORM_OF, placement_on
 from workers.protocol import (
     FINAL_STATUSES,
@@ -160,6 +163,32 @@ def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str
             row["compare"] = f"/compare?a={first['job']}&b={row['job']}&ir=hlo"
             row["compare_with"] = first["label"]
     return rows
+
+
+def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
+    """The public description of a stored upload, or 404."""
+    store = dispatcher.store
+    found = store.file_info(sha256) if len(sha256) == 64 else None
+    kind = kind_of(found.media_type) if found is not None else None
+    source = store.open_file(sha256) if kind is not None else None
+    if found is None or kind is None or source is None:
+        raise HTTPException(status_code=404, detail=f"no uploaded file {sha256[:64]!r}")
+    with source:
+        try:
+            described = describe(kind, source)
+        except UploadError as exc:  # stored before a stricter check: say so, do not fail
+            described = {"problem": str(exc)}
+    return {
+        "sha256": found.sha256,
+        "kind": kind,
+        "media_type": found.media_type,
+        "size": found.size,
+        **described,
+        "links": {
+            "self": f"/api/v1/artifacts/{found.sha256}",
+            "page": f"/artifacts/{found.sha256}",
+        },
+    }
 
 
 def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, Any]:

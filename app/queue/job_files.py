@@ -9,18 +9,18 @@ All of it reads headers and names, never runs anything: the artifact's FlatBuffe
 
 from __future__ import annotations
 
-import io
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
-from app.queue.uploads import ArrayInfo, UploadError, exported_header, kind_of, npz_arrays
+from app.queue.uploads import UploadError, exported_header, kind_of, npz_arrays
 from app.queue.validation import ValidJob
 from app.store import Store
-from workers.catalog import WORKLOADS, CatalogError, over_limit
+from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.exported import JAX_PLATFORM
 from workers.catalog.jaxexport import (
     INDICES,
+    ITEMSIZE,
     ArgumentSpec,
     ArtifactError,
     ExportHeader,
@@ -31,8 +31,10 @@ from workers.catalog.jaxexport import (
     plan,
     resolve_rules,
 )
+from workers.catalog.npz import ArrayInfo
+from workers.catalog.peak import dense_peak, refusal
 from workers.catalog.target_rules import byte_cap, check_target_platforms, job_target
-from workers.protocol import JobSpec
+from workers.protocol import JobSpec, Mode, StageId
 
 Problems = list[tuple[str | None, str]]
 
@@ -67,27 +69,29 @@ def check_job_files(spec: JobSpec, store: Store, max_job_bytes: int) -> FileChec
         if not isinstance(sha, str):
             continue
         where = f"params.{name}"
-        stored = store.get_file(sha)
-        if stored is None:
+        stored = store.file_info(sha)
+        source = store.open_file(sha) if stored is not None else None
+        if stored is None or source is None:
             found.problems.append(
                 (where, f"no uploaded file {sha[:12]}…: POST it to /api/v1/artifacts")
             )
             continue
-        if stored.media_type != media_type:
-            wanted = kind_of(media_type) or media_type
-            found.problems.append((where, f"file {sha[:12]}… is not of kind {wanted}"))
-            continue
-        if name == "artifact":
-            header = _artifact(stored.data, spec, max_job_bytes, found)
-            continue
-        try:
-            members = npz_arrays(stored.data)
-        except UploadError as exc:  # stored before a stricter check
-            found.problems.append((where, f"file {sha[:12]}…: {exc}"))
-            continue
-        arrays.extend((where, a) for a in members)
-        if name == "reference" and header is not None:
-            found.problems += _reference(stored.data, members, header)
+        with source:  # read where its headers (and a sample's indices) are, never whole
+            if stored.media_type != media_type:
+                wanted = kind_of(media_type) or media_type
+                found.problems.append((where, f"file {sha[:12]}… is not of kind {wanted}"))
+                continue
+            if name == "artifact":
+                header = _artifact(source, spec, max_job_bytes, found)
+                continue
+            try:
+                members = npz_arrays(source)
+            except UploadError as exc:  # stored before a stricter check
+                found.problems.append((where, f"file {sha[:12]}…: {exc}"))
+                continue
+            arrays.extend((where, a) for a in members)
+            if name == "reference" and header is not None:
+                found.problems += _reference(source, members, header)
     declared = sum(a.nbytes for _, a in arrays)
     if declared > max_job_bytes:
         biggest_field, biggest = max(arrays, key=lambda fa: fa[1].nbytes)
@@ -102,12 +106,12 @@ def check_job_files(spec: JobSpec, store: Store, max_job_bytes: int) -> FileChec
 
 
 def _artifact(
-    data: bytes, spec: JobSpec, max_job_bytes: int, found: FileCheck
+    source: IO[bytes], spec: JobSpec, max_job_bytes: int, found: FileCheck
 ) -> ExportHeader | None:
     """The artifact's header once it suits the job (its problems go to `found`)."""
     where = "params.artifact"
     try:
-        header = exported_header(data)
+        header = exported_header(source)
     except UploadError as exc:
         found.problems.append((where, str(exc)))
         return None
@@ -130,14 +134,18 @@ def _artifact(
             )
         )
         return None
-    cap = byte_cap(spec, max_job_bytes)  # none for a job that only compiles for a target
     try:
-        size = sum(aval.nbytes() for aval in (*header.in_avals, *header.out_avals))
+        inputs = sum(aval.nbytes() for aval in header.in_avals)
+        outputs = sum(aval.nbytes() for aval in header.out_avals)
     except ArtifactError as exc:
         found.problems.append((where, str(exc)))
         return None
-    if size > cap:
-        found.problems.append((where, over_limit(size, cap)))
+    # What a run holds at its peak (workers.catalog.peak); a compile places nothing.
+    itemsize = max((ITEMSIZE.get(a.dtype, 4) for a in header.out_avals), default=4)
+    alive = spec.measure.calls_per_sample if spec.measure.mode is Mode.THROUGHPUT else 1
+    problem = refusal(dense_peak(inputs, outputs, itemsize, alive), byte_cap(spec, max_job_bytes))
+    if problem is not None and StageId.EXECUTE in spec.stages:
+        found.problems.append((where, problem.removeprefix("params: ")))
     specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.arguments()]
     try:
         resolve_rules(spec.params.get("input_rules") or {}, specs)
@@ -146,7 +154,7 @@ def _artifact(
     return header
 
 
-def _reference(data: bytes, members: list[ArrayInfo], header: ExportHeader) -> Problems:
+def _reference(data: IO[bytes], members: list[ArrayInfo], header: ExportHeader) -> Problems:
     """A reference that does not fit the artifact's results, named by the result."""
     specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.results()]
     shown = [Member(a.name, a.dtype, a.shape) for a in members]
@@ -162,13 +170,14 @@ def _reference(data: bytes, members: list[ArrayInfo], header: ExportHeader) -> P
     return []
 
 
-def _indices(data: bytes, names: list[str]) -> dict[str, Any]:
+def _indices(data: IO[bytes], names: list[str]) -> dict[str, Any]:
     """The named index arrays of an .npz (each at most MAX_SAMPLE int64s, checked from
     its header already), and nothing else of it."""
     import numpy as np  # only to read indices; kept out of the server's start-up
 
     found: dict[str, Any] = {}
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+    data.seek(0)
+    with zipfile.ZipFile(data) as archive:
         for name in names:
             with archive.open(name) as stream:
                 found[name] = np.lib.format.read_array(stream, allow_pickle=False)

@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
-from app.pages.artifact import artifact_context, target_path
-from app.routes.artifacts import page_form, queue_or_page, stored_file
+from app.pages.artifact import artifact_context, stored_file, target_path
+from app.routes.artifacts import page_form, queue_or_page
 from app.routes.common import is_htmx, render
 from workers.protocol import TargetError, parse_target
 

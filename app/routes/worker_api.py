@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -350,11 +350,19 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": MessagePublic}},
 )
 async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
-    """A stored file (an exported function or an .npz) a job names by its SHA-256."""
-    found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
-    if found is None:
+    """A stored file (an exported function or an .npz) a job names by its SHA-256,
+    streamed chunk by chunk (it is never held whole in the server's memory)."""
+    store = dispatcher.store
+    info = store.file_info(sha256) if len(sha256) == 64 else None
+    chunks = store.file_chunks(sha256) if info is not None else None
+    if info is None or chunks is None:
         raise HTTPException(status_code=404, detail=f"no file {sha256[:64]!r} on this server")
-    return Response(found.data, media_type="application/octet-stream")
+    # A sync iterator: Starlette reads each chunk in its thread pool, off the event loop.
+    return StreamingResponse(
+        chunks,
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(info.size)},
+    )
 
 
 @router.post(

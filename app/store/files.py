@@ -1,51 +1,173 @@
-"""Content-addressed files in the job store: each distinct byte string is kept once.
+"""Content-addressed files in the job store, kept in chunks: each distinct byte string is
+kept once, and no file is ever held whole in memory to store or to read it.
 
 A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
+
+The file API, the same whatever database holds the chunks:
+
+- `put_file(chunks, media_type)`: store a file from an iterable of byte strings (any
+  sizes); its SHA-256 is computed on the way and returned. The chunks are written in
+  short transactions of their own (other requests go on meanwhile) under a blob id, and
+  the file appears under its SHA-256 only in the last one, so no reader sees half a
+  file. Storing the same bytes again keeps the first copy.
+- `file_info(sha)`: its media type and size, or None.
+- `file_chunks(sha)`: its bytes as an iterator of chunks of CHUNK_BYTES (the last one
+  shorter), or None; each chunk is one short read.
+- `open_file(sha)`: a seekable binary reader over the chunks (for zipfile, tarfile and
+  header readers), or None.
+
+Tables (migration 5): `file_blobs` (one row per stored or half-written file: when its
+writing started), `file_chunks` (blob, seq, data) and `files.blob`, the blob a file's
+bytes are in. A blob no file names, older than STALE_BLOB_S (its writer died), is
+removed by retention.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from app.store.base import StoreBase
+from app.store.retention import STALE_BLOB_S, needed_bytes
+from app.store.schema import FILE_CHUNK_BYTES
+
+__all__ = ["CHUNK_BYTES", "STALE_BLOB_S", "ChunkReader", "FileWouldGo", "Files", "StoredFile"]
+
+CHUNK_BYTES = FILE_CHUNK_BYTES
+"""The size of every stored chunk but a file's last."""
 
 
 @dataclass(frozen=True)
 class StoredFile:
-    """A file's bytes with what is known about them."""
+    """What is known about a stored file (its bytes: `file_chunks`, `open_file`)."""
 
     sha256: str
-    data: bytes
     media_type: str
     size: int
 
 
-class Files(StoreBase):
-    """put_file / get_file / attach_file / job_file / job_files on the store."""
+class FileWouldGo(Exception):
+    """Storing this file would be pointless: retention would remove it at once, because
+    files that queued and running jobs need fill the files' cap. The message says so."""
 
-    def put_file(self, data: bytes, media_type: str) -> str:
-        """Keep `data` (once, whatever the number of callers); return its sha256."""
-        digest = hashlib.sha256(data).hexdigest()
+
+class Files(StoreBase):
+    """put_file / file_info / file_chunks / open_file, and files attached to jobs."""
+
+    def put_file(
+        self,
+        chunks: bytes | Iterable[bytes],
+        media_type: str,
+        *,
+        files_max_bytes: int | None = None,
+    ) -> str:
+        """Keep the bytes `chunks` yields (once, whatever the number of callers); their
+        SHA-256. With `files_max_bytes`, FileWouldGo (nothing kept) when the files that
+        queued and running jobs need leave no room for this one under that cap."""
+        pieces: Iterable[bytes] = [chunks] if isinstance(chunks, bytes) else chunks
         with self._tx() as db:
-            at = time.time()
-            db.execute(
-                "INSERT INTO files (sha256, data, media_type, size, created_at, used_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sha256) DO UPDATE SET used_at = ?",
-                (digest, data, media_type, len(data), at, at, at),
-            )
+            blob = db.execute(
+                "INSERT INTO file_blobs (started_at) VALUES (?)", (time.time(),)
+            ).lastrowid
+        assert blob is not None
+        try:
+            digest, size = self._write_chunks(blob, pieces)
+            with self._tx() as db:
+                at = time.time()
+                if db.execute(
+                    "UPDATE files SET used_at = ? WHERE sha256 = ?", (at, digest)
+                ).rowcount:
+                    db.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))
+                    return digest
+                if files_max_bytes is not None:
+                    needed = needed_bytes(db)
+                    if needed + size > files_max_bytes:
+                        raise FileWouldGo(
+                            f"the server keeps {needed:,} bytes of files that queued and "
+                            f"running jobs need (its limit for files is {files_max_bytes:,}); "
+                            f"this file of {size:,} bytes would be removed at once: try "
+                            "again when they have run"
+                        )
+                db.execute(
+                    "INSERT INTO files (sha256, blob, media_type, size, created_at, used_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (digest, blob, media_type, size, at, at),
+                )
+        except BaseException:
+            with self._tx() as db:
+                db.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))
+            raise
         return digest
 
-    def get_file(self, sha256: str) -> StoredFile | None:
-        rows = self._read(
-            "SELECT sha256, data, media_type, size FROM files WHERE sha256 = ?", (sha256,)
-        )
+    def _write_chunks(self, blob: int, pieces: Iterable[bytes]) -> tuple[str, int]:
+        """Write `pieces` as chunks of CHUNK_BYTES under `blob`; (sha256, size)."""
+        digest = hashlib.sha256()
+        size = 0
+        seq = 0
+        pending = bytearray()
+
+        def flush(data: bytes) -> None:
+            nonlocal seq
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO file_chunks (blob, seq, data) VALUES (?, ?, ?)",
+                    (blob, seq, data),
+                )
+            seq += 1
+
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+            pending += piece
+            while len(pending) >= CHUNK_BYTES:
+                flush(bytes(pending[:CHUNK_BYTES]))
+                del pending[:CHUNK_BYTES]
+        if pending or seq == 0:
+            flush(bytes(pending))
+        return digest.hexdigest(), size
+
+    def file_info(self, sha256: str) -> StoredFile | None:
+        rows = self._read("SELECT sha256, media_type, size FROM files WHERE sha256 = ?", (sha256,))
+        return StoredFile(rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+    def _blob_of(self, sha256: str) -> tuple[int, int] | None:
+        rows = self._read("SELECT blob, size FROM files WHERE sha256 = ?", (sha256,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _chunk(self, blob: int, seq: int) -> bytes:
+        rows = self._read("SELECT data FROM file_chunks WHERE blob = ? AND seq = ?", (blob, seq))
         if not rows:
+            raise FileNotFoundError(f"stored file chunk {seq} is gone (the file was removed)")
+        return bytes(rows[0][0])
+
+    def file_chunks(self, sha256: str) -> Iterator[bytes] | None:
+        """The file's bytes, chunk by chunk; None when there is no such file. A file
+        removed while it is read ends the iteration with FileNotFoundError."""
+        found = self._blob_of(sha256)
+        if found is None:
             return None
-        r = rows[0]
-        return StoredFile(r[0], bytes(r[1]), r[2], r[3])
+        blob, size = found
+
+        def chunks() -> Iterator[bytes]:
+            for seq in range(max(1, -(-size // CHUNK_BYTES))):
+                yield self._chunk(blob, seq)
+
+        return chunks()
+
+    def open_file(self, sha256: str) -> BinaryIO | None:
+        """A seekable reader of the file's bytes (one chunk in memory at a time)."""
+        found = self._blob_of(sha256)
+        if found is None:
+            return None
+        blob, size = found
+        raw = ChunkReader(size, lambda seq: self._chunk(blob, seq))
+        return io.BufferedReader(raw, buffer_size=64 * 1024)
+
+    # --- files attached to jobs ----------------------------------------------------------
 
     def attach_file(self, job_id: str, name: str, sha256: str) -> None:
         """Name a stored file on a job (replacing an earlier file of that name)."""
@@ -57,14 +179,11 @@ class Files(StoreBase):
 
     def job_file(self, job_id: str, name: str) -> StoredFile | None:
         rows = self._read(
-            "SELECT f.sha256, f.data, f.media_type, f.size FROM job_files j "
+            "SELECT f.sha256, f.media_type, f.size FROM job_files j "
             "JOIN files f ON f.sha256 = j.sha256 WHERE j.job_id = ? AND j.name = ?",
             (job_id, name),
         )
-        if not rows:
-            return None
-        r = rows[0]
-        return StoredFile(r[0], bytes(r[1]), r[2], r[3])
+        return StoredFile(rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
     def job_files(self, job_id: str) -> Iterator[tuple[str, str, int]]:
         """(name, sha256, size) of every file attached to a job."""
@@ -74,3 +193,43 @@ class Files(StoreBase):
             (job_id,),
         )
         return iter([(r[0], r[1], r[2]) for r in rows])
+
+
+class ChunkReader(io.RawIOBase):
+    """A seekable, read-only raw stream over a file kept in chunks of CHUNK_BYTES:
+    `fetch(seq)` gives chunk `seq`; the last one fetched is kept for the next read."""
+
+    def __init__(self, size: int, fetch: Callable[[int], bytes]) -> None:
+        self._size = size
+        self._fetch = fetch
+        self._pos = 0
+        self._cached: tuple[int, bytes] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError("a negative position in a stored file")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or not len(view):
+            return 0
+        seq, start = divmod(self._pos, CHUNK_BYTES)
+        if self._cached is None or self._cached[0] != seq:
+            self._cached = (seq, self._fetch(seq))
+        chunk = self._cached[1]
+        count = min(len(view), len(chunk) - start, self._size - self._pos)
+        view[:count] = chunk[start : start + count]
+        self._pos += count
+        return count

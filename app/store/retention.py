@@ -20,12 +20,15 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 
 from app.store.base import StoreBase
 from workers.protocol import FINAL_STATUSES, JobStatus
 
 BATCH = 500
+STALE_BLOB_S = 3600.0
+"""A blob no file names after this long was left by a writer that died mid-file."""
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
@@ -53,6 +56,33 @@ def _active_files(db: sqlite3.Connection) -> set[str]:
         params = json.loads(spec).get("params") or {}
         needed.update(v for v in params.values() if isinstance(v, str) and _SHA.match(v))
     return needed
+
+
+def needed_bytes(db: sqlite3.Connection) -> int:
+    """Bytes of the stored files that queued and running jobs need (never removed)."""
+    needed = sorted(_active_files(db))
+    total = 0
+    for start in range(0, len(needed), BATCH):
+        chunk = needed[start : start + BATCH]
+        row = db.execute(
+            f"SELECT coalesce(sum(size), 0) FROM files WHERE sha256 IN ({_marks(len(chunk))})",
+            chunk,
+        ).fetchone()
+        total += int(row[0])
+    return total
+
+
+def _delete_files(db: sqlite3.Connection, shas: list[str]) -> None:
+    """Remove files (their rows, their job attachments and their chunks)."""
+    for start in range(0, len(shas), BATCH):
+        chunk = shas[start : start + BATCH]
+        marks = _marks(len(chunk))
+        blobs = [
+            r[0] for r in db.execute(f"SELECT blob FROM files WHERE sha256 IN ({marks})", chunk)
+        ]
+        db.execute(f"DELETE FROM job_files WHERE sha256 IN ({marks})", chunk)
+        db.execute(f"DELETE FROM files WHERE sha256 IN ({marks})", chunk)
+        db.execute(f"DELETE FROM file_blobs WHERE id IN ({_marks(len(blobs))})", blobs)
 
 
 class Retention(StoreBase):
@@ -143,9 +173,11 @@ class Retention(StoreBase):
                     doomed.append(sha)
                     total -= int(size)
                     freed += int(size)
-            for start in range(0, len(doomed), BATCH):
-                chunk = doomed[start : start + BATCH]
-                marks = _marks(len(chunk))
-                db.execute(f"DELETE FROM job_files WHERE sha256 IN ({marks})", chunk)
-                db.execute(f"DELETE FROM files WHERE sha256 IN ({marks})", chunk)
+            _delete_files(db, doomed)
+            # Blobs no file names whose writer stopped long ago (it died mid-file).
+            db.execute(
+                "DELETE FROM file_blobs WHERE started_at < ? AND id NOT IN "
+                "(SELECT blob FROM files WHERE blob IS NOT NULL)",
+                (time.time() - STALE_BLOB_S,),
+            )
         return len(doomed), freed

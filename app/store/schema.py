@@ -156,11 +156,52 @@ def _migrate_4(db: sqlite3.Connection) -> None:
     )
 
 
+FILE_CHUNK_BYTES = 1024 * 1024
+"""The size of a stored file's chunks (app.store.files.CHUNK_BYTES)."""
+
+
+def _migrate_5(db: sqlite3.Connection) -> None:
+    """Files kept in chunks of 1 MiB (app.store.files), so that neither storing a file
+    nor reading it back holds it whole in memory; existing files are moved over."""
+    _script(
+        db,
+        """
+        CREATE TABLE file_blobs (
+            id INTEGER PRIMARY KEY,
+            started_at REAL NOT NULL        -- when its writing started
+        );
+        CREATE TABLE file_chunks (
+            blob INTEGER NOT NULL REFERENCES file_blobs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (blob, seq)
+        );
+        ALTER TABLE files ADD COLUMN blob INTEGER REFERENCES file_blobs (id);
+        """,
+    )
+    shas = [r[0] for r in db.execute("SELECT sha256 FROM files").fetchall()]
+    for sha in shas:
+        size = int(db.execute("SELECT size FROM files WHERE sha256 = ?", (sha,)).fetchone()[0])
+        blob = db.execute(
+            "INSERT INTO file_blobs (started_at) VALUES (strftime('%s', 'now'))"
+        ).lastrowid
+        for seq in range(max(1, -(-size // FILE_CHUNK_BYTES))):
+            # substr() on a blob counts bytes from 1; one chunk in memory at a time.
+            db.execute(
+                "INSERT INTO file_chunks (blob, seq, data) SELECT ?, ?, "
+                "substr(data, ?, ?) FROM files WHERE sha256 = ?",
+                (blob, seq, seq * FILE_CHUNK_BYTES + 1, FILE_CHUNK_BYTES, sha),
+            )
+        db.execute("UPDATE files SET blob = ? WHERE sha256 = ?", (blob, sha))
+    db.execute("ALTER TABLE files DROP COLUMN data")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _migrate_1,
     _migrate_2,
     _migrate_3,
     _migrate_4,
+    _migrate_5,
 ]
 """Schema migrations in order; the database's user_version counts those applied."""
 

@@ -1,12 +1,14 @@
 """Bounds-checked reads from a FlatBuffer, the format `jax.export` serializes to.
 
 Every offset is checked against the buffer's length, so a damaged or hostile file raises
-`ArtifactError` and nothing is ever read outside its bytes.
+`ArtifactError` and nothing is ever read outside its bytes. The buffer is bytes in memory
+or a seekable file (a stored upload is never read whole to describe it).
 """
 
 from __future__ import annotations
 
 import struct
+from typing import IO
 
 
 class ArtifactError(ValueError):
@@ -16,14 +18,23 @@ class ArtifactError(ValueError):
 class FlatBuffer:
     """Little-endian reads of tables, vectors and strings, each checked against the end."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    def __init__(self, data: bytes | IO[bytes]) -> None:
+        self._bytes = data if isinstance(data, bytes) else None
+        self._file = None if isinstance(data, bytes) else data
+        self.size = len(data) if isinstance(data, bytes) else data.seek(0, 2)
+
+    def read(self, pos: int, count: int) -> bytes:
+        """`count` bytes at `pos`; ArtifactError if they run past the end of the file."""
+        if pos < 0 or count < 0 or pos + count > self.size:
+            raise ArtifactError(f"corrupted: an offset points outside the file (at byte {pos})")
+        if self._bytes is not None:
+            return self._bytes[pos : pos + count]
+        assert self._file is not None
+        self._file.seek(pos)
+        return self._file.read(count)
 
     def _unpack(self, fmt: str, pos: int) -> int:
-        size = struct.calcsize(fmt)
-        if pos < 0 or pos + size > len(self.data):
-            raise ArtifactError(f"corrupted: an offset points outside the file (at byte {pos})")
-        value: int = struct.unpack_from(fmt, self.data, pos)[0]
+        value: int = struct.unpack(fmt, self.read(pos, struct.calcsize(fmt)))[0]
         return value
 
     def i8(self, pos: int) -> int:
@@ -71,13 +82,17 @@ class FlatBuffer:
             raise ArtifactError(f"corrupted: a list claims {length:,} entries")
         return start + 4, length
 
-    def blob(self, pos: int) -> bytes:
-        """The bytes of a string or byte vector a field at `pos` refers to."""
+    def span(self, pos: int) -> tuple[int, int]:
+        """(start, length) of the string or byte vector a field at `pos` refers to."""
         start = self.deref(pos)
         length = self.u32(start)
-        if start + 4 + length > len(self.data):
+        if start + 4 + length > self.size:
             raise ArtifactError("corrupted: a string or byte block runs past the end of the file")
-        return self.data[start + 4 : start + 4 + length]
+        return start + 4, length
+
+    def blob(self, pos: int) -> bytes:
+        """The bytes of a string or byte vector a field at `pos` refers to."""
+        return self.read(*self.span(pos))
 
     def text(self, pos: int) -> str:
         try:

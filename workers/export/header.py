@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import IO
 
 from workers.export.flatbuffer import ArtifactError, FlatBuffer
 
@@ -216,18 +217,20 @@ def _avals(buf: FlatBuffer, root: int, direct: int, indexed: int, unique: list[A
     return [_aval(buf, t) for t in buf.tables(buf.field(root, direct), MAX_AVALS)]
 
 
-def read_header(data: bytes) -> ExportHeader:
-    """The header of a serialized Exported; ArtifactError when `data` is not one."""
-    if len(data) < 16:
+def read_header(data: bytes | IO[bytes]) -> ExportHeader:
+    """The header of a serialized Exported, from its bytes or a seekable file of them;
+    ArtifactError when it is not one. Only the header is read (not the module)."""
+    buf = FlatBuffer(data)
+    if buf.size < 16:
         raise ArtifactError("not a jax.export artifact: the file is too short")
-    buf = FlatBuffer(bytes(data))
     root = buf.u32(0)
     name_at = buf.field(root, _FUNCTION_NAME)
     module_at = buf.field(root, _MLIR_MODULE)
     if name_at is None or module_at is None:
         raise ArtifactError("not a jax.export artifact: no function name or no StableHLO module")
-    module = buf.blob(module_at)
-    if not module.startswith(MLIR_BYTECODE_MAGIC):
+    module_start, module_bytes = buf.span(module_at)
+    magic = buf.read(module_start, min(module_bytes, len(MLIR_BYTECODE_MAGIC)))
+    if magic != MLIR_BYTECODE_MAGIC:
         raise ArtifactError("not a jax.export artifact: its module is not MLIR bytecode")
     unique = [_aval(buf, t) for t in buf.tables(buf.field(root, _UNIQUE_AVALS), MAX_AVALS)]
     in_avals = _avals(buf, root, _IN_AVALS, _IN_AVALS_IDXS, unique)
@@ -252,7 +255,7 @@ def read_header(data: bytes) -> ExportHeader:
         out_avals=tuple(out_avals),
         nr_devices=devices,
         calling_convention_version=buf.u16(convention_at) if convention_at is not None else 0,
-        module_bytes=len(module),
+        module_bytes=module_bytes,
         argument_names=tuple(arguments),
         result_names=tuple(results),
     )

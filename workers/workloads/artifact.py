@@ -10,12 +10,11 @@ generate or check, more bytes than the job's cap).
 
 from __future__ import annotations
 
-import io
 import re
-import zipfile
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -23,6 +22,8 @@ import numpy as np
 
 from workers.catalog import CatalogError
 from workers.catalog.exported import JAX_PLATFORM
+from workers.catalog.npz import NpzError, read_npz
+from workers.catalog.peak import dense_peak, refusal
 from workers.export.header import DTYPES, ExportHeader, read_header
 from workers.protocol import PathId
 
@@ -164,12 +165,12 @@ def check_artifact(loaded: Loaded, path: PathId, max_bytes: int) -> None:
             )
         if dtype_name(aval) not in DTYPES[:15]:
             raise CatalogError(f"{field}: dtype {aval.dtype} cannot be generated or checked", field)
-    size = aval_bytes(avals)
-    if size > max_bytes:
-        raise CatalogError(
-            f"{field}: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            field,
-        )
+    # What a run holds at its peak (workers.catalog.peak), as the server estimated it.
+    itemsize = max((int(np.dtype(a.dtype).itemsize) for a in exp.out_avals), default=4)
+    peak = dense_peak(aval_bytes(exp.in_avals), aval_bytes(exp.out_avals), itemsize)
+    problem = refusal(peak, max_bytes)
+    if problem is not None:
+        raise CatalogError(f"{field}: {problem.removeprefix('params: ')}", field)
     refused = refused_targets(loaded.custom_calls())
     if refused:
         raise CatalogError(
@@ -179,37 +180,18 @@ def check_artifact(loaded: Loaded, path: PathId, max_bytes: int) -> None:
         )
 
 
-def declared_npz_bytes(data: bytes, field: str) -> int:
-    """The bytes an .npz archive's arrays would take once loaded (shape × itemsize, from
-    each member's header), read without decompressing any array's data."""
-    total = 0
+def load_npz(path: Path, field: str, max_bytes: int) -> dict[str, Any]:
+    """The arrays of an .npz archive on disk, checked from their headers first (see
+    workers.catalog.npz: names matched whole, no negative or overflowing dimension, each
+    member holding the bytes it declares, all of them within `max_bytes`), so nothing is
+    decompressed that would pass the job's cap (a small compressed file can declare
+    gigabytes of zeros)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            for member in archive.namelist():
-                with archive.open(member) as stream:
-                    version = np.lib.format.read_magic(stream)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-                    else:
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
-    return total
-
-
-def read_npz(data: bytes, field: str, max_bytes: int) -> dict[str, Any]:
-    """The arrays of an .npz archive, refused before decompressing if they would pass the
-    job's byte cap (a small compressed file can declare gigabytes of zeros)."""
-    declared = declared_npz_bytes(data, field)
-    if declared > max_bytes:
-        raise CatalogError(
-            f"{field}: the archive's arrays would take {declared:,} bytes once loaded, over "
-            f"the limit of {max_bytes:,}",
-            field,
-        )
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        with open(path, "rb") as handle:
+            read_npz(handle, max_bytes)
+        with np.load(path, allow_pickle=False) as archive:
             return {name: np.asarray(archive[name]) for name in archive.files}
+    except NpzError as exc:
+        raise CatalogError(f"{field}: {exc}", field) from None
     except (OSError, ValueError, EOFError) as exc:
         raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None

@@ -43,7 +43,7 @@ from workers.workloads.artifact import (
     aval_bytes,
     check_artifact,
     deserialize,
-    read_npz,
+    load_npz,
     recall,
     remember,
 )
@@ -158,8 +158,8 @@ class ExportedFunction(Workload[ExportedParams]):
                 return generate(specs, params.input_rules, params.seed)
             except InputRuleError as exc:
                 raise CatalogError(str(exc), exc.field) from None
-        data = self.files.get(params.inputs, "params.inputs")
-        arrays = read_npz(data, "params.inputs", self.max_bytes)
+        stored = self.files.checked(params.inputs, "params.inputs")
+        arrays = load_npz(stored, "params.inputs", self.max_bytes)
         out = []
         for i, spec in enumerate(specs):
             given = arrays.get(spec.name, arrays.get(f"arg{i}"))
@@ -183,8 +183,8 @@ class ExportedFunction(Workload[ExportedParams]):
     def expected(self, params: ExportedParams) -> dict[int, tuple[Any | None, Any]]:
         """The uploaded reference per result position: (indices or None, values)."""
         assert params.reference is not None
-        data = self.files.get(params.reference, "params.reference")
-        arrays = read_npz(data, "params.reference", self.max_bytes)
+        stored = self.files.checked(params.reference, "params.reference")
+        arrays = load_npz(stored, "params.reference", self.max_bytes)
         try:
             return expected(arrays, self.result_specs(params))
         except ReferenceError as exc:
