@@ -164,6 +164,16 @@ def _run(argv: list[str]) -> int:
 
 
 def _export_fn(argv: list[str]) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("jax") is None:  # the base install alone
+        print(
+            "boundary export-fn: jax is not installed here: install Boundary with its export "
+            "extra where your model runs (pip install '/path/to/boundary[export]'), or your "
+            "model's own jax",
+            file=sys.stderr,
+        )
+        return 2
     from workers.cli.export_fn import export_command
 
     return export_command(argv)

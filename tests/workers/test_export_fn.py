@@ -262,3 +262,21 @@ def test_kernels_the_compiler_builds_itself_are_not_refused() -> None:
         "my_native_kernel",
         "tf.call_tf_function",
     ]
+
+
+def test_export_fn_without_jax_says_to_install_the_export_extra(tmp_path: Path) -> None:
+    """Boundary's base install has no jax (the `export` extra brings it): export-fn says
+    so, rather than failing on an import. The process sees only the standard library and
+    this checkout, as a base install with no jax would."""
+    script = (
+        "import sys\n"
+        f"sys.path[:] = [p for p in sys.path if 'packages' not in p] + [{str(ROOT)!r}]\n"
+        "from app.cli import main\n"
+        "main(['export-fn', 'model:step', '--example', 'model:example'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "jax is not installed here" in done.stderr
+    assert "pip install '/path/to/boundary[export]'" in done.stderr
