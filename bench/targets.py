@@ -12,17 +12,26 @@
 
        .venv/bin/python bench/targets.py [--rounds 3] [--targets v6e:1x1,b200:1]
 
-2. Pallas rows (`--pallas`). Per case (a Pallas kernel, or XLA's own for comparison, on
-   v6e, H100 and B200 targets): `--rounds` whole deviceless runs (`run_job`), each in a
-   fresh process after one untimed compile of a small other program for the platform.
-   Prints the timed compile's median, the median of what the run adds below the HLO
-   without timing it (TPU: libtpu's bundle dump, a compile of the exported program in a
-   child process; GPU: XLA's dump compile for the PTX, Mosaic GPU's own dump in a child,
-   ptxas and cuobjdump for the SASS), and (compile + dump) ÷ compile.
+2. Exported programs (`--exported`). The tests' own three programs
+   (tests/workers/own_model.py: a transformer forward, an optax train step, that step over
+   8 devices), exported with `boundary export-fn --example`, each compiled per target
+   through the worker's path (bind, placement from the export, trace, lower, the source
+   tags, compile; printing the IR is left out, as in the catalog's rows) against a plain
+   `jax.jit(exp.call).lower(*args, **kwargs).compile()` on
+   the same devices, alternating, from cleared caches, `--rounds` of each after an
+   untimed pass. On this loaded machine wall time says more about the neighbours than
+   about either path, so the medians are in CPU seconds of this process and its children
+   (ptxas), wall seconds beside them. Also prints both peaks per device. Goal: ≤ 1.1×.
+
+       .venv/bin/python bench/targets.py --exported [--rounds 5]
+
+3. Pallas rows (`--pallas`): what a deviceless run adds below the HLO (TPU bundles, PTX
+   and SASS) against its timed compile, as (compile + dump) ÷ compile; see
+   bench/pallas_dumps.py, which runs them.
 
        .venv/bin/python bench/targets.py --pallas [--rounds 3]
 
-3. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
+4. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
    not exist), makes a venv and installs the package with `PIP_NO_CACHE_DIR=1` (a cold
    package cache), starts `boundary serve`, queues the TPU scale card's job
    (`sharded-matmul` on `v6e:2x4`), and stops the clock when the run page shows its HLO
@@ -144,98 +153,109 @@ def overhead(targets: list[str], rounds: int) -> None:
         )
 
 
-MATMUL_1024 = {"m": 1024, "n": 1024, "k": 1024, "dtype": "bfloat16"}
-PALLAS = {**MATMUL_1024, "kernel": "pallas"}
-PALLAS_CASES: list[tuple[str, str, dict[str, Any]]] = [
-    ("v6e:1x1", "matmul", PALLAS),
-    ("v6e:1x1", "matmul", MATMUL_1024),
-    (
-        "v6e:1x1",
-        "attention",
-        {"batch": 2, "heads": 4, "seq_len": 1024, "head_dim": 128, "causal": True,
-         "dtype": "bfloat16", "kernel": "pallas"},
-    ),
-    (
-        "v6e:2x4",
-        "sharded-matmul",
-        {"m": 2048, "n": 2048, "k": 2048, "dtype": "bfloat16", "sharding": "tensor",
-         "kernel": "pallas"},
-    ),
-    ("h100:1", "matmul", PALLAS),
-    ("b200:1", "matmul", PALLAS),
-    ("b200:1", "matmul", {**PALLAS, "pallas_backend": "mosaic-gpu"}),
-    ("b200:1", "matmul", MATMUL_1024),
-]  # fmt: skip
-"""(target, workload, parameters) of each Pallas row; the XLA rows show the same dumps'
-cost for XLA's own kernels."""
-DUMP_PARTS = ("bundle_dump", "dump_compile", "mosaic_gpu_dump", "sass")
-"""The untimed work a deviceless run adds below the HLO, as `extra.unreported_s` names it."""
+EXPORTED_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("forward", ("v6e:1x1", "v6e:2x4", "b200:1", "h100:8")),
+    ("train", ("v6e:1x1", "v6e:2x4", "b200:1", "h100:8")),
+    ("dp", ("v6e:2x4", "h100:8", "b200:8", "v6e:4x4")),
+)
 
 
-WARM_UP: dict[str, dict[str, Any]] = {
-    "jax-tpu": {"workload": "matmul", "params": {"m": 256, "n": 256, "k": 256}},
-    "jax-gpu": {"workload": "elementwise", "params": {"n": 4096}},
-}
-"""A small, different program each row's process compiles first, untimed: the compiler's
-start-up (and the first dump child's) is no part of the row."""
+def _cpu() -> float:
+    """CPU seconds of this process and its children (a GPU compile runs ptxas)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def pallas_row(index: int) -> None:
-    """One round of one Pallas row, in this fresh process: `{compile, dump}` as JSON.
-
-    Each round has its own process because Mosaic GPU caches compiled kernels in the
-    process (a second compile of the same kernel skips its compiler), and a fresh process
-    is also what a new kind of job meets on a worker."""
-    import json
+def exported_overhead(rounds: int) -> None:
+    import tempfile
 
     from workers.compiler.jaxenv import apply_jax_environment
 
     apply_jax_environment()
-    from workers.protocol import JobSpec
-    from workers.run.engine import run_job
+    import jax
 
-    target, workload, params = PALLAS_CASES[index]
-    path = "jax-tpu" if target.startswith("v6e") else "jax-gpu"
-    first = {**WARM_UP[path], "path": path, "target": target.split(":")[0] + ":1"}
-    if target.startswith("v6e"):
-        first["target"] = "v6e:1x1"
-    run_job(JobSpec.model_validate(first))
-    job = {"workload": workload, "path": path, "target": target, "params": params}
-    run = run_job(JobSpec.model_validate(job))
-    spent = run.extra.get("unreported_s") or {}
-    dump = sum(float(spent.get(k, 0.0)) for k in DUMP_PARTS)
-    print(json.dumps({"compile": run.stage_seconds.compile, "dump": dump}))
+    from tests.workers.own_exports import export_program
+    from workers.catalog import parse_params
+    from workers.catalog.target_rules import COMPILE_ONLY_CAP
+    from workers.compiler.jaxtyped import clear_caches
+    from workers.compiler.source_tags import tag_module
+    from workers.export.meshes import argument_shardings
+    from workers.files import FileCache
+    from workers.protocol import JobSpec, parse_target
+    from workers.run.base import emitter
+    from workers.run.stages import bind_workload, placed_inputs, trace_and_lower
+    from workers.xla_targets.topology import target_devices
 
+    folder = Path(tempfile.mkdtemp(prefix="boundary-bench-exported-"))
+    files = FileCache(folder / "files")
 
-def pallas_rows(rounds: int) -> None:
-    import json
+    def ours(job: JobSpec, devices: list[Any]) -> tuple[float, float, int]:
+        clear_caches()
+        c0, w0 = _cpu(), time.perf_counter()
+        params = parse_params(job.workload, job.params)
+        workload = bind_workload(job, params, files.directory, COMPILE_ONLY_CAP)
+        abstract, _ = placed_inputs(workload, params, devices)
+        staged = trace_and_lower(jax.jit(workload.function(params)), abstract, emitter(None))
+        tag_module(staged.lowered.compiler_ir("stablehlo"))  # what the worker adds
+        compiled = staged.lowered.compile()
+        peak = int(compiled.memory_analysis().peak_memory_in_bytes)
+        return _cpu() - c0, time.perf_counter() - w0, peak
+
+    def plain(exp: Any, devices: list[Any]) -> tuple[float, float, int]:
+        clear_caches()
+        c0, w0 = _cpu(), time.perf_counter()
+        structs = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+            for a, s in zip(exp.in_avals, argument_shardings(exp, devices), strict=True)
+        ]
+        args, kwargs = jax.tree.unflatten(exp.in_tree, structs)
+        compiled = jax.jit(exp.call).lower(*args, **kwargs).compile()
+        peak = int(compiled.memory_analysis().peak_memory_in_bytes)
+        return _cpu() - c0, time.perf_counter() - w0, peak
 
     print(
-        f"{'target':<8} {'workload':<15} {'kernel':<11} {'compile':>9} {'dump':>9} "
-        f"{'(compile + dump) ÷ compile':>27}"
+        f"{'artifact':<8} {'target':<8} {'ours CPU':>9} {'plain CPU':>10} {'ratio':>6}  "
+        f"{'ours wall':>9} {'plain wall':>10} {'ratio':>6}  peak ours / plain (bytes)"
     )
-    for index, (target, workload, params) in enumerate(PALLAS_CASES):
-        compiles: list[float] = []
-        dumps: list[float] = []
-        for _ in range(rounds):
-            done = subprocess.run(
-                [sys.executable, __file__, "--pallas-row", str(index)],
-                capture_output=True,
-                text=True,
-                check=True,
+    for name, targets in EXPORTED_ROWS:
+        made = export_program(name, folder)
+        data = made.artifact.read_bytes()
+        digest = files.put(data)
+        exp = jax.export.deserialize(bytearray(data))
+        for target_id in targets:
+            target = parse_target(target_id)
+            devices = list(target_devices(target))
+            job = JobSpec.model_validate(
+                {
+                    "workload": "exported",
+                    "path": "jax-tpu" if target_id.startswith("v6e") else "jax-gpu",
+                    "target": target_id,
+                    "stages": ["compile"],
+                    "params": {"artifact": digest},
+                }
             )
-            found = json.loads(done.stdout.strip().splitlines()[-1])
-            compiles.append(found["compile"])
-            dumps.append(found["dump"])
-        compile_s, dump_s = statistics.median(compiles), statistics.median(dumps)
-        kernel = params.get("pallas_backend") or (
-            "pallas" if params.get("kernel") == "pallas" else "xla"
-        )
-        print(
-            f"{target:<8} {workload:<15} {kernel:<11} {compile_s * 1e3:>6.0f} ms "
-            f"{dump_s * 1e3:>6.0f} ms {(compile_s + dump_s) / compile_s:>26.1f}×",
-            flush=True,
-        )
+            ours(job, devices)  # untimed: the compiler's own start-up for this program
+            plain(exp, devices)
+            mine: list[tuple[float, float, int]] = []
+            theirs: list[tuple[float, float, int]] = []
+            for i in range(rounds):  # alternating, each going first in turn
+                if i % 2:
+                    theirs.append(plain(exp, devices))
+                mine.append(ours(job, devices))
+                if not i % 2:
+                    theirs.append(plain(exp, devices))
+            med = statistics.median
+            oc, pc = med(m[0] for m in mine), med(t[0] for t in theirs)
+            ow, pw = med(m[1] for m in mine), med(t[1] for t in theirs)
+            print(
+                f"{name:<8} {target_id:<8} {oc:>8.3f}s {pc:>9.3f}s {oc / pc:>5.2f}×  "
+                f"{ow:>8.3f}s {pw:>9.3f}s {ow / pw:>5.2f}×  {mine[0][2]:,} / {theirs[0][2]:,}",
+                flush=True,
+            )
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _free_port() -> int:
@@ -263,9 +283,12 @@ def fresh_clone(folder: Path) -> None:
     mark("cloned")
     subprocess.run(["python3", "-m", "venv", str(folder / ".venv")], check=True, env=env)
     subprocess.run(
-        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", "."], cwd=folder, check=True, env=env
+        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", ".[server]"],
+        cwd=folder,
+        check=True,
+        env=env,
     )
-    mark("installed (pip install -e ., cold package cache)")
+    mark("installed (pip install -e .[server], cold package cache)")
     port = _free_port()
     env["BOUNDARY_DB"] = str(folder / "var/bench.sqlite3")
     server = subprocess.Popen(
@@ -332,17 +355,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--targets", default=",".join(CASES))
     parser.add_argument("--fresh-clone", type=Path, default=None)
+    parser.add_argument("--exported", action="store_true", help="the exported programs' rows")
     parser.add_argument("--pallas", action="store_true", help="the Pallas rows (see above)")
-    parser.add_argument("--pallas-row", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.pallas_row is not None:
-        pallas_row(args.pallas_row)
-        return
     if args.fresh_clone is not None:
         fresh_clone(args.fresh_clone)
         return
     if args.pallas:
+        from bench.pallas_dumps import pallas_rows
+
         pallas_rows(args.rounds)
+        return
+    if args.exported:
+        exported_overhead(args.rounds)
         return
     wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = [t for t in wanted if t not in CASES]

@@ -5,6 +5,7 @@ split by concern (the vocabulary, jobs, runs, the scale stage, profiles, sweeps,
 workers); `workers.protocol` stays the one import path everyone uses.
 """
 
+from workers.protocol.artifacts import ARTIFACT_NAMES, Artifacts
 from workers.protocol.base import (
     FINAL_STATUSES,
     MAIN_BOUNDARY,
@@ -32,8 +33,6 @@ from workers.protocol.profiles import (
     ProfileTrace,
 )
 from workers.protocol.runs import (
-    ARTIFACT_NAMES,
-    Artifacts,
     CacheEvents,
     Correctness,
     CostAnalysis,
@@ -50,6 +49,7 @@ from workers.protocol.runs import (
     PipelineCapture,
     PipelineStep,
     Rates,
+    ResultCheck,
     RunResult,
     Shape,
     SourceText,
@@ -143,6 +143,7 @@ __all__ = [
     "ProgressEvent",
     "ProgressPhase",
     "Rates",
+    "ResultCheck",
     "RunResult",
     "ScalingPoint",
     "ScalingSeries",

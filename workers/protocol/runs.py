@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from workers.protocol.artifacts import Artifacts
 from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, CachePolicy, OpenModel
 from workers.protocol.jobs import JobSpec
 from workers.protocol.profiles import ProfileTrace
@@ -73,6 +74,22 @@ class Measurement(OpenModel):
     )
 
 
+class ResultCheck(OpenModel):
+    """One result of a function that returns several, checked on its own."""
+
+    name: str = Field(description="The result's path, e.g. out0 or out1/blocks/0/mlp/kernel.")
+    passed: bool
+    checked: bool = Field(
+        default=True, description="False when the reference has nothing for this result."
+    )
+    error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
+    tolerance: float
+    detail: str | None = None
+    sampled: int | None = Field(
+        default=None, description="Elements compared, when the reference is a sample."
+    )
+
+
 class Correctness(OpenModel):
     """The output checked against a float64 reference."""
 
@@ -86,6 +103,14 @@ class Correctness(OpenModel):
         description="False when there was nothing to check the output against and the output "
         "is finite: `passed` is then false too, yet the run stays valid and its timings stand "
         "(see `detail`). NaN or Inf fails the run, checked or not.",
+    )
+    results: list[ResultCheck] = Field(
+        default_factory=list,
+        description="A function returning several results: each one's check, in order. The "
+        "verdict above is the worst one's.",
+    )
+    worst: str | None = Field(
+        default=None, description="The result the verdict above is about, when there are several."
     )
 
 
@@ -118,43 +143,6 @@ class Environment(OpenModel):
     extra: dict[str, str] = Field(
         default_factory=dict, description="Backend-specific facts: driver, CUDA libraries, ..."
     )
-
-
-class Artifacts(OpenModel):
-    """IR text produced by the stages; None when a stage did not produce it."""
-
-    jaxpr: str | None = None
-    stablehlo: str | None = None
-    hlo: str | None = None
-    ptx: str | None = None
-    sass: str | None = None
-    mosaic: str | None = Field(
-        default=None, description="Each TPU Pallas kernel's Mosaic MLIR, from its custom call."
-    )
-    bundles: str | None = Field(
-        default=None,
-        description="TPU targets: each kernel's final VLIW bundles (libtpu's LLO dump), "
-        "headed by its schedule summary.",
-    )
-    triton: str | None = Field(
-        default=None, description="Each Triton Pallas kernel as Pallas lowered it (tt dialect)."
-    )
-    mosaic_gpu: str | None = Field(
-        default=None, description="Each Mosaic GPU Pallas kernel's MLIR, from its custom call."
-    )
-
-
-ARTIFACT_NAMES: tuple[str, ...] = (
-    "jaxpr",
-    "stablehlo",
-    "hlo",
-    "ptx",
-    "sass",
-    "mosaic",
-    "bundles",
-    "triton",
-    "mosaic_gpu",
-)
 
 
 class StageSeconds(OpenModel):

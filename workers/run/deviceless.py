@@ -18,13 +18,15 @@ import jax
 
 from workers.catalog.base import WorkloadParams
 from workers.catalog.kernels import KernelChoice, kernel_record, public_params
+from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source import workload_source
-from workers.measure.publish import Measured, Work
+from workers.compiler.source_tags import tag_sources
+from workers.measure.publish import Measured
 from workers.pallas.lowering import claim_architecture, lowering_for
 from workers.protocol import (
     Artifacts,
@@ -44,12 +46,12 @@ from workers.protocol import (
 from workers.protocol.compiler_options import as_text
 from workers.run.base import PathUnavailable, Progress, emitter
 from workers.run.kernel_dumps import KernelArtifacts, Lowered, dump_artifacts
-from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.run.program import work_of
+from workers.run.stages import bind_workload, placed_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
-from workers.workloads import get_workload
 from workers.workloads.base import function_for
-from workers.xla_targets.dump_child import placement_of
+from workers.xla_targets.dump_child import mesh_of, placement_of
 from workers.xla_targets.misfit import Misfit, hbm_misfit
 from workers.xla_targets.topology import compiler_of, target_devices
 
@@ -77,6 +79,11 @@ TPU_ESTIMATES_NOTE = (
 GPU_COUNTS_NOTE = (
     "cost_analysis() gives nothing for a GPU compile without the device: the FLOP and "
     "byte counts are the catalog's analytic ones."
+)
+XLA_COUNTS_NOTE = (
+    "cost_analysis() gives nothing for a GPU compile without the device, and an uploaded "
+    "function has no analytic FLOP count: no FLOPs are reported; bytes are its arguments "
+    "and results."
 )
 MISFIT_NOTE = (
     "memory: the compiler refused the program, so memory_analysis() has nothing to read; "
@@ -212,6 +219,7 @@ def run_deviceless(
     *,
     cache_dir: Path | None = None,
     choice: KernelChoice | None = None,
+    files_dir: Path | None = None,
 ) -> RunResult:
     """Compile `job` for `target` without its hardware and return the run (never executed);
     `choice` is the kernel the job asked for (XLA's when None)."""
@@ -221,21 +229,25 @@ def run_deviceless(
     refusal = refuse_execution(job, target)
     if refusal is not None:
         raise PathUnavailable(refusal)
+    # Nothing is placed anywhere: no byte cap (workers.catalog.target_rules.byte_cap).
+    workload = bind_workload(job, params, files_dir, COMPILE_ONLY_CAP)
+    on_target = getattr(workload, "on_target", None)
+    placement = on_target(params, target) if on_target is not None else None
     devices = list(target_devices(target))
-    workload = get_workload(job.workload)
     specs = workload.input_specs(params)
     # Always cold: a persistent-cache hit would skip the compiler and give no dump.
     apply_cache_policy(CachePolicy.COLD, cache_dir or default_cache_dir())
     scaled = prepare_scale(workload, params, devices, choice)
     if scaled is None:
         jitted = jax.jit(function_for(workload, params, choice))
-        abstract = single_device_inputs(workload, params, devices[0])
+        abstract, _ = placed_inputs(workload, params, devices)
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     mesh = scaled.mesh if scaled is not None else None
     with lowering_for(choice, mesh, devices[0]):
         staged = trace_and_lower(jitted, abstract, emit)
     traced, lowered = staged.traced, staged.lowered
+    tagged = tag_sources(workload, lowered)  # an uploaded program's ops, before the compile
     t0 = clock()
     misfit: Misfit | None = None
     try:
@@ -252,24 +264,19 @@ def run_deviceless(
     compile_s = clock() - t0
     claim_architecture(choice)
     emit("compiled", message=f"for {target.id}, without the hardware")
-    hlo = compiled.as_text() if compiled is not None else None
+    hlo = tagged.hlo_of(compiled) if compiled is not None else None
     artifacts = Artifacts(
         jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
-        stablehlo=lowered.as_text(debug_info=True),
+        stablehlo=tagged.stablehlo or lowered.as_text(debug_info=True),
         hlo=hlo,
     )
     gpu = target.platform is Platform.GPU and compiled is not None
+    counts_from_xla = getattr(workload, "counts_from_xla", False)
     notes: list[str] = []
-    # Below the HLO: PTX and SASS, bundles, the kernels' own IR; none of it timed.
-    program = Lowered(
-        jitted,
-        abstract,
-        lowered,
-        placement_of(target.id, mesh, devices[0], job.compiler_options),
-        mesh,
-        devices[0],
-        choice,
-    )
+    # Below the HLO: PTX and SASS, bundles, the kernels' own IR; none of it timed. An
+    # exported program over several devices is placed by its own arguments' mesh.
+    place = placement_of(target.id, mesh or mesh_of(abstract), devices[0], job.compiler_options)
+    program = Lowered(jitted, abstract, lowered, place, mesh, devices[0], choice)
     kernels = KernelArtifacts()  # a program the compiler refused has no machine code
     if compiled is not None:
         kernels = dump_artifacts(
@@ -279,12 +286,14 @@ def run_deviceless(
     for name in ("ptx", "sass", "mosaic", "bundles", "triton", "mosaic_gpu"):
         setattr(artifacts, name, getattr(kernels, name))
     unreported: dict[str, float] = dict(kernels.seconds)
+    if tagged.tags:
+        unreported["source_tags"] = tagged.seconds
     reports = kernels.reports
     if gpu:
         timing = COMPILE_TIMING.format(
             extra="the PTX comes from a second compile that writes a dump, not counted"
         )
-        notes.append(GPU_COUNTS_NOTE)
+        notes.append(XLA_COUNTS_NOTE if counts_from_xla else GPU_COUNTS_NOTE)
         cost = None
     elif compiled is not None:
         timing = COMPILE_TIMING.format(
@@ -350,7 +359,7 @@ def run_deviceless(
         hlo_summary=summarize_hlo(hlo) if hlo else None,
         cost_analysis=cost,
         memory_analysis=analysis,
-        work=Work(workload.flop_count(params), workload.byte_count(params)),
+        work=work_of(workload, params, compiled),
         warnings=warnings,
         extra={
             "compile_only": True,
@@ -363,6 +372,8 @@ def run_deviceless(
         kernel_resources=kernels.resources,
         kernel_pipelines=kernels.pipelines,
     )
+    if placement is not None:
+        report.mesh = placement
     if scaled is not None and compiled is not None:
         t0 = clock()
         measured.placement = placement_report(scaled, compiled, hlo)

@@ -54,6 +54,16 @@ class Placement:
     options: Mapping[str, OptionValue] = field(default_factory=dict)
 
 
+def mesh_of(abstract: list[Any]) -> Any | None:
+    """The mesh the arguments are placed over (an exported program exported for several
+    devices), or None when each sits on one device."""
+    for arg in abstract:
+        mesh = getattr(getattr(arg, "sharding", None), "mesh", None)
+        if mesh is not None and getattr(mesh, "size", 1) > 1:
+            return mesh
+    return None
+
+
 def placement_of(
     target: str, mesh: Any | None, device: Any, options: Mapping[str, OptionValue] | None = None
 ) -> Placement:
