@@ -1,13 +1,16 @@
-"""Fixtures shared by every test: fresh settings and an in-process app per test."""
+"""Fixtures shared by every test: fresh settings and an in-process app per test, and
+the store's databases (a SQLite file, or a throwaway PostgreSQL cluster)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from dependencies import require
+from pgcluster import Cluster, PostgresMissing, reset, running_cluster
 
 from workers.compiler.jaxenv import apply_jax_environment
 
@@ -21,6 +24,40 @@ from app.settings import Settings  # noqa: E402
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# --- the store's databases ------------------------------------------------------------------
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL cluster for the whole session (tests/pgcluster.py); fails
+    with how to install PostgreSQL when its binaries are missing, unless
+    BOUNDARY_ALLOW_MISSING names postgresql."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except PostgresMissing as missing:
+        require("postgresql", str(missing))
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """The session cluster's database, emptied for this test."""
+    reset(pg_cluster.url)
+    return pg_cluster.url
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """BOUNDARY_DB for a fresh store, once per backend: a SQLite file, or an empty
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.sqlite3")
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 @pytest.fixture

@@ -1,23 +1,33 @@
-"""Live job news kept in memory: the latest progress of each running job and a
-broadcast to server-sent-event subscribers.
+"""Live job news: the latest progress of each running job, a broadcast to server-sent-
+event subscribers, and the same news to and from every other replica.
 
-Fine-grained progress (sampling k/N) is throttled here and never written to disk;
-coarse status changes, which the store records, are broadcast too so a stream can end
-when its job reaches a final status.
+Fine-grained progress (sampling k/N) is throttled here and never stored; coarse status
+changes, which the store records, are broadcast too so a stream can end when its job
+reaches a final status. With a channel (app.store.channel), everything published here
+also goes to the other replicas, and what they publish arrives through `receive`: a run's
+live page on one replica shows the progress of a job whose worker reports to another.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from app.store import Channel, News
 from workers.protocol import FINAL_STATUSES, JobStatus, ProgressEvent
 
+log = logging.getLogger("boundary.dispatch")
+
 QUEUE_SIZE = 64
+MESSAGE_CHARS = 1000
+"""A progress message longer than this is cut before it travels to other replicas."""
 
 
 @dataclass(frozen=True)
@@ -40,14 +50,24 @@ class ProgressHub:
     status change at the end of its queue.
     """
 
-    def __init__(self, interval: float = 0.2) -> None:
+    def __init__(self, interval: float = 0.2, channel: Channel | None = None) -> None:
         self.interval = interval
+        self.channel = channel
         self._latest: dict[str, ProgressEvent] = {}
         self._sent_at: dict[str, float] = {}
         self._subscribers: dict[str, set[asyncio.Queue[Notice]]] = {}
+        self._wake: list[Callable[[], None]] = []
 
     def latest(self, job_id: str) -> ProgressEvent | None:
         return self._latest.get(job_id)
+
+    def on_wake(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever the queue may have changed, here or on another replica."""
+        self._wake.append(callback)
+
+    def _send(self, news: News) -> None:
+        if self.channel is not None:
+            self.channel.send(news)
 
     def publish_progress(self, job_id: str, event: ProgressEvent) -> bool:
         """Record `event`; True if it was passed on to subscribers now."""
@@ -58,21 +78,60 @@ class ProgressHub:
         if not phase_changed and now - self._sent_at.get(job_id, 0.0) < self.interval:
             return False
         self._sent_at[job_id] = now
-        self._broadcast(job_id, Notice("progress", event.model_dump(exclude_none=True)))
+        data = event.model_dump(exclude_none=True)
+        if isinstance(data.get("message"), str):
+            data["message"] = data["message"][:MESSAGE_CHARS]
+        self._broadcast(job_id, Notice("progress", data))
+        self._send(News("progress", job_id, data))
         return True
 
     def publish_status(
         self, job_id: str, status: JobStatus, reason: str | None, attempts: int
     ) -> None:
-        """Pass on a status change; a final one also forgets the job's progress."""
-        notice = Notice(
-            "status",
-            {"id": job_id, "status": status.value, "reason": reason, "attempts": attempts},
-        )
-        self._broadcast(job_id, notice)
-        if status in FINAL_STATUSES or status == JobStatus.QUEUED:
+        """Pass on a status change, here and to every replica; a final one also forgets
+        the job's progress, and a job queued again wakes lease requests everywhere."""
+        data = {"id": job_id, "status": status.value, "reason": reason, "attempts": attempts}
+        self._status(job_id, data)
+        if status == JobStatus.QUEUED:
+            self._wake_here()
+        self._send(News("status", job_id, data))
+
+    def wake(self) -> None:
+        """The queue changed here (jobs queued, a worker registered): wake lease requests
+        on this replica and every other."""
+        self._wake_here()
+        self._send(News("wake", None, {}))
+
+    def receive(self, news: News) -> None:
+        """News from another replica."""
+        if news.kind == "progress" and news.job_id:
+            try:
+                event = ProgressEvent.model_validate(news.data)
+            except ValidationError:
+                return  # cut on the way (too long): the next one replaces it anyway
+            self._latest[news.job_id] = event
+            self._broadcast(news.job_id, Notice("progress", news.data))
+        elif news.kind == "status" and news.job_id:
+            self._status(news.job_id, news.data)
+            if news.data.get("status") in (JobStatus.QUEUED.value, None):
+                self._wake_here()  # re-queued there: a worker here may take it
+        elif news.kind == "wake":
+            self._wake_here()
+        elif news.kind == "resync":  # news may have been lost: everyone looks again
+            self._wake_here()
+            for job_id in list(self._subscribers):
+                self._broadcast(job_id, Notice("status", {"id": job_id}))
+
+    def _status(self, job_id: str, data: dict[str, Any]) -> None:
+        self._broadcast(job_id, Notice("status", data))
+        status = data.get("status")
+        if status in FINAL_STATUSES or status == JobStatus.QUEUED.value:
             self._latest.pop(job_id, None)
             self._sent_at.pop(job_id, None)
+
+    def _wake_here(self) -> None:
+        for callback in self._wake:
+            callback()
 
     def _broadcast(self, job_id: str, notice: Notice) -> None:
         for queue in self._subscribers.get(job_id, ()):
@@ -96,3 +155,8 @@ class ProgressHub:
 
     def subscriber_count(self) -> int:
         return sum(len(s) for s in self._subscribers.values())
+
+    async def relay(self) -> None:
+        """Receive other replicas' news until cancelled (nothing to do without a channel)."""
+        if self.channel is not None:
+            await self.channel.listen(self.receive)

@@ -3,13 +3,14 @@ and leases given back. Posting the same result twice is harmless."""
 
 from __future__ import annotations
 
-from app.dispatch.core import DispatcherCore, Verdict, cap_text
+from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict, cap_text
 from app.ir.explain import explain
 from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
-from app.store import NewRun, now
+from app.store import NewRun
 from app.store.profiles import keep_profile
 from workers.protocol import (
     ARTIFACT_NAMES,
+    FINAL_STATUSES,
     JobStatus,
     ProgressEvent,
     RunResult,
@@ -21,15 +22,14 @@ class ReportsMixin(DispatcherCore):
 
     def heartbeat(self, worker_id: str, job_id: str | None, lease_id: str | None) -> Verdict:
         """Keep a worker, and its lease on `job_id`, alive (LeaseEnded once it has ended)."""
-        entry = self.worker(worker_id)
-        self._seen(entry)
+        if self.store.touch_worker(worker_id) is None:
+            raise UnknownWorker(worker_id)
         if job_id is None:
             return Verdict(True, JobStatus.QUEUED)
-        job = self._lease_of(worker_id, job_id, lease_id)
-        assert job.lease_id is not None
-        self.store.extend_lease(job_id, job.lease_id, now() + self.settings.LEASE_S)
-        self._hold(job_id, job.lease_id)
-        return Verdict(True, JobStatus.RUNNING)
+        if lease_id and self.store.extend_lease(job_id, lease_id, worker_id, self.settings.LEASE_S):
+            return Verdict(True, JobStatus.RUNNING)
+        self._lease_of(worker_id, job_id, lease_id)  # raises: says why it ended
+        return Verdict(True, JobStatus.RUNNING)  # (it ended and came back? never)
 
     def progress(
         self, worker_id: str, job_id: str, lease_id: str | None, events: list[ProgressEvent]
@@ -39,11 +39,6 @@ class ReportsMixin(DispatcherCore):
         for event in events:
             self.hub.publish_progress(job_id, event)
         return Verdict(True, job.status)
-
-    def _ended(self, worker_id: str, job_id: str) -> None:
-        self._deadlines.pop(job_id, None)
-        self._worker_done(worker_id, job_id)
-        self._announce(job_id)
 
     def complete(
         self,
@@ -55,8 +50,7 @@ class ReportsMixin(DispatcherCore):
     ) -> Verdict:
         """Store the run of a job and mark it done. The attempt is the server's count, never
         the report's; a second post of the same result finds the lease ended."""
-        job = self._lease_of(worker_id, job_id, lease_id)
-        attempt = job.attempts
+        self._lease_of(worker_id, job_id, lease_id)
         settings = self.settings
         artifacts: dict[str, tuple[str, bool]] = {}
         inline: dict[str, str | None] = {}
@@ -79,7 +73,7 @@ class ReportsMixin(DispatcherCore):
             if stored is not None:
                 artifacts[PIPELINE_ARTIFACT] = (stored, False)
         capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
-        entry = self._workers.get(worker_id)
+        entry = self.worker_or_none(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None
         if entry is not None and roofs is not None:  # the roofs of the run's roofline
             named = roofs.model_copy(update={"worker": entry.name or entry.id})
@@ -92,10 +86,16 @@ class ReportsMixin(DispatcherCore):
             run_s=run_s,
             artifacts=artifacts,
         )
-        if not self.store.finish_job(job_id, attempt, worker_id, run, now()):
+        assert lease_id is not None  # (_lease_of held it)
+        attempt = self.store.finish_job(job_id, lease_id, worker_id, run)
+        if attempt is None:  # the lease ended while the result was being prepared
             current = self.store.get_job(job_id)
-            return Verdict(False, current.status if current else JobStatus.CANCELLED)
-        self._ended(worker_id, job_id)
+            if current is None:
+                raise LookupError(job_id)
+            if current.status not in FINAL_STATUSES:
+                raise LeaseEnded(self._ended_verdict(current))
+            return Verdict(False, current.status)
+        self.hub.publish_status(job_id, JobStatus.DONE, None, attempt)
         return Verdict(True, JobStatus.DONE)
 
     def fail(
@@ -112,25 +112,24 @@ class ReportsMixin(DispatcherCore):
             job_id,
             JobStatus.FAILED,
             reason[:2000],
-            now(),
             from_statuses=(JobStatus.RUNNING,),
+            lease_id=lease_id,
             stderr_tail=stderr_tail,
         )
-        self._ended(worker_id, job_id)
+        if ended is not None:
+            self._announce(ended)
+            return Verdict(True, ended.status)
         current = self.store.get_job(job_id)
-        return Verdict(ended, current.status if current else JobStatus.FAILED)
+        return Verdict(False, current.status if current else JobStatus.FAILED)
 
     def release(self, worker_id: str, job_id: str, lease_id: str | None) -> Verdict:
         """A worker gives a lease back (it is shutting down): the job is queued again,
         without counting the attempt."""
-        job = self._lease_of(worker_id, job_id, lease_id)
-        self.store.requeue(
-            job_id,
-            now(),
-            f"given back by worker {worker_id}",
-            count_attempt=False,
-            lease_id=job.lease_id,
+        self._lease_of(worker_id, job_id, lease_id)
+        assert lease_id is not None  # (_lease_of held it)
+        job = self.store.requeue(
+            job_id, lease_id, f"given back by worker {worker_id}", count_attempt=False
         )
-        self._ended(worker_id, job_id)
-        self._notify()
+        if job is not None:
+            self._announce(job)  # queued again: wakes lease requests on every replica
         return Verdict(True, JobStatus.QUEUED)

@@ -27,7 +27,6 @@ from app.routes.errors import MissingPart
 from app.routes.routing import Endpoint, reads
 from app.routes.run_form import FORM_MAX_BYTES
 from app.state import AppState
-from app.store import now
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -284,13 +283,12 @@ async def runs_page(
 @page_route("/workers")
 async def workers_page(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """Connected workers: capabilities, last heartbeat, current job."""
-    at = now()
     workers = [
         {
             "id": w.id,
             "name": w.name,
             "caps": w.capabilities,
-            "seen_s": at - w.last_seen,
+            "seen_s": w.age_s,
             "job": w.current_job,
         }
         for w in dispatcher.connected_workers()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from app.deps import DispatcherDep, SettingsDep
@@ -187,8 +187,6 @@ async def lease(
 ) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
-    if dispatcher.worker_or_none(message.worker_id) is None:
-        raise _unknown_worker(message.worker_id)
     # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
     # so that a departed worker is never handed a job and the server can shut down.
     leasing = asyncio.create_task(dispatcher.lease(message.worker_id, wait_s))
@@ -201,7 +199,10 @@ async def lease(
         with contextlib.suppress(asyncio.CancelledError):
             await leasing
         return Response(status_code=204)
-    grant = leasing.result()
+    try:
+        grant = leasing.result()
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
     if grant is None:
         return Response(status_code=204)
     if gone:  # a job came just as the worker left: give it straight back
@@ -284,11 +285,16 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
     responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": MessagePublic}},
 )
 async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
-    """A stored file (an exported function or an .npz) a job names by its SHA-256."""
-    found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
+    """A stored file (an exported function or an .npz) a job names by its SHA-256,
+    streamed a chunk at a time from the store (whichever replica it was uploaded to)."""
+    found = dispatcher.store.file_info(sha256) if len(sha256) == 64 else None
     if found is None:
         raise HTTPException(status_code=404, detail=f"no file {sha256[:64]!r} on this server")
-    return Response(found.data, media_type="application/octet-stream")
+    return StreamingResponse(
+        dispatcher.store.file_chunks(found),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(found.size)},
+    )
 
 
 @router.post("/release", response_model=ReportReply, responses=ENDED)

@@ -195,12 +195,14 @@ async def test_a_runnable_job_is_leased_wherever_it_sits_in_the_queue(connect: C
         from app.queue.submission import validate_job
 
         cpu = validate_job(MATMUL, 2**30)
-        for _ in range(3):  # jobs spanning more devices than the worker has, queued first
-            dispatcher.submit(cpu.spec, 64, "x")  # (e.g. re-queued, or the limit was lowered)
+        with dispatcher.store.admitting("x") as gate:  # past admission's checks:
+            for _ in range(3):  # jobs spanning more devices than the worker has, queued first
+                dispatcher.submit(gate, [(cpu.spec, 64)])  # (e.g. re-queued, or a lower limit)
         worker = FakeWorker(client)
         await worker.register()
         r = await client.post("/api/v1/jobs", json=MATMUL)
         assert r.status_code == 429  # the queue is full...
-        job = dispatcher.submit(cpu.spec, cpu.devices, "y")  # ...yet one runnable job sits 4th
+        with dispatcher.store.admitting("y") as gate:  # ...yet one runnable job sits 4th
+            (job,) = dispatcher.submit(gate, [(cpu.spec, cpu.devices)])
         grant = await worker.lease()
         assert grant is not None and grant["job_id"] == job.id
