@@ -152,7 +152,7 @@ def test_many_replicas_leasing_at_once_never_lease_a_job_twice(db: str) -> None:
 
     def lease_all(i: int) -> list[str]:
         taken = []
-        while (job := replicas[i].lease(workers[i], [CPU_TEXT], f"l-{i}-{len(taken)}", 30)):
+        while job := replicas[i].lease(workers[i], [CPU_TEXT], f"l-{i}-{len(taken)}", 30):
             taken.append(job.id)
         return taken
 
