@@ -12,6 +12,7 @@ streams.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,16 @@ from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow
 from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
 
+RECENT_S = 0.5
+"""How long admission and a job's waiting reason reuse a read of the connected workers."""
+
+
 class UnknownWorker(LookupError):
     """A worker id this server has no record of: the worker should register again."""
+
+
+class WrongResult(ValueError):
+    """A result for another workload or path than the job the worker leased."""
 
 
 class LeaseEnded(PermissionError):
@@ -110,6 +119,7 @@ class DispatcherCore:
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._relay: asyncio.Task[None] | None = None
+        self._recent: tuple[float, list[WorkerEntry]] | None = None
         self.leasing = True  # False once the server is shutting down
         self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
 
@@ -154,7 +164,7 @@ class DispatcherCore:
         """Why a queued job is not running: None when a capable worker is connected."""
         if job.status != JobStatus.QUEUED:
             return job.reason
-        connected = self.connected_workers()
+        connected = self.recent_workers()
         if any(unmet(job.requirements, w.capabilities) is None for w in connected):
             return None
         text = f"no worker for {describe_need(job.requirements)} is connected"
@@ -182,7 +192,22 @@ class DispatcherCore:
         """Workers heard from within WORKER_STALE_S, or waiting for a lease now, on any
         replica."""
         rows = self.store.list_workers(stale_s=self.settings.WORKER_STALE_S)
-        return [e for e in map(WorkerEntry.of, rows) if e is not None]
+        entries = [e for e in map(WorkerEntry.of, rows) if e is not None]
+        self._recent = (time.monotonic(), entries)
+        return entries
+
+    def recent_workers(self) -> list[WorkerEntry]:
+        """`connected_workers`, read at most RECENT_S ago: what admission and the reasons a
+        job waits ask on every request. A worker that registered here is seen at once;
+        one that registered with another replica within RECENT_S."""
+        if self._recent is not None and time.monotonic() - self._recent[0] < RECENT_S:
+            return self._recent[1]
+        return self.connected_workers()
+
+    def recent_worker(self, worker_id: str) -> WorkerEntry | None:
+        """A worker as `recent_workers` saw it, or as the store has it now."""
+        entry = next((w for w in self.recent_workers() if w.id == worker_id), None)
+        return entry or self.worker_or_none(worker_id)
 
     def _notify(self) -> None:
         """Wake this replica's lease requests: the queue or the workers changed."""

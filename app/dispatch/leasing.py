@@ -33,8 +33,8 @@ class LeasingMixin(DispatcherCore):
 
     def submit(self, gate: Gate, jobs: Sequence[tuple[JobSpec, int]]) -> list[JobRow]:
         """Queue validated jobs (spec, devices it spans) inside an admission's
-        transaction; the files they name count as used now. `queued` wakes the workers
-        once that transaction has committed."""
+        transaction; the files they name count as used now. Other replicas' lease
+        requests wake when it commits; `queued` wakes this one's."""
         new: list[NewJob] = []
         files: list[str] = []
         for spec, devices in jobs:
@@ -48,8 +48,8 @@ class LeasingMixin(DispatcherCore):
         return gate.insert(new, files)
 
     def queued(self) -> None:
-        """Jobs were queued: wake the lease requests waiting here and on every replica."""
-        self.hub.wake()
+        """Jobs were queued (the admission committed): wake the lease requests here."""
+        self._notify()
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a queued or running job; False if it had already ended."""
@@ -79,6 +79,7 @@ class LeasingMixin(DispatcherCore):
             claimed_id=worker_id,
             claimed_key=key,
         )
+        self._recent = None  # read the connected workers again: this one is new
         self._notify()  # a new worker may make a waiting job runnable
         return registered
 
@@ -125,7 +126,7 @@ class LeasingMixin(DispatcherCore):
         job = self.store.lease(entry.id, meets, lease_id, self.settings.LEASE_S)
         if job is None or job.lease_deadline is None:
             return None
-        self._announce(job)
+        self.hub.publish_status(job.id, job.status, None, job.attempts, relayed=True)
         return LeaseGrant(
             job.id,
             lease_id,

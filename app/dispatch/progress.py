@@ -11,6 +11,7 @@ live page on one replica shows the progress of a job whose worker reports to ano
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ log = logging.getLogger("boundary.dispatch")
 QUEUE_SIZE = 64
 MESSAGE_CHARS = 1000
 """A progress message longer than this is cut before it travels to other replicas."""
+RELAY_BYTES = 6000
+"""A report's events longer than this in JSON travel as its latest event alone."""
 
 
 @dataclass(frozen=True)
@@ -69,48 +72,58 @@ class ProgressHub:
         if self.channel is not None:
             self.channel.send(news)
 
-    def publish_progress(self, job_id: str, event: ProgressEvent) -> bool:
-        """Record `event`; True if it was passed on to subscribers now."""
-        previous = self._latest.get(job_id)
-        self._latest[job_id] = event
-        now = time.monotonic()
-        phase_changed = previous is None or previous.phase != event.phase
-        if not phase_changed and now - self._sent_at.get(job_id, 0.0) < self.interval:
-            return False
-        self._sent_at[job_id] = now
-        data = event.model_dump(exclude_none=True)
-        if isinstance(data.get("message"), str):
-            data["message"] = data["message"][:MESSAGE_CHARS]
-        self._broadcast(job_id, Notice("progress", data))
-        self._send(News("progress", job_id, data))
-        return True
+    def publish_progress(self, job_id: str, *events: ProgressEvent) -> bool:
+        """Record `events` (one report's, in order); True if any was passed on to
+        subscribers now. Those passed on go to the other replicas in one message."""
+        sent: list[dict[str, Any]] = []
+        for event in events:
+            previous = self._latest.get(job_id)
+            self._latest[job_id] = event
+            now = time.monotonic()
+            phase_changed = previous is None or previous.phase != event.phase
+            if not phase_changed and now - self._sent_at.get(job_id, 0.0) < self.interval:
+                continue
+            self._sent_at[job_id] = now
+            data = event.model_dump(exclude_none=True)
+            if isinstance(data.get("message"), str):
+                data["message"] = data["message"][:MESSAGE_CHARS]
+            self._broadcast(job_id, Notice("progress", data))
+            sent.append(data)
+        if sent:
+            if len(json.dumps(sent)) > RELAY_BYTES:  # the latest alone fits the channel
+                sent = sent[-1:]
+            self._send(News("progress", job_id, {"events": sent}))
+        return bool(sent)
 
     def publish_status(
-        self, job_id: str, status: JobStatus, reason: str | None, attempts: int
+        self,
+        job_id: str,
+        status: JobStatus,
+        reason: str | None,
+        attempts: int,
+        *,
+        relayed: bool = False,
     ) -> None:
-        """Pass on a status change, here and to every replica; a final one also forgets
-        the job's progress, and a job queued again wakes lease requests everywhere."""
+        """Pass on a status change, here and to every replica (unless the store already
+        `relayed` it with the change); a final one also forgets the job's progress, and a
+        job queued again wakes lease requests everywhere."""
         data = {"id": job_id, "status": status.value, "reason": reason, "attempts": attempts}
         self._status(job_id, data)
         if status == JobStatus.QUEUED:
             self._wake_here()
-        self._send(News("status", job_id, data))
-
-    def wake(self) -> None:
-        """The queue changed here (jobs queued, a worker registered): wake lease requests
-        on this replica and every other."""
-        self._wake_here()
-        self._send(News("wake", None, {}))
+        if not relayed:
+            self._send(News("status", job_id, data))
 
     def receive(self, news: News) -> None:
         """News from another replica."""
         if news.kind == "progress" and news.job_id:
-            try:
-                event = ProgressEvent.model_validate(news.data)
-            except ValidationError:
-                return  # cut on the way (too long): the next one replaces it anyway
-            self._latest[news.job_id] = event
-            self._broadcast(news.job_id, Notice("progress", news.data))
+            for data in news.data.get("events") or []:  # none when cut on the way
+                try:
+                    event = ProgressEvent.model_validate(data)
+                except ValidationError:
+                    continue
+                self._latest[news.job_id] = event
+                self._broadcast(news.job_id, Notice("progress", data))
         elif news.kind == "status" and news.job_id:
             self._status(news.job_id, news.data)
             if news.data.get("status") in (JobStatus.QUEUED.value, None):

@@ -3,7 +3,14 @@ and leases given back. Posting the same result twice is harmless."""
 
 from __future__ import annotations
 
-from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict, cap_text
+from app.dispatch.core import (
+    DispatcherCore,
+    LeaseEnded,
+    UnknownWorker,
+    Verdict,
+    WrongResult,
+    cap_text,
+)
 from app.ir.explain import explain
 from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
 from app.store import NewRun
@@ -36,8 +43,7 @@ class ReportsMixin(DispatcherCore):
     ) -> Verdict:
         """Pass on progress of a job under the worker's current lease; never stored."""
         job = self._lease_of(worker_id, job_id, lease_id)
-        for event in events:
-            self.hub.publish_progress(job_id, event)
+        self.hub.publish_progress(job_id, *events)
         return Verdict(True, job.status)
 
     def complete(
@@ -50,7 +56,9 @@ class ReportsMixin(DispatcherCore):
     ) -> Verdict:
         """Store the run of a job and mark it done. The attempt is the server's count, never
         the report's; a second post of the same result finds the lease ended."""
-        self._lease_of(worker_id, job_id, lease_id)
+        job = self._lease_of(worker_id, job_id, lease_id)
+        if result.job.workload != job.workload or result.job.path.value != job.path:
+            raise WrongResult("the result is for another workload or path")
         settings = self.settings
         artifacts: dict[str, tuple[str, bool]] = {}
         inline: dict[str, str | None] = {}
@@ -73,7 +81,7 @@ class ReportsMixin(DispatcherCore):
             if stored is not None:
                 artifacts[PIPELINE_ARTIFACT] = (stored, False)
         capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
-        entry = self.worker_or_none(worker_id)
+        entry = self.recent_worker(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None
         if entry is not None and roofs is not None:  # the roofs of the run's roofline
             named = roofs.model_copy(update={"worker": entry.name or entry.id})
@@ -95,7 +103,7 @@ class ReportsMixin(DispatcherCore):
             if current.status not in FINAL_STATUSES:
                 raise LeaseEnded(self._ended_verdict(current))
             return Verdict(False, current.status)
-        self.hub.publish_status(job_id, JobStatus.DONE, None, attempt)
+        self.hub.publish_status(job_id, JobStatus.DONE, None, attempt, relayed=True)
         return Verdict(True, JobStatus.DONE)
 
     def fail(

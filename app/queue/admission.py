@@ -178,7 +178,7 @@ class Admission:
     def queue(self, client: str, jobs: Sequence[ValidJob]) -> list[JobRow]:
         """Queue `jobs` whole or not at all: in one transaction of the store, `check`,
         count them against the client's rate, and submit each; then wake the workers."""
-        connected = [w.capabilities for w in self.dispatcher.connected_workers()]
+        connected = [w.capabilities for w in self.dispatcher.recent_workers()]
         with self.dispatcher.store.admitting(client) as gate:
             self.check(gate, jobs, connected)
             gate.count(len(jobs))

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from app.deps import DispatcherDep, SettingsDep
-from app.dispatch import LeaseEnded, UnknownWorker, Verdict
+from app.dispatch import LeaseEnded, UnknownWorker, Verdict, WrongResult
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
     HeartbeatRequest,
@@ -254,19 +254,16 @@ async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
 
     def report() -> Verdict:
         if message.result is not None:
-            spec = dispatcher.store.get_job(message.job_id)
-            if spec is not None and (
-                message.result.job.workload != spec.workload
-                or message.result.job.path.value != spec.path
-            ):
-                field_errors([("result.job", "the result is for another workload or path")])
-            return dispatcher.complete(
-                message.worker_id,
-                message.job_id,
-                message.lease_id,
-                message.result,
-                message.run_seconds,
-            )
+            try:
+                return dispatcher.complete(
+                    message.worker_id,
+                    message.job_id,
+                    message.lease_id,
+                    message.result,
+                    message.run_seconds,
+                )
+            except WrongResult as wrong:
+                field_errors([("result.job", str(wrong))])
         assert message.failure is not None
         return dispatcher.fail(
             message.worker_id,

@@ -111,4 +111,4 @@ class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Limits):
 
     def channel(self) -> Channel:
         """A new end of the news between replicas, over this store's database."""
-        return Channel(self.backend)
+        return Channel(self.backend, self.origin)

@@ -7,6 +7,7 @@ Each part of the store (jobs, workers, runs, files, limits, retention, matrices)
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -31,6 +32,8 @@ class StoreBase:
         self.backend = backend
         self.dialect = backend.dialect
         self.retain_runs = retain_runs
+        self.origin = secrets.token_hex(6)
+        """This replica's name on the channel between replicas (app.store.channel)."""
 
     def _sql(self, template: str) -> str:
         return render(self.dialect, template)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,8 @@ from app.store.dialect import Backend
 
 log = logging.getLogger("boundary.store")
 
+CHANNEL = "boundary"
+"""The LISTEN/NOTIFY channel every replica listens on."""
 MAX_PAYLOAD = 7999
 """Bytes: PostgreSQL's NOTIFY refuses 8000 and more."""
 
@@ -48,6 +49,14 @@ def encode(origin: str, news: News) -> str:
     return json.dumps({"o": origin, "k": news.kind, "j": news.job_id, "d": {}, "t": True})
 
 
+def status_news_sql(job_id: str, status: str, attempts: str) -> str:
+    """PostgreSQL: the payload `encode` makes for a status change, built inside a
+    statement for a job it picks itself (whose id the caller does not know beforehand);
+    the origin is its parameter. Arguments are SQL expressions."""
+    data = f"json_build_object('id', {job_id}, 'status', {status}, 'attempts', {attempts})"
+    return f"json_build_object('o', ?::text, 'k', 'status', 'j', {job_id}, 'd', {data})::text"
+
+
 def decode(payload: str) -> tuple[str, News]:
     """(origin, news) from a payload; ValueError or KeyError when it is not one."""
     body = json.loads(payload)
@@ -60,9 +69,9 @@ def decode(payload: str) -> tuple[str, News]:
 class Channel:
     """This replica's end of the news between replicas, over its store's backend."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, origin: str) -> None:
         self.backend = backend
-        self.origin = secrets.token_hex(6)
+        self.origin = origin
 
     def send(self, news: News) -> None:
         """Tell every other replica (nothing happens on SQLite)."""

@@ -109,6 +109,16 @@ class Tx(Protocol):
         transaction lock; SQLite: nothing, its transaction is the only writer)."""
         ...
 
+    def later(self, sql: str, args: Sequence[Any] = ()) -> None:
+        """Run a statement whose rows nobody reads, at the latest when the transaction
+        commits (PostgreSQL sends it with COMMIT, in one round trip)."""
+        ...
+
+    def notify(self, payload: str) -> None:
+        """Send `payload` to every replica listening once the transaction commits (never
+        if it rolls back); nothing on SQLite."""
+        ...
+
 
 class Backend(Protocol):
     """Connections, transactions and the database-wide services the store needs."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.store.base import StoreBase, marks, render
+from app.store.channel import CHANNEL, status_news_sql
 from app.store.dialect import Dialect, Tx
 from app.store.schema import JOB_COLUMNS, JobRow
 from workers.protocol import JobStatus
@@ -33,6 +34,14 @@ INSERT = (
     + _RETURNING
 )
 EVENT = "INSERT INTO job_events (job_id, status, at, detail) VALUES (?, ?, {NOW}, ?)"
+INSERT_ONE = {
+    # PostgreSQL queues the job and writes its event in one statement; SQLite runs
+    # INSERT and EVENT one after the other in the admission's transaction.
+    "postgresql": (
+        f"WITH j AS ({INSERT}), e AS (INSERT INTO job_events (job_id, status, at, detail) "
+        "SELECT id, 'queued', {NOW}, 'submitted' FROM j) SELECT * FROM j"
+    )
+}
 CLEAR_WORKER = "UPDATE workers SET current_job = NULL WHERE id = ? AND current_job = ?"
 
 # The oldest queued job whose requirements JSON is one of {IN}, taken in one statement.
@@ -51,6 +60,7 @@ LEASE = f"UPDATE jobs SET {_SET_LEASED} WHERE status = 'queued' AND id = ({_PICK
 LEASED_WORKER = (
     "UPDATE workers SET current_job = ?, last_heartbeat = {NOW}, polling_until = NULL WHERE id = ?"
 )
+_RUNNING_NEWS = status_news_sql("leased.id", "'running'", "leased.attempts")
 LEASE_ONE = {
     # PostgreSQL does the lease, the worker's row and the event in one statement (one
     # round trip, one commit); SQLite runs LEASE, LEASED_WORKER and EVENT in a transaction.
@@ -62,9 +72,11 @@ LEASE_ONE = {
         + "), w AS (UPDATE workers SET current_job = leased.id, last_heartbeat = {NOW}, "
         "polling_until = NULL FROM leased WHERE workers.id = ?), "
         "e AS (INSERT INTO job_events (job_id, status, at, detail) "
-        "SELECT id, 'running', {NOW}, ? FROM leased) SELECT * FROM leased"
+        "SELECT id, 'running', {NOW}, ? FROM leased) "
+        f"SELECT leased.*, pg_notify('{CHANNEL}', {_RUNNING_NEWS}) FROM leased"
     )
 }
+"""(It also tells the other replicas that the job runs, with the change.)"""
 
 
 @dataclass(frozen=True)
@@ -78,17 +90,18 @@ class NewJob:
 
 def insert_in(tx: Tx, dialect: Dialect, job: NewJob, client: str | None) -> JobRow:
     """Queue `job` inside the caller's transaction (admission's)."""
-    row = tx.execute(
-        render(dialect, INSERT),
-        (
-            job.id,
-            json.dumps(job.spec),
-            job.spec["workload"],
-            job.spec["path"],
-            json.dumps(job.requirements),
-            client,
-        ),
-    )[0]
+    args = (
+        job.id,
+        json.dumps(job.spec),
+        job.spec["workload"],
+        job.spec["path"],
+        json.dumps(job.requirements),
+        client,
+    )
+    one = INSERT_ONE.get(dialect.name)
+    if one is not None:
+        return JobRow.from_row(tx.execute(render(dialect, one), args)[0])
+    row = tx.execute(render(dialect, INSERT), args)[0]
     event_in(tx, dialect, job.id, JobStatus.QUEUED, "submitted")
     return JobRow.from_row(row)
 
@@ -195,7 +208,8 @@ class Jobs(StoreBase):
         self, worker_id: str, requirements: Sequence[str], lease_id: str, lease_s: float
     ) -> JobRow | None:
         """Lease the oldest queued job whose requirements JSON is one of `requirements` to
-        `worker_id` under `lease_id`, for `lease_s` seconds; None when there is none."""
+        `worker_id` under `lease_id`, for `lease_s` seconds; None when there is none.
+        Other replicas hear that the job runs from the store, with the change."""
         if not requirements:
             return None
         detail = f"leased to worker {worker_id}"
@@ -204,9 +218,10 @@ class Jobs(StoreBase):
         if one is not None:
             rows = self._read(
                 one.replace("{IN}", in_list),
-                (*requirements, worker_id, lease_id, lease_s, worker_id, worker_id, detail),
-            )
-            return JobRow.from_row(rows[0]) if rows else None
+                (*requirements, worker_id, lease_id, lease_s, worker_id, worker_id, detail,
+                 self.origin),
+            )  # fmt: skip
+            return JobRow.from_row(rows[0][:-1]) if rows else None
         with self._tx() as tx:
             rows = tx.execute(
                 self._sql(LEASE.replace("{IN}", in_list)),

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.store.base import StoreBase, marks, render
+from app.store.channel import News, encode
 from app.store.dialect import Dialect, Tx
 from app.store.jobs import NewJob, insert_in
 from app.store.schema import JobRow
@@ -31,32 +32,36 @@ ADMISSION_LOCK = "boundary:admission"
 class Gate:
     """One admission's transaction: what it decides on, and the insert that follows."""
 
-    def __init__(self, tx: Tx, dialect: Dialect, client: str) -> None:
+    def __init__(self, tx: Tx, dialect: Dialect, client: str, origin: str) -> None:
         self._tx = tx
         self._dialect = dialect
         self.client = client
-        self.at = float(tx.execute(render(dialect, "SELECT {NOW}"))[0][0])
+        self._origin = origin
+        # One read: the queue's counts (tagged 0) and the client's submissions within the
+        # rate window (tagged 1), both as of the lock.
+        rows = tx.execute(
+            render(
+                dialect,
+                "SELECT 0, {NOW}, count(*), coalesce(sum(CASE WHEN client = ? THEN 1 ELSE 0 "
+                "END), 0) FROM jobs WHERE status = 'queued' UNION ALL SELECT 1, at, n, 0 "
+                "FROM rate_hits WHERE client = ? AND at > {NOW} - ?",
+            ),
+            (client, client, RATE_WINDOW_S),
+        )
+        ((_, at, queued, mine),) = [r for r in rows if r[0] == 0]
+        self.at = float(at)
         """Now, on the database's clock."""
+        self._queued = (int(queued), int(mine))
+        self._hits = sorted((float(r[1]), int(r[2])) for r in rows if r[0] == 1)
 
     def hits(self) -> list[tuple[float, int]]:
-        """The client's submissions within the rate window: (when, how many), oldest first."""
-        self._tx.execute(
-            "DELETE FROM rate_hits WHERE client = ? AND at <= ?",
-            (self.client, self.at - RATE_WINDOW_S),
-        )
-        rows = self._tx.execute(
-            "SELECT at, n FROM rate_hits WHERE client = ? ORDER BY at", (self.client,)
-        )
-        return [(float(r[0]), int(r[1])) for r in rows]
+        """The client's submissions within the rate window: (when, how many), oldest first.
+        (Older ones are deleted by retention.)"""
+        return self._hits
 
     def queued(self) -> tuple[int, int]:
-        """Queued jobs in all, and those of this client."""
-        row = self._tx.execute(
-            "SELECT count(*), coalesce(sum(CASE WHEN client = ? THEN 1 ELSE 0 END), 0) "
-            "FROM jobs WHERE status = 'queued'",
-            (self.client,),
-        )[0]
-        return int(row[0]), int(row[1])
+        """Queued jobs in all, and those of this client (as the admission began)."""
+        return self._queued
 
     def queued_requirements(self) -> list[tuple[str, int]]:
         """Each distinct requirements JSON among queued jobs, with how many have it."""
@@ -67,13 +72,15 @@ class Gate:
 
     def count(self, n: int) -> None:
         """Count `n` submissions of this client now."""
-        self._tx.execute(
+        self._tx.later(
             "INSERT INTO rate_hits (client, at, n) VALUES (?, ?, ?)", (self.client, self.at, n)
         )
 
     def insert(self, jobs: Sequence[NewJob], files: Sequence[str] = ()) -> list[JobRow]:
-        """Queue `jobs` for this client; the files they name were used now."""
+        """Queue `jobs` for this client; the files they name were used now. Once the
+        admission commits, lease requests on every other replica wake up."""
         rows = [insert_in(self._tx, self._dialect, job, self.client) for job in jobs]
+        self._tx.notify(encode(self._origin, News("wake", None, {})))
         if files:
             self._tx.execute(
                 render(
@@ -93,4 +100,4 @@ class Limits(StoreBase):
         """One admission for `client`, whole or not at all (see the module's docstring)."""
         with self._tx() as tx:
             tx.lock(ADMISSION_LOCK)
-            yield Gate(tx, self.dialect, client)
+            yield Gate(tx, self.dialect, client, self.origin)

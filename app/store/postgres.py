@@ -21,19 +21,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg import sql
 
+from app.store.channel import CHANNEL
 from app.store.dialect import POSTGRES, Row, clean_text, lock_key
 from app.store.url import Timeouts
 
 log = logging.getLogger("boundary.store")
-
-CHANNEL = "boundary"
-"""The LISTEN/NOTIFY channel every replica listens on (app.store.channel)."""
 
 PROBE_S = 5.0
 """A listening connection quiet this long is asked `SELECT 1` (is it still there?)."""
@@ -66,19 +65,52 @@ def connection_kwargs(timeouts: Timeouts, synchronous_commit: bool) -> dict[str,
 
 
 class _PgTx:
+    """A transaction on one connection, begun with its first statement: BEGIN travels
+    with a first advisory lock in one round trip (a simple query, no parameters)."""
+
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self._conn = conn
+        self.begun = False
+        self.pending: list[sql.Composable] = []
 
-    def execute(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        cur = self._conn.execute(_pg(sql), clean_text(args))
+    def _begin(self, then: str | None = None) -> None:
+        if not self.begun:
+            self._conn.execute(f"BEGIN; {then}" if then else "BEGIN")
+            self.begun = True
+        elif then:
+            self._conn.execute(then)
+
+    def execute(self, statement: str, args: Sequence[Any] = ()) -> list[Row]:
+        self._begin()
+        cur = self._conn.execute(_pg(statement), clean_text(args))
         return cur.fetchall() if cur.description is not None else []
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._begin()
         with self._conn.cursor() as cur:
-            cur.executemany(_pg(sql), [clean_text(r) for r in rows])
+            cur.executemany(_pg(statement), [clean_text(r) for r in rows])
 
     def lock(self, name: str) -> None:
-        self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(name),))
+        self._begin(f"SELECT pg_advisory_xact_lock({lock_key(name)})")
+
+    def later(self, statement: str, args: Sequence[Any] = ()) -> None:
+        # Parameters as literals: a query without parameters may hold several statements.
+        parts = statement.split("?")
+        composed: list[sql.Composable] = [sql.SQL(parts[0])]
+        for value, text in zip(clean_text(args), parts[1:], strict=True):
+            composed += [sql.Literal(value), sql.SQL(text)]
+        self.pending.append(sql.Composed([*composed, sql.SQL("; ")]))
+
+    def notify(self, payload: str) -> None:
+        self.later("SELECT pg_notify(?, ?)", (CHANNEL, payload))
+
+    def commit(self) -> None:
+        """COMMIT, with the statements left for it, in one round trip."""
+        if self.pending:
+            begin = [] if self.begun else [sql.SQL("BEGIN; ")]
+            self._conn.execute(sql.Composed([*begin, *self.pending, sql.SQL("COMMIT")]))
+        elif self.begun:
+            self._conn.execute("COMMIT")
 
 
 class PostgresBackend:
@@ -121,8 +153,16 @@ class PostgresBackend:
 
     @contextmanager
     def tx(self) -> Iterator[_PgTx]:
-        with self._connection() as conn, conn.transaction():
-            yield _PgTx(conn)
+        with self._connection() as conn:
+            tx = _PgTx(conn)
+            try:
+                yield tx
+            except BaseException:
+                if tx.begun and not conn.closed:
+                    with suppress(psycopg.Error):  # a broken connection rolled back already
+                        conn.execute("ROLLBACK")
+                raise
+            tx.commit()
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         # One retry when the pooled connection turns out to be dead (the database

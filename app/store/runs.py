@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from app.store.base import StoreBase
+from app.store.channel import CHANNEL, News, encode
 from app.store.jobs import CLEAR_WORKER, event_in
 from app.store.schema import NewRun, RunRow
 from workers.protocol import JobStatus
@@ -26,9 +27,18 @@ _RUN_COLUMNS = (
 )
 _INSERT_RUN = f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {{NOW}}) "
 _ARTIFACT = "INSERT INTO artifacts (run_id, name, text, truncated) VALUES (?, ?, ?, ?)"
+# Keep the newest `retain_runs` runs; artifacts go with them (ON DELETE CASCADE). Rows
+# another finisher is deleting are skipped, never waited for.
+_TRIM = (
+    "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE id <= "
+    "(SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?){SKIP_LOCKED})"
+)
 FINISH_ONE = {
-    # PostgreSQL stores the run, its artifacts, the worker's row and the event in the
-    # statement that ends the job (one round trip); SQLite runs them in a transaction.
+    # PostgreSQL stores the run, its artifacts, the worker's row and the event, keeps the
+    # newest runs and tells the other replicas, in the statement that ends the job (one
+    # round trip). Its parts see the tables as the statement began, without the new run,
+    # so its trim is given retain_runs - 1. SQLite runs the steps in a transaction, then
+    # _TRIM (and has no other replica to tell).
     "postgresql": (
         f"WITH done AS ({_DONE} RETURNING id, attempts, worker_id), "
         f"run AS (INSERT INTO runs ({_RUN_COLUMNS}) SELECT id, attempts, worker_id, "
@@ -38,15 +48,13 @@ FINISH_ONE = {
         "w AS (UPDATE workers SET current_job = NULL FROM done "
         "WHERE workers.id = done.worker_id AND workers.current_job = done.id), "
         "e AS (INSERT INTO job_events (job_id, status, at, detail) "
-        "SELECT id, 'done', {NOW}, 'done' FROM done) SELECT attempt FROM run"
+        "SELECT id, 'done', {NOW}, 'done' FROM done), "
+        "t AS (DELETE FROM runs WHERE EXISTS (SELECT 1 FROM done) AND id IN (SELECT id "
+        "FROM runs WHERE id <= (SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?) "
+        "FOR UPDATE SKIP LOCKED)) "
+        f"SELECT attempt, pg_notify('{CHANNEL}', ?) FROM run"
     )
 }
-# Keep the newest `retain_runs` runs; artifacts go with them (ON DELETE CASCADE). Rows
-# another finisher is deleting are skipped, never waited for.
-_TRIM = (
-    "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE id <= "
-    "(SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?){SKIP_LOCKED})"
-)
 
 
 class Runs(StoreBase):
@@ -54,7 +62,8 @@ class Runs(StoreBase):
 
     def finish_job(self, job_id: str, lease_id: str, worker_id: str, run: NewRun) -> int | None:
         """Store a run and mark its job done, while `lease_id` held by `worker_id` is its
-        current lease; the attempt (the server's count), or None when that lease ended."""
+        current lease; the attempt (the server's count), or None when that lease ended.
+        Other replicas hear that the job is done from the store, with the change."""
         stages = run.stage_seconds
         values = (
             run.result_json,
@@ -66,26 +75,28 @@ class Runs(StoreBase):
             run.run_s,
         )
         one = FINISH_ONE.get(self.dialect.name)
-        if one is not None:
-            names = list(run.artifacts)
-            rows = self._read(
-                one,
-                (
-                    job_id,
-                    lease_id,
-                    worker_id,
-                    *values,
-                    names,
-                    [run.artifacts[n][0] for n in names],
-                    [int(run.artifacts[n][1]) for n in names],
-                ),
-            )
-            attempt = int(rows[0][0]) if rows else None
-        else:
+        if one is None:
             attempt = self._finish_in_steps(job_id, lease_id, worker_id, values, run)
-        if attempt is not None:
-            self._read(_TRIM, (self.retain_runs,))
-        return attempt
+            if attempt is not None:
+                self._read(_TRIM, (self.retain_runs,))
+            return attempt
+        names = list(run.artifacts)
+        done = {"id": job_id, "status": JobStatus.DONE.value}
+        rows = self._read(
+            one,
+            (
+                job_id,
+                lease_id,
+                worker_id,
+                *values,
+                names,
+                [run.artifacts[n][0] for n in names],
+                [int(run.artifacts[n][1]) for n in names],
+                self.retain_runs - 1,
+                encode(self.origin, News("status", job_id, done)),
+            ),
+        )
+        return int(rows[0][0]) if rows else None
 
     def _finish_in_steps(
         self,

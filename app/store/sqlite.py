@@ -40,6 +40,12 @@ class _SQLiteTx:
     def lock(self, name: str) -> None:
         """Nothing to take: BEGIN IMMEDIATE made this the only write transaction."""
 
+    def later(self, sql: str, args: Sequence[Any] = ()) -> None:
+        self.execute(sql, args)
+
+    def notify(self, payload: str) -> None:
+        """Nothing to send: one server on the file."""
+
 
 class SQLiteBackend:
     """A SQLite file (see the module's docstring)."""

@@ -5,6 +5,7 @@ limits are shared, news travels between replicas, and retention runs on one at a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -20,19 +21,21 @@ import pytest
 from bench_fakes import MATMUL, capabilities
 from fastapi import HTTPException
 from pydantic import ValidationError
+from test_store_backends import new_run
 
 from app.dispatch import Dispatcher
 from app.dispatch.progress import Notice, ProgressHub
 from app.queue.admission import Admission
 from app.queue.submission import validate_job
 from app.settings import Settings
-from app.store import SCHEMA_VERSION, BadDatabaseSetting, Store, parse_db
+from app.store import SCHEMA_VERSION, BadDatabaseSetting, NewJob, Store, parse_db
 from app.store.channel import MAX_PAYLOAD, News, decode, encode
 from app.store.dialect import lock_key
 from app.store.retention import RETENTION_LOCK
 from workers.protocol import JobStatus, ProgressEvent
 
 T = TypeVar("T")
+CPU = {"path": "jax-cpu", "platform": "cpu"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -250,6 +253,29 @@ async def test_progress_and_status_published_on_one_replica_reach_the_other(
             task.cancel()
         await asyncio.gather(*relays, return_exceptions=True)
         a_store.close()
+        b_store.close()
+
+
+@pytest.mark.anyio
+async def test_a_lease_and_a_finish_on_one_replica_tell_the_other(pg_url: str) -> None:
+    a, b_store = Store.open(pg_url), Store.open(pg_url)
+    b = ProgressHub(channel=b_store.channel())
+    relay = asyncio.create_task(b.relay())
+    try:
+        await asyncio.sleep(0.5)
+        worker, _ = a.register_worker("w-1", "k", None, capabilities())
+        with a.admitting("c") as gate:
+            gate.insert([NewJob("j", MATMUL, CPU)])
+        with b.subscribe("j") as on_b:
+            assert a.lease(worker, [json.dumps(CPU)], "l", 30) is not None
+            running = await next_notice(on_b)
+            assert running.data == {"id": "j", "status": "running", "attempts": 1}
+            assert a.finish_job("j", "l", worker, new_run()) == 1
+            assert (await next_notice(on_b)).final
+    finally:
+        relay.cancel()
+        await asyncio.gather(relay, return_exceptions=True)
+        a.close()
         b_store.close()
 
 
