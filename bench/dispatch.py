@@ -152,14 +152,11 @@ class Deployment:
         wait_for(lambda: client.get("/readyz").status_code == 200, 60, "the server")
         before = client.get("/api/v1/workers").json()["count"]
         name = f"bench-{len(self.urls) + 1}"
+        worker = [PY, "-m", "workers.cli.worker", "--server", url, "--name", name]
         self.procs.append(
             subprocess.Popen(
-                [PY, "-m", "workers.cli.worker", "--server", url, "--name", name],
-                cwd=ROOT,
-                env=self.env(),
-                stdout=self.logs,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                worker, cwd=ROOT, env=self.env(), stdout=self.logs, stderr=subprocess.STDOUT
+            )
         )
         wait_for(lambda: client.get("/api/v1/workers").json()["count"] > before, 90, "a worker")
         self.urls.append(url)
@@ -253,6 +250,14 @@ def throughput(deployment: Deployment, clients: list[httpx.Client], burst: int) 
     return per_min
 
 
+def measure(
+    deployment: Deployment, clients: list[httpx.Client], jobs: int, burst: int
+) -> dict[str, float]:
+    """The overhead through the first client (when `jobs`), and the throughput."""
+    out = {"overhead": overhead(deployment, clients[0], jobs)} if jobs else {}
+    return out | {"per_min": throughput(deployment, clients, burst)}
+
+
 @contextlib.contextmanager
 def postgres(db: str) -> Iterator[str]:
     """The URL to bench on: `db` itself (it must be empty), or a throwaway cluster."""
@@ -293,11 +298,7 @@ def main() -> None:
         lite = Deployment(str(tmp / "bench.sqlite3"), tmp, logs)
         try:
             print("SQLite, one server, one worker")
-            client = lite.add_replica()
-            results["sqlite"] = {
-                "overhead": overhead(lite, client, args.jobs),
-                "per_min": throughput(lite, [client], args.burst),
-            }
+            results["sqlite"] = measure(lite, [lite.add_replica()], args.jobs, args.burst)
         finally:
             lite.close()
         if args.db:
@@ -306,13 +307,10 @@ def main() -> None:
                 try:
                     print("PostgreSQL, one replica, one worker")
                     first = pg.add_replica()
-                    results["pg1"] = {
-                        "overhead": overhead(pg, first, args.jobs),
-                        "per_min": throughput(pg, [first], args.burst),
-                    }
+                    results["pg1"] = measure(pg, [first], args.jobs, args.burst)
                     print("PostgreSQL, two replicas, one worker each")
-                    second = pg.add_replica()
-                    results["pg2"] = {"per_min": throughput(pg, [first, second], args.burst)}
+                    both = [first, pg.add_replica()]
+                    results["pg2"] = measure(pg, both, 0, args.burst)
                 finally:
                     pg.close()
     finally:
@@ -322,17 +320,14 @@ def main() -> None:
     if "pg1" in results:
         lite_r, one, two = results["sqlite"], results["pg1"], results["pg2"]
         print("ratios:")
-        print(
-            f"  dispatch overhead, PostgreSQL one replica / SQLite: "
-            f"{one['overhead'] / lite_r['overhead']:.2f}× (goal ≤ 1.5×)"
-        )
-        print(
-            f"  jobs/min, PostgreSQL one replica / SQLite: {one['per_min'] / lite_r['per_min']:.2f}×"
-        )
-        print(
-            f"  jobs/min, PostgreSQL two replicas / one replica: "
-            f"{two['per_min'] / one['per_min']:.2f}× (goal ≥ 1.3×)"
-        )
+        for what, ratio, goal in (
+            ("dispatch overhead, PostgreSQL one replica / SQLite",
+             one["overhead"] / lite_r["overhead"], " (goal ≤ 1.5×)"),
+            ("jobs/min, PostgreSQL one replica / SQLite", one["per_min"] / lite_r["per_min"], ""),
+            ("jobs/min, PostgreSQL two replicas / one replica",
+             two["per_min"] / one["per_min"], " (goal ≥ 1.3×)"),
+        ):  # fmt: skip
+            print(f"  {what}: {ratio:.2f}×{goal}")
 
 
 if __name__ == "__main__":

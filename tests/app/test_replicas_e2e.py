@@ -27,6 +27,7 @@ import psycopg
 import pytest
 from pgcluster import running_cluster
 
+from tests.app.test_serve_e2e import wait_for as waited
 from tests.browser.conftest import free_port, wait_until_up
 from workers.cli.export_fn import export_function
 
@@ -42,17 +43,16 @@ COMPILE_64: dict[str, Any] = {
 FINAL = {"done", "failed", "expired", "cancelled"}
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.TransportError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """`predicate()` once it is truthy (asked every 0.1 s); fails after `timeout`."""
+    found: list[Any] = []
+
+    def probe() -> bool:
+        found.append(predicate())
+        return bool(found[-1])
+
+    assert waited(probe, timeout), f"timed out waiting for {what}"
+    return found[-1]
 
 
 class Replica:

@@ -9,19 +9,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
 from bench_fakes import MATMUL, capabilities
 from fastapi import HTTPException
 from pydantic import ValidationError
-from test_store_backends import new_run
+from test_store_backends import in_parallel, new_run
 
 from app.dispatch import Dispatcher
 from app.dispatch.progress import Notice, ProgressHub
@@ -34,20 +31,8 @@ from app.store.dialect import lock_key
 from app.store.retention import RETENTION_LOCK
 from workers.protocol import JobStatus, ProgressEvent
 
-T = TypeVar("T")
 CPU = {"path": "jax-cpu", "platform": "cpu"}
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def in_parallel(n: int, work: Callable[[int], T]) -> list[T]:
-    start = threading.Barrier(n)
-
-    def run(i: int) -> T:
-        start.wait()
-        return work(i)
-
-    with ThreadPoolExecutor(n) as pool:
-        return list(pool.map(run, range(n)))
 
 
 # --- which database ----------------------------------------------------------------------
