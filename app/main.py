@@ -77,6 +77,7 @@ def build_api(state: AppState) -> Built:
     from app.dispatch import Dispatcher
     from app.queue.admission import Admission
     from app.routes import pages
+    from app.routes.schemas import ValidationErrorPublic
     from app.store import Store, Timeouts
     from app.web.bodylimit import BodyLimit
 
@@ -111,6 +112,12 @@ def build_api(state: AppState) -> Built:
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
+        # Every route answers a bad request with the server's own 422 body (each problem
+        # naming its field); saying so here also keeps FastAPI from documenting its
+        # {loc, msg, type} body, which this server never sends.
+        responses={
+            422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."}
+        },
     )
     api.state.boundary = state
     pages.install(api)

@@ -1,8 +1,11 @@
-"""What the tests do when something they need from the machine is missing.
+"""Required dependencies of the suite: a missing one fails the test that needs it.
 
-A missing required dependency fails the test that needs it, with how to install it,
-unless BOUNDARY_ALLOW_MISSING (names separated by commas or spaces) names it: the test is
-then skipped, and the skip says why. Only GPU tests skip otherwise.
+A test that cannot run without a tool or package (NVRTC, JAX's CUDA plugin, libtpu, a
+SASS disassembler, a C++ compiler) calls `require(name, hint)` when it finds the
+dependency missing. The test then fails with the hint, so a venv that lost a package
+fails the suite instead of passing with fewer tests. A machine that cannot have it says
+so by name: `BOUNDARY_ALLOW_MISSING=nvrtc,libtpu` turns those failures into skips that
+give the reason. Only tests that need a GPU or TPU device skip on their own.
 """
 
 from __future__ import annotations
@@ -11,15 +14,23 @@ import os
 
 import pytest
 
+ALLOW_ENV = "BOUNDARY_ALLOW_MISSING"
+"""Comma-separated dependency names whose absence skips instead of failing."""
 
-def allowed_missing() -> set[str]:
-    """The names BOUNDARY_ALLOW_MISSING lists."""
-    raw = os.environ.get("BOUNDARY_ALLOW_MISSING", "")
-    return {name for name in raw.replace(",", " ").split() if name}
+
+def allowed_missing() -> frozenset[str]:
+    """The names `BOUNDARY_ALLOW_MISSING` lists."""
+    raw = os.environ.get(ALLOW_ENV, "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
 def require(name: str, hint: str) -> None:
-    """`name` is missing: fail with `hint`, or skip when BOUNDARY_ALLOW_MISSING names it."""
+    """The dependency `name` is missing: fail the calling test with `hint`, or skip it
+    with the same words when `BOUNDARY_ALLOW_MISSING` names it."""
     if name in allowed_missing():
-        pytest.skip(f"{name} is missing and BOUNDARY_ALLOW_MISSING names it: {hint}")
-    pytest.fail(f"{name} is missing: {hint}", pytrace=False)
+        pytest.skip(f"{name} is missing ({hint}); allowed by {ALLOW_ENV}")
+    pytest.fail(
+        f"required dependency {name} is missing: {hint}. "
+        f"Install it, or set {ALLOW_ENV}={name} on a machine that cannot have it.",
+        pytrace=False,
+    )

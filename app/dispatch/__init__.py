@@ -13,7 +13,6 @@ from app.dispatch.core import (
     UnknownWorker,
     Verdict,
     WorkerEntry,
-    WrongResult,
     cap_text,
 )
 from app.dispatch.leasing import LeasingMixin
@@ -33,6 +32,5 @@ __all__ = [
     "UnknownWorker",
     "Verdict",
     "WorkerEntry",
-    "WrongResult",
     "cap_text",
 ]

@@ -30,10 +30,6 @@ class UnknownWorker(LookupError):
     """A worker id this server has no record of: the worker should register again."""
 
 
-class WrongResult(ValueError):
-    """A result for another workload or path than the job the worker leased."""
-
-
 class LeaseEnded(PermissionError):
     """A report on a lease that is not the job's current one (it expired, was re-queued
     or given back, or the job ended): it changes nothing, and `verdict` says why."""

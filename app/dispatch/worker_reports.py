@@ -3,25 +3,11 @@ and leases given back. Posting the same result twice is harmless."""
 
 from __future__ import annotations
 
-from app.dispatch.core import (
-    DispatcherCore,
-    LeaseEnded,
-    UnknownWorker,
-    Verdict,
-    WrongResult,
-    cap_text,
-)
-from app.ir.explain import explain
-from app.ir.pipeline import PIPELINE_ARTIFACT, split_pipeline
+from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict
+from app.dispatch.results import Prepared
 from app.store import NewRun
 from app.store.profiles import keep_profile
-from workers.protocol import (
-    ARTIFACT_NAMES,
-    FINAL_STATUSES,
-    JobStatus,
-    ProgressEvent,
-    RunResult,
-)
+from workers.protocol import FINAL_STATUSES, JobStatus, ProgressEvent
 
 
 class ReportsMixin(DispatcherCore):
@@ -51,51 +37,31 @@ class ReportsMixin(DispatcherCore):
         worker_id: str,
         job_id: str,
         lease_id: str | None,
-        result: RunResult,
+        prepared: Prepared,
         run_s: float | None,
     ) -> Verdict:
-        """Store the run of a job and mark it done. The attempt is the server's count, never
-        the report's; a second post of the same result finds the lease ended."""
-        job = self._lease_of(worker_id, job_id, lease_id)
-        if result.job.workload != job.workload or result.job.path.value != job.path:
-            raise WrongResult("the result is for another workload or path")
+        """Store a gated run (`app.dispatch.results.prepare`) and mark its job done. The
+        attempt is the server's count, never the report's; a second post of the same
+        result finds the lease ended. A run that is not valid keeps no whole-job time."""
+        self._lease_of(worker_id, job_id, lease_id)
         settings = self.settings
-        artifacts: dict[str, tuple[str, bool]] = {}
-        inline: dict[str, str | None] = {}
-        truncated: list[str] = []
-        for name in ARTIFACT_NAMES:
-            text = getattr(result.artifacts, name)
-            if text is None:
-                inline[name] = None
-                continue
-            artifacts[name] = cap_text(text, settings.ARTIFACT_MAX_BYTES)
-            inline[name], cut = cap_text(text, settings.INLINE_ARTIFACT_BYTES)
-            if cut:
-                truncated.append(name)
-        capped = result.model_copy(update={"artifacts": result.artifacts.model_copy(update=inline)})
-        if result.artifacts.hlo:  # the summary that explains itself, from the run's own texts
-            explained = explain(result.artifacts.hlo, result.source, result.pipeline)
-            capped = capped.model_copy(update={"hlo_explained": explained})
-        if result.pipeline is not None:  # stored apart: the run's JSON keeps only the steps
-            stored, capped = split_pipeline(capped, settings.PIPELINE_MAX_BYTES)
-            if stored is not None:
-                artifacts[PIPELINE_ARTIFACT] = (stored, False)
-        capped = keep_profile(self.store, job_id, capped, settings.PROFILE_MAX_BYTES)
+        # After the gate: the trace of a run that is not valid was dropped there.
+        run = keep_profile(self.store, job_id, prepared.run, settings.PROFILE_MAX_BYTES)
         entry = self.recent_worker(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None
         if entry is not None and roofs is not None:  # the roofs of the run's roofline
             named = roofs.model_copy(update={"worker": entry.name or entry.id})
-            capped = capped.model_copy(update={"ceilings": named})
-        run = NewRun(
-            result_json=capped.model_dump_json(),
-            truncated=truncated,
-            valid=result.valid,
-            stage_seconds=result.stage_seconds.model_dump(),
-            run_s=run_s,
-            artifacts=artifacts,
+            run = run.model_copy(update={"ceilings": named})
+        stored = NewRun(
+            result_json=run.model_dump_json(),
+            truncated=prepared.truncated,
+            valid=run.valid,
+            stage_seconds=run.stage_seconds.model_dump(),
+            run_s=run_s if run.valid else None,
+            artifacts=prepared.artifacts,
         )
         assert lease_id is not None  # (_lease_of held it)
-        attempt = self.store.finish_job(job_id, lease_id, worker_id, run)
+        attempt = self.store.finish_job(job_id, lease_id, worker_id, stored)
         if attempt is None:  # the lease ended while the result was being prepared
             current = self.store.get_job(job_id)
             if current is None:

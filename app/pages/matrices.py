@@ -17,7 +17,12 @@ from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
-from workers.protocol import FINAL_STATUSES, JobStatus
+from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus
+
+NEVER_A_SPEED_NOTE = (
+    "host-dispatch times the call returning, not the work finishing: a teaching demo of "
+    "asynchronous dispatch. These medians are never a speed, and no rate is computed from them."
+)
 
 CSV_COLUMNS = (
     "matrix",
@@ -87,7 +92,7 @@ def cell_public(cell: CellRow, dispatcher: Dispatcher, boundary: str) -> dict[st
     )
     measured = next((m for m in run.get("measurements", []) if m["boundary"] == boundary), None)
     stats = (measured or {}).get("stats")
-    if measured is not None:
+    if measured is not None and measured["samples_s"]:  # none on a run whose times are withheld
         out["rounds"] = len(measured["samples_s"])
     if stats:
         out.update(median_s=stats["median"], q1_s=stats["q1"], q3_s=stats["q3"], iqr_s=stats["iqr"])
@@ -158,6 +163,7 @@ def matrix_public(matrix: MatrixRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "workload": spec.workload,
         "spec": matrix.spec,
         "boundary": boundary,
+        "boundary_note": NEVER_A_SPEED_NOTE if BoundaryId(boundary) in NEVER_A_SPEED else None,
         "mode": spec.measure.mode.value,
         "axis": spec.axis.name,
         "columns": [

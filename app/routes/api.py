@@ -19,10 +19,10 @@ from app.pages.jobs import PREFIX, iso, job_links, job_public, job_summary
 from app.queue.submission import read_json_body, validate_submission
 from app.routes.routing import reads
 from app.routes.schemas import (
+    SUBMIT_ERRORS,
     JobPublic,
     JobsPublic,
     MessagePublic,
-    ValidationErrorPublic,
     WorkerPublic,
     WorkersPublic,
     WorkloadsPublic,
@@ -43,13 +43,7 @@ JOB_BODY = {
         "content": {"application/json": {"schema": inline_schema(JobSpec)}},
     }
 }
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
-    413: {"model": MessagePublic, "description": "The body is too large."},
-    415: {"model": MessagePublic, "description": "The body is not application/json."},
-    422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
-    429: {"model": MessagePublic, "description": "Queue full or rate exceeded; see Retry-After."},
-}
+ERRORS = SUBMIT_ERRORS
 
 
 def _job_or_404(job_id: str, dispatcher: Dispatcher) -> JobRow:
@@ -133,7 +127,14 @@ async def cancel_job(
 @read_route(
     "/jobs/{job_id}/artifacts/{name}",
     response_class=PlainTextResponse,
-    responses={404: {"model": MessagePublic}},
+    responses={
+        404: {
+            "description": "No such job or artifact.",
+            # JSON, unlike the text/plain success: said outright, or FastAPI documents the
+            # error under the route's own media type.
+            "content": {"application/json": {"schema": MessagePublic.model_json_schema()}},
+        }
+    },
     summary="Full text of an artifact",
 )
 async def get_artifact(job: ExistingJob, name: str, dispatcher: DispatcherDep) -> PlainTextResponse:

@@ -27,7 +27,7 @@ from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, sample_count
 from app.routes.routing import reads
-from app.routes.schemas import MessagePublic, ValidationErrorPublic, inline_schema
+from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, inline_schema
 from app.settings import Settings
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
@@ -40,12 +40,7 @@ router = APIRouter(tags=["matrices"])
 read_route = reads(router)
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
-    413: {"model": MessagePublic, "description": "The body is too large."},
-    422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
-    429: {"model": MessagePublic, "description": "The queue cannot take every cell now."},
-}
+ERRORS = SUBMIT_ERRORS
 
 
 def create_matrix(spec: MatrixSpec, admission: Admission, settings: Settings, client: str) -> str:

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
 from app.routes import errors
+from app.routes.schemas import MessagePublic
 from app.web.problems import request_problems
 from app.web.templating import server_linker
 from workers.protocol import PathId, StageId
@@ -93,7 +94,14 @@ def install(app: FastAPI) -> None:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/oembed", tags=["reader"])
+    @app.get(
+        "/oembed",
+        tags=["reader"],
+        responses={
+            404: {"model": MessagePublic, "description": "Not a reader URL of this site."},
+            501: {"model": MessagePublic, "description": "format=xml: only JSON is served."},
+        },
+    )
     async def oembed(
         request: Request,
         url: Annotated[str, Query(max_length=2048, description="A reader or embed URL.")],

@@ -60,6 +60,19 @@ class MessagePublic(BaseModel):
     detail: str
 
 
+SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": MessagePublic, "description": "Submission needs the bearer token."},
+    413: {"model": MessagePublic, "description": "The body is too large."},
+    415: {"model": MessagePublic, "description": "The body is not application/json."},
+    422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."},
+    429: {
+        "model": MessagePublic,
+        "description": "Queue full or rate exceeded (a matrix counts its cells); see Retry-After.",
+    },
+}
+"""What every route that queues work through the API may answer besides success."""
+
+
 class RunPublic(RunResult):
     """A run result with its artifacts capped for inline use and links to the full text."""
 

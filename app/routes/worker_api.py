@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
-from app.dispatch import LeaseEnded, UnknownWorker, Verdict, WrongResult
+from app.dispatch import LeaseEnded, UnknownWorker, Verdict
+from app.dispatch.results import lease_problems, prepare
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
     HeartbeatRequest,
@@ -31,10 +33,11 @@ from app.routes.schemas import (
     ReleaseRequest,
     ReportReply,
     ResultReport,
+    ValidationErrorPublic,
     WorkerRegister,
     inline_schema,
 )
-from app.web.bodylimit import WORKER_BODY_BYTES
+from app.web.bodylimit import WORKER_BODY_BYTES, Caps
 from app.web.tokens import bearer_of, token_matches
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
@@ -67,6 +70,39 @@ router = APIRouter(
     dependencies=[Depends(require_worker_token)],
     responses={401: {"model": MessagePublic, "description": "Missing or wrong worker token."}},
 )
+
+
+MessageT = TypeVar("MessageT", bound=BaseModel)
+
+
+def _parsed(body: bytes, model: type[MessageT]) -> MessageT:
+    """`body` as `model`: strict JSON (NaN, Infinity and duplicate keys refused, as on the
+    public API) and the model's own rules, or 422 naming each field."""
+    data = parse_strict_json(body)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        field_errors(
+            [
+                (".".join(str(p) for p in e["loc"]) or "body", e["msg"])
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+        )
+
+
+async def _message(request: Request, model: type[MessageT]) -> MessageT:
+    """A small worker message read by hand, so that FastAPI's lenient JSON never sees it."""
+    return _parsed(await read_capped_body(request, WORKER_BODY_BYTES), model)
+
+
+def _body(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads `model` by hand."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(model)}},
+        }
+    }
 
 
 def _verdict(v: Verdict) -> ReportReply:
@@ -126,12 +162,7 @@ def _version_problem(body: Any) -> str | None:
     "/register",
     response_model=RegisterReply,
     responses={409: {"model": MessagePublic, "description": "Versions differ."}},
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": inline_schema(WorkerRegister)}},
-        }
-    },
+    openapi_extra=_body(WorkerRegister),
 )
 async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep
@@ -181,11 +212,11 @@ async def register(
     "/lease",
     response_model=LeaseReply,
     responses={204: {"description": "No job came within the wait."}, 404: {"model": MessagePublic}},
+    openapi_extra=_body(LeaseRequest),
 )
-async def lease(
-    message: LeaseRequest, request: Request, dispatcher: DispatcherDep, settings: SettingsDep
-) -> Response:
+async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
+    message = await _message(request, LeaseRequest)
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
     # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
     # so that a departed worker is never handed a job and the server can shut down.
@@ -226,18 +257,24 @@ ENDED: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/heartbeat", response_model=ReportReply, responses=ENDED)
-async def heartbeat(message: HeartbeatRequest, dispatcher: DispatcherDep) -> Response:
+@router.post(
+    "/heartbeat", response_model=ReportReply, responses=ENDED, openapi_extra=_body(HeartbeatRequest)
+)
+async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
     """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
+    message = await _message(request, HeartbeatRequest)
     return _answer(
         message.worker_id,
         lambda: dispatcher.heartbeat(message.worker_id, message.job_id, message.lease_id),
     )
 
 
-@router.post("/progress", response_model=ReportReply, responses=ENDED)
-async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> Response:
+@router.post(
+    "/progress", response_model=ReportReply, responses=ENDED, openapi_extra=_body(ProgressReport)
+)
+async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
+    message = await _message(request, ProgressReport)
     return _answer(
         message.worker_id,
         lambda: dispatcher.progress(
@@ -246,34 +283,66 @@ async def progress(message: ProgressReport, dispatcher: DispatcherDep) -> Respon
     )
 
 
-@router.post("/result", response_model=ReportReply, responses=ENDED)
-async def result(message: ResultReport, dispatcher: DispatcherDep) -> Response:
-    """The run of a job, or why it failed. Posting the same report twice is harmless."""
+RESULT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ENDED,
+    422: {
+        "model": ValidationErrorPublic,
+        "description": "A field is wrong, or the result is not the job its lease carries "
+        "(the field is named, e.g. result.job.params).",
+    },
+}
+
+
+@router.post(
+    "/result",
+    response_model=ReportReply,
+    responses=RESULT_ERRORS,
+    openapi_extra=_body(ResultReport),
+)
+async def result(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
+    """The run of a job, or why it failed. Posting the same report twice is harmless.
+
+    A run is the server's to judge: it is refused (422 naming the field) unless it is the
+    job its lease carries, and stored only as the result gate returns it. Parsing,
+    gating, capping and explaining run off the event loop: a large result does not stall
+    other requests."""
+    body = await read_capped_body(request, Caps.from_settings(settings).result)
+    message = await run_in_threadpool(_parsed, body, ResultReport)
     if (message.result is None) == (message.failure is None):
         field_errors([("result", "send exactly one of result and failure")])
-
-    def report() -> Verdict:
-        if message.result is not None:
-            try:
-                return dispatcher.complete(
-                    message.worker_id,
-                    message.job_id,
-                    message.lease_id,
-                    message.result,
-                    message.run_seconds,
-                )
-            except WrongResult as wrong:
-                field_errors([("result.job", str(wrong))])
+    if message.result is None:
         assert message.failure is not None
-        return dispatcher.fail(
+        failure = message.failure
+        return _answer(
             message.worker_id,
-            message.job_id,
-            message.lease_id,
-            message.failure.reason,
-            message.failure.stderr_tail,
+            lambda: dispatcher.fail(
+                message.worker_id,
+                message.job_id,
+                message.lease_id,
+                failure.reason,
+                failure.stderr_tail,
+            ),
         )
-
-    return _answer(message.worker_id, report)
+    posted = message.result
+    job = dispatcher.store.get_job(message.job_id)
+    if job is not None:
+        problems = lease_problems(job.spec, posted)
+        if problems:
+            field_errors(list(problems))
+    prepared = await run_in_threadpool(
+        lambda: prepare(
+            posted,
+            artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
+            inline_bytes=settings.INLINE_ARTIFACT_BYTES,
+            pipeline_max_bytes=settings.PIPELINE_MAX_BYTES,
+        )
+    )
+    return _answer(
+        message.worker_id,
+        lambda: dispatcher.complete(
+            message.worker_id, message.job_id, message.lease_id, prepared, message.run_seconds
+        ),
+    )
 
 
 @router.get(
@@ -294,9 +363,12 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
     )
 
 
-@router.post("/release", response_model=ReportReply, responses=ENDED)
-async def release(message: ReleaseRequest, dispatcher: DispatcherDep) -> Response:
+@router.post(
+    "/release", response_model=ReportReply, responses=ENDED, openapi_extra=_body(ReleaseRequest)
+)
+async def release(request: Request, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""
+    message = await _message(request, ReleaseRequest)
     return _answer(
         message.worker_id,
         lambda: dispatcher.release(message.worker_id, message.job_id, message.lease_id),

@@ -6,8 +6,9 @@ from typing import Any
 
 import httpx
 
-from workers.catalog import CATALOG_VERSION
-from workers.protocol import PROTOCOL_VERSION
+from workers.catalog import CATALOG_VERSION, parse_params
+from workers.catalog.target_rules import apply_target
+from workers.protocol import PROTOCOL_VERSION, JobSpec
 
 WORKER_TOKEN = "test-worker-token"  # the token of the bench_settings fixture
 AUTH = {"Authorization": f"Bearer {WORKER_TOKEN}"}
@@ -39,10 +40,12 @@ def capabilities(platform: str = "cpu", **changes: Any) -> dict[str, Any]:
 
 
 def run_result(spec: dict[str, Any], hlo: str = "HloModule m\n") -> dict[str, Any]:
-    """A plausible RunResult for `spec` (as a worker would post it)."""
+    """A plausible RunResult for `spec` (as a worker would post it: the job as its runner
+    saw it and the parameters after validation and defaults, which the server checks)."""
+    job = apply_target(JobSpec.model_validate(spec))
     return {
-        "job": spec,
-        "params": spec["params"],
+        "job": job.model_dump(mode="json"),
+        "params": parse_params(job.workload, job.params).model_dump(mode="json"),
         "stage_seconds": {"trace": 0.001, "lower": 0.004, "compile": 0.01},
         "artifacts": {"jaxpr": "{ lambda ; a b. }", "stablehlo": "module {}", "hlo": hlo},
         "measurements": [

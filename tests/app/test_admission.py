@@ -3,8 +3,7 @@ client's rate, the queue, the client's share and the cap on jobs no worker can r
 
 from __future__ import annotations
 
-import ast
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from workers.catalog.exported import EXPORT_MEDIA_TYPE
 
 pytestmark = pytest.mark.anyio
 
-APP = Path(__file__).resolve().parents[2] / "app"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 GPU_MATRIX: dict[str, Any] = {
     "workload": "matmul",
@@ -60,17 +58,116 @@ def _state(app: Any) -> Any:
     return app.app.app.state.boundary
 
 
-async def test_only_admission_submits_to_the_dispatcher() -> None:
-    callers = []
-    for path in APP.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "submit"
-            ):
-                callers.append(path.relative_to(APP).as_posix())
-    assert callers == ["queue/admission.py"]
+QUEUEING_ROUTES = (
+    "/api/v1/jobs",
+    "/api/v1/matrices",
+    "/matrices",
+    "/runs",
+    "/artifacts/{sha256}/runs",
+    "/compare/repeat",
+    "/runs/{job_id}/repeat",
+)
+"""Every POST route that queues work, each driven below."""
+OTHER_POSTS = (
+    "/api/v1/jobs/{job_id}/cancel",
+    "/runs/{job_id}/cancel",
+    "/api/v1/artifacts",
+    "/artifacts",
+)
+"""POST routes that queue nothing (the worker API aside)."""
+
+
+def post_paths(routes: Any, prefix: str = "") -> Iterator[str]:
+    """The path of every POST route, through included routers (FastAPI keeps those as
+    their own entries, each with the router it includes and its prefix)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from post_paths(inner.routes, prefix + route.include_context.prefix)
+        elif "POST" in (getattr(route, "methods", None) or ()):
+            yield prefix + route.path
+
+
+async def test_every_job_the_store_inserts_went_through_admission(
+    connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Observe every statement that inserts a job, at the store's backend, while every
+    route that queues work is driven: each must run inside `Admission.queue`, and
+    admission must account for each."""
+    from app.queue.admission import Admission
+    from tests.app.test_artifacts import export
+
+    inserts: list[tuple[str, bool]] = []
+    admitted: list[int] = []
+    inside = False
+    real_queue = Admission.queue
+
+    def queue(self: Admission, client: str, jobs: Any) -> Any:
+        nonlocal inside
+        inside = True
+        try:
+            rows = real_queue(self, client, jobs)
+        finally:
+            inside = False
+        admitted.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(Admission, "queue", queue)
+    async with connect(SUBMIT_RATE=1000) as (client, app):
+        store = _state(app).dispatcher.store
+        from app.store.sqlite import SQLiteBackend, _SQLiteTx
+
+        def counting(real: Any) -> Any:
+            """`real` (a statement's execute), noting every job inserted, however."""
+
+            def execute(self: Any, sql: str, args: Any = ()) -> Any:
+                if "INSERT INTO jobs " in sql:
+                    inserts.append((str(args[2]), inside))  # (its workload)
+                return real(self, sql, args)
+
+            return execute
+
+        monkeypatch.setattr(_SQLiteTx, "execute", counting(_SQLiteTx.execute))
+        monkeypatch.setattr(SQLiteBackend, "execute", counting(SQLiteBackend.execute))
+        worker = FakeWorker(client)
+        await worker.register()  # the first request: the app's routes are built by now
+        posted = list(post_paths(app.app.app.routes))
+        assert sorted(p for p in posted if "/worker/" not in p) == sorted(
+            QUEUEING_ROUTES + OTHER_POSTS
+        ), "a new POST route: drive it here if it queues work"
+        assert (await client.post("/api/v1/jobs", json=MATMUL)).status_code == 202
+        grant = await worker.lease()
+        assert grant is not None
+        assert (await worker.finish(grant)).status_code == 200
+        done = grant["job_id"]
+        matrix = {**GPU_MATRIX, "paths": ["jax-cpu"], "axis": {"name": "m", "values": [16, 32]}}
+        assert (await client.post("/api/v1/matrices", json=matrix)).status_code == 201
+        form = (
+            "workload=matmul&paths=jax-cpu&axis.name=m&axis.values=16,32"
+            "&base_params=n%3D16+k%3D16&samples=5&mode=latency&cache=cold"
+        )
+        assert (await client.post("/matrices", content=form, headers=FORM)).status_code == 303
+        run_form = {
+            "workload": "matmul",
+            "path": "jax-cpu",
+            "param.m": "16",
+            "measure.samples": "5",
+            "stages": ["compile", "execute"],
+        }
+        assert (await client.post("/runs", data=run_form)).status_code == 303
+        sha = store.put_file(export(["cpu"]), EXPORT_MEDIA_TYPE)
+        upload_run = await client.post(
+            f"/artifacts/{sha}/runs", content="path=jax-cpu&samples=5", headers=FORM
+        )
+        assert upload_run.status_code == 303, upload_run.text
+        repeats = await client.post("/compare/repeat", data={"a": done, "side": "a"})
+        assert repeats.status_code in (200, 303), repeats.text
+        again = await client.post(f"/runs/{done}/repeat", data={"profile": "on"})
+        assert again.status_code in (200, 303), again.text
+
+    assert inserts and all(through for _, through in inserts), inserts
+    assert len(inserts) == sum(admitted)
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 1  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(

@@ -141,6 +141,31 @@ async def test_a_pair_with_no_measurable_difference_says_so(
     assert data["verdict"]["kind"] == "a/a"
 
 
+async def test_compile_times_get_the_a_a_noise_floor_too(
+    bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
+) -> None:
+    """The finding: an A/A comparison showed compile medians of 74.5 and 6.8 ms side by
+    side with no word of doubt. Cold compiles of five identical runs ranged 5.4–104.7 ms."""
+
+    def compiled_in(result: dict[str, Any], ms: float) -> dict[str, Any]:
+        out = copy.deepcopy(result)
+        out["stage_seconds"]["compile"] = ms / 1e3
+        return out
+
+    side_a = [compiled_in(r, ms) for r, ms in zip(results[:3], (5.4, 74.5, 104.7), strict=True)]
+    side_b = [compiled_in(r, ms) for r, ms in zip(results[:3], (6.8, 6.1, 98.2), strict=True)]
+    a, b = await sides(bench_client, worker, side_a, side_b)
+    data = (await bench_client.get(f"/compare.json?{query(a, b)}")).json()
+    (row,) = [r for r in data["stages"] if r["stage"] == "compile"]
+    assert (row["a"], row["b"]) == ("74.500 ms", "6.800 ms")
+    assert row["ratio"] == pytest.approx(6.8 / 74.5)
+    assert row["sentence"].startswith("No measurable difference in compile time")
+    assert "A/A noise floor" in row["sentence"]
+    html = (await bench_client.get(f"/compare?{query(a, b)}")).text
+    assert "No measurable difference in compile time" in html
+    assert "compile time ratio" not in html
+
+
 async def test_a_change_of_path_and_version_is_not_called_like_with_like(
     bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
 ) -> None:

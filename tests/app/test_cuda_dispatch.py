@@ -11,6 +11,7 @@ import httpx
 import pytest
 from bench_fakes import FakeWorker, capabilities
 
+from tests.dependencies import require
 from workers.cuda.env import detect_tools
 from workers.protocol import JobSpec
 
@@ -90,10 +91,12 @@ async def test_a_compile_only_job_needs_cuda_compile(bench_client: httpx.AsyncCl
     assert grant is not None and grant["job_id"] == job_id
 
 
-@pytest.mark.skipif(not detect_tools().can_compile, reason="no CUDA compiler on this machine")
 async def test_a_compile_only_run_shows_ptx_sass_resources_and_the_gpu_note(
     bench_client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
+    tools = detect_tools()
+    if not tools.can_compile:
+        require("cuda-compiler", f"no CUDA compiler (nvcc or NVRTC): {tools.describe()}")
     from workers.run.engine import run_job
 
     worker = FakeWorker(bench_client, cpu_with_nvcc())

@@ -176,3 +176,31 @@ async def test_the_form_creates_a_matrix(bench_client: httpx.AsyncClient) -> Non
         data={"workload": "matmul", "axis.name": "m", "axis.values": "16", "samples": "3"},
     )
     assert wrong.status_code == 422 and "at least 1 item" in wrong.text
+
+
+async def test_a_dispatch_matrix_says_its_medians_are_never_a_speed(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """The finding: the engine, matrices and the compare guard each mapped modes to
+    boundaries; a dispatch-mode matrix printed per-path medians without the note."""
+    spec = {
+        "workload": "matmul",
+        "axis": {"name": "m", "values": [16]},
+        "paths": ["jax-cpu"],
+        "base_params": {"n": 16, "k": 16},
+        "measure": {"mode": "dispatch", "samples": 12},
+    }
+    created = await bench_client.post("/api/v1/matrices", json=spec)
+    assert created.status_code == 201, created.text
+    await work_off(bench_client, 1)
+    matrix = (await bench_client.get(f"/matrices/{created.json()['id']}.json")).json()
+    assert matrix["boundary"] == "host-dispatch"
+    assert "never a speed" in matrix["boundary_note"]
+    (cell,) = matrix["rows"][0]["cells"]
+    assert cell["valid"] and cell["median_s"] and cell.get("flops_per_s") is None
+    page = (await bench_client.get(f"/matrices/{created.json()['id']}")).text
+    assert "never a speed" in page and "GFLOP/s" not in page
+    job = (await bench_client.get(f"/api/v1/jobs/{cell['job']}")).json()
+    (m,) = job["run"]["measurements"]
+    assert m["boundary"] == "host-dispatch" and m["stats"]["ops"] is None
+    assert job["run"]["rates"]["flops_per_s"] is None

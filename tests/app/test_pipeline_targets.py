@@ -14,26 +14,33 @@ import httpx
 import pytest
 
 from tests.app.ir_runs import post_run
+from tests.dependencies import require
 from workers.protocol import JobSpec
 from workers.run.engine import run_job
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-needs_libtpu = pytest.mark.skipif(
-    importlib.util.find_spec("libtpu") is None, reason="libtpu is not installed (jax[tpu])"
-)
-needs_cuda_plugin = pytest.mark.skipif(
-    importlib.util.find_spec("jax_plugins.xla_cuda13") is None
-    and importlib.util.find_spec("jax_cuda13_plugin") is None,
-    reason="JAX's CUDA plugin is not installed (jax[cuda13-local])",
-)
+
+@pytest.fixture
+def needs_libtpu() -> None:
+    if importlib.util.find_spec("libtpu") is None:
+        require("libtpu", "libtpu is not installed (pip install -e . brings jax[tpu])")
+
+
+@pytest.fixture
+def needs_cuda_plugin() -> None:
+    if (
+        importlib.util.find_spec("jax_plugins.xla_cuda13") is None
+        and importlib.util.find_spec("jax_cuda13_plugin") is None
+    ):
+        require("cuda-plugin", "JAX's CUDA plugin is not installed (jax[cuda13-local])")
 
 
 def _run(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
     return run_job(JobSpec.model_validate(spec), cache_dir=tmp / "cache").model_dump(mode="json")
 
 
-@needs_libtpu
+@pytest.mark.usefixtures("needs_libtpu")
 async def test_a_v6e_all_reduce_traces_back_to_the_spmd_partitioner(
     bench_client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
@@ -60,7 +67,7 @@ def run_json(response: httpx.Response) -> list[dict[str, Any]]:
     return explained
 
 
-@needs_cuda_plugin
+@pytest.mark.usefixtures("needs_cuda_plugin")
 async def test_a_b200_run_shows_its_fusion_decisions(
     bench_client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
@@ -81,7 +88,7 @@ async def test_a_b200_run_shows_its_fusion_decisions(
     assert "thunk_sequence.txt" in page
 
 
-@needs_cuda_plugin
+@pytest.mark.usefixtures("needs_cuda_plugin")
 def test_a_renamed_gpu_fusion_traces_back_through_the_rename_to_the_pass_that_made_it(
     tmp_path: Path,
 ) -> None:

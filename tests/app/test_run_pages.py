@@ -3,6 +3,7 @@ workers, the CSV and IR views. Results come from the real engine (JAX on the CPU
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 from typing import Any
@@ -246,3 +247,28 @@ async def test_a_finished_run_asks_for_no_token_the_server_does_not_need(
     assert 'name="token"' not in page
     # Its one verdict sits first in the result, before any chart or table.
     assert page.index('id="verdict"') < page.index('id="stages-h"')
+
+
+async def test_the_page_says_what_warm_up_discarded_and_the_samples_shape(
+    bench_client: httpx.AsyncClient, real_results: dict[str, dict[str, Any]]
+) -> None:
+    from workers.measure.stats import summarize
+
+    shaped = copy.deepcopy(real_results["good"])
+    m = shaped["measurements"][0]
+    kept = [1.0e-4, 2.2e-4] * 6
+    m.update(samples_s=kept, stats=summarize(kept).model_dump(), warmup_discarded=4,
+             warmup_samples_s=[6e-4] * 4, shape="bimodal", shape_checked=True)  # fmt: skip
+    job_id, _ = await finish_with(bench_client, shaped)
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert 'class="badge shape-bimodal"' in page and "two clusters of times" in page
+    assert "the first 4 samples, about 3.7× slower at their median, were discarded" in page
+    stored = (await bench_client.get(f"/runs/{job_id}.json")).json()["run"]["measurements"][0]
+    assert (stored["warmup_discarded"], stored["shape"]) == (4, "bimodal")
+    steady = (await finish_with(bench_client, real_results["good"]))[0]
+    plain = (await bench_client.get(f"/runs/{steady}")).text
+    judged = real_results["good"]["measurements"][0]["shape"]  # this machine's own samples
+    assert ("shape-bimodal" in plain) is (judged == "bimodal")
+    compared = (await bench_client.get(f"/compare?a={job_id}&b={steady}")).text
+    assert 'class="badge shape-bimodal"' in compared and "4 warm-up discarded" in compared
+    assert "1 bimodal and 0 drifting of 1 usable run on side A" in compared

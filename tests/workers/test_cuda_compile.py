@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.dependencies import require
 from workers.catalog import CatalogError, parse_params
 from workers.cli.run import run_command
 from workers.cuda import env
@@ -34,13 +35,20 @@ from workers.run.cuda import COMPILE_ONLY_NOTE
 from workers.run.engine import PathUnavailable, run_job
 
 TOOLS = env.detect_tools()
-pytestmark = [
-    pytest.mark.skipif(not TOOLS.can_compile, reason=f"no CUDA compiler: {TOOLS.describe()}"),
-    pytest.mark.skipif(
-        TOOLS.cuobjdump is None and TOOLS.nvdisasm is None,
-        reason="no SASS disassembler: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm",
-    ),
-]
+
+
+@pytest.fixture(autouse=True)
+def cuda_tools() -> None:
+    """A CUDA compiler and a SASS disassembler: `pip install -e .` brings both."""
+    if not TOOLS.can_compile:
+        require("cuda-compiler", f"no CUDA compiler (nvcc or NVRTC): {TOOLS.describe()}")
+    if TOOLS.cuobjdump is None and TOOLS.nvdisasm is None:
+        require(
+            "sass-disassembler",
+            "no cuobjdump or nvdisasm: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm",
+        )
+
+
 NO_GPU = env.probe_gpu().count == 0
 ARCH = "sm_90"
 
@@ -82,7 +90,7 @@ def test_every_kernel_has_ptx_sass_and_a_resource_report(source: str, cuda_cache
 
 def test_cuobjdump_resource_usage_agrees_with_ptxas(cuda_cache: Path) -> None:
     if TOOLS.cuobjdump is None:
-        pytest.skip("cuobjdump not found")
+        require("cuobjdump", "cuobjdump not found: pip install nvidia-cuda-cuobjdump")
     built = build("matmul.cu", ARCH, cache_dir=cuda_cache)
     import subprocess
 

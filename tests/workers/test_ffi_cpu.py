@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.dependencies import require
 from workers.catalog import CatalogError, parse_params
 from workers.compiler.environment import jaxlib_version
 from workers.cuda import ffi
@@ -19,13 +20,11 @@ from workers.measure.faults import perturbed
 from workers.protocol import JobSpec
 from workers.run.engine import run_job
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler"
-)
-
 
 @pytest.fixture(scope="module", autouse=True)
 def registered() -> None:
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        require("c++", "no C++ compiler to build the FFI handler (apt-get install g++)")
     ffi.ensure_registered("cpu")
 
 

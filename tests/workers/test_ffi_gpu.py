@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.dependencies import require
 from workers.compiler.environment import devices_by_platform
 from workers.cuda import ffi
 from workers.cuda.env import find_tool
@@ -18,10 +19,14 @@ GPUS = devices_by_platform().get("gpu", [])
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not GPUS, reason="no NVIDIA GPU visible to JAX in this process"),
-    pytest.mark.skipif(
-        find_tool("nvcc") is None, reason="nvcc not found: the CUDA handler is built with it"
-    ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def nvcc() -> None:
+    """On a GPU, the CUDA handler is built with nvcc: its absence fails the test."""
+    if find_tool("nvcc") is None:
+        require("nvcc", "nvcc not found: the CUDA FFI handler is built with it")
 
 
 def test_the_cuda_handler_runs_in_the_xla_program() -> None:

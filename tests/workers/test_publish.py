@@ -53,9 +53,16 @@ SPEED_KEYS = frozenset(
         "comparison",
         "profile",
         "speedup_over_kernel",
+        "harness_seconds",
+        "stopped_because",
+        "warmup_samples_s",
+        "unreported_s",
+        "warmed",
     }
 )
 """Fields whose value is a time or rate of executing the output (stage times are not)."""
+MEASUREMENT_KEYS = frozenset({"shape", "warmup_discarded", "shape_checked"})
+"""A measurement's facts about its samples: no result when the samples are none."""
 
 
 def speeds(value: Any, where: str = "run") -> Iterator[str]:
@@ -66,7 +73,11 @@ def speeds(value: Any, where: str = "run") -> Iterator[str]:
                 continue  # the request, not a result
             here = f"{where}.{key}"
             bearing = key in SPEED_KEYS or key.endswith("_per_s")
-            if bearing and inner not in (None, False, [], {}):
+            if ".measurements[" in here and key in MEASUREMENT_KEYS:
+                bearing = inner is not None  # a count of 0 or a False is still a fact
+            elif bearing and inner in (None, False, [], {}):
+                bearing = False
+            if bearing:
                 yield here
             yield from speeds(inner, here)
     elif isinstance(value, list):
@@ -196,8 +207,9 @@ def test_a_scaling_point_that_failed_its_check_loses_its_times() -> None:
             ],
         ),
     )
-    run = measured.check(None).publish()
-    assert run.scaling is not None
+    passed = Correctness(passed=True, error=1e-7, tolerance=1e-5)
+    run = measured.check(passed).publish()
+    assert run.valid and run.scaling is not None
     kept, withheld = run.scaling.points
     assert kept.median_s == 1.5e-3 and kept.samples_s
     assert withheld.median_s is None and withheld.samples_s == []
@@ -217,5 +229,50 @@ def test_a_group_that_disagrees_publishes_no_speed() -> None:
     regrouped = regroup(run, report)
     assert not regrouped.valid and found(regrouped) == []
     assert regrouped.group is not None and regrouped.group.members[1].median_s is None
-    agreed = regroup(run, report.model_copy(update={"agreed": True}))
+    claimed = regroup(run, report.model_copy(update={"agreed": True}))
+    assert not claimed.valid  # the report's own `agreed` is not taken on trust
+    same = [m.model_copy(update={"digest": "a"}) for m in members]
+    agreed = regroup(run, report.model_copy(update={"members": same}))
     assert agreed.valid and agreed.group is not None and agreed.group.members[0].median_s
+    assert agreed.group.agreed
+
+
+def test_a_compile_only_group_is_valid_when_every_process_compiled() -> None:
+    """The finding: a compile-only sharded-matmul in a two-process group came back
+    `valid: false`, "process 0: failed", because agreement asked every process for a
+    passed check and an output digest, which nothing that only compiles has."""
+    job = JobSpec.model_validate(
+        {"workload": "sharded-matmul", "params": SMALL["sharded-matmul"], "stages": ["compile"]}
+    )
+    run = run_job(job)
+    assert run.valid and run.correctness is None
+    compiled = [GroupProcess(process_id=i, local_devices=1) for i in (0, 1)]
+    report = GroupReport(processes=2, coordinator="127.0.0.1:1", devices=2, members=compiled,
+                         agreed=False)  # fmt: skip
+    grouped = regroup(run, report)
+    assert grouped.valid and grouped.group is not None and grouped.group.agreed
+    assert not any("did not all compute" in w for w in grouped.warnings)
+    broke = [compiled[0], compiled[1].model_copy(update={"message": "compile failed: OOM"})]
+    failed = regroup(run, report.model_copy(update={"members": broke}))
+    assert not failed.valid
+    assert any("process 1: compile failed: OOM" in w for w in failed.warnings)
+
+
+def test_a_time_capped_run_says_so_in_a_field_not_in_its_warnings() -> None:
+    """The finding: the harness wrote "sampling reached the time cap of X s after N of M"
+    into the warnings, from which a speed follows (X / N) past any field-based strip."""
+    job = JobSpec.model_validate(
+        {
+            "workload": "matmul",
+            "params": SMALL["matmul"],
+            "measure": {"samples": 5000, "max_seconds": 0.05},
+        }
+    )
+    run = run_job(job)
+    (m,) = run.measurements
+    assert m.stopped_because is not None and "time cap" in m.stopped_because
+    assert not any("time cap" in w or "IQR/median" in w for w in run.warnings), run.warnings
+    with perturbed(0.5):
+        failed = run_job(job)
+    assert not failed.valid and failed.measurements[0].stopped_because is None
+    assert not any("time cap" in w for w in failed.warnings)

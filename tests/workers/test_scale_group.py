@@ -15,6 +15,7 @@ import pytest
 
 from workers.agent.group import GroupConfig, GroupConfigError, group_job
 from workers.catalog import CatalogError
+from workers.measure.stopping import Stopper, lockstep
 from workers.protocol import JobSpec, RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +74,14 @@ def test_group_settings_are_read_and_checked() -> None:
 
 
 def test_a_group_runs_jobs_in_lockstep_or_refuses_them() -> None:
-    job = JobSpec.model_validate({"workload": "collective", "measure": {"samples": 5}})
-    assert group_job(job).measure.max_seconds == 600  # no cap that could stop one process
+    job = JobSpec.model_validate({"workload": "collective", "measure": {"samples": 40}})
+    assert group_job(job) == job  # unchanged: the result is checked against the leased job
+    with lockstep():  # how the group samples: no time cap, no warm-up that could differ
+        stopper = Stopper(job.measure, start=0.0)
+        slow_first = [1.0] * 20 + [0.1] * 19
+        assert not stopper.done(slow_first, now=1e6)
+        assert stopper.done([*slow_first, 0.1], now=1e6)
+        assert stopper.kept_from(40) == 0
     for change, field in (
         ({"measure": {"samples": "auto"}}, "measure.samples"),
         ({"measure": {"mode": "application"}}, "measure.mode"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.measure.harness import Stopper
 from workers.measure.stats import quartiles, relative_iqr, summarize
+from workers.measure.stopping import Stopper
 from workers.protocol import MeasureOptions
 
 
@@ -23,7 +23,7 @@ def test_summary_names_and_values() -> None:
     assert stats.stddev == pytest.approx(43.6176, rel=1e-4)
     assert (stats.q1, stats.q3, stats.iqr) == (1.75, 28.0, 26.25)
     assert stats.outliers == "1;1"
-    assert stats.ops == pytest.approx(1 / 22.0)
+    assert stats.ops is None  # calls per second come from the publish step alone
     assert stats.wide_spread
     assert not summarize([1.0, 1.01, 0.99, 1.0]).wide_spread
     assert summarize([2.0]).stddev == 0.0
@@ -37,7 +37,10 @@ def test_fixed_count_stops_at_exactly_n() -> None:
         if stopper.done(samples, now=0.1):
             break
     assert len(samples) == 7
-    assert stopper.reason == "took the 7 samples asked for"
+    assert stopper.reason == (
+        "took the 7 samples asked for: too few (under 10) to judge warm-up or shape"
+    )
+    assert stopper.kept_from(7) == 0  # below 10 nothing is discarded
 
 
 def test_a_thousand_samples_are_allowed() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.dependencies import require
 from workers.cli.run import EXIT_BAD_JOB, run_command
 from workers.cuda import env as cuda_env
 from workers.protocol import JobSpec, RunResult
@@ -130,8 +131,9 @@ def test_two_processes_compile_tpu_targets_at_the_same_time() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(cuda_env.detect_tools().nvrtc_version is None, reason="NVRTC is not installed")
 def test_cuda_for_b200_with_nvrtc_gives_ptx_sass_and_resources(tmp_path: Path) -> None:
+    if cuda_env.detect_tools().nvrtc_version is None:
+        require("nvrtc", "NVRTC not importable (pip install -e . brings cuda-bindings)")
     process = boundary_run(
         "matmul",
         "--path",

@@ -32,6 +32,7 @@ from typing import Any
 
 from workers.catalog import CatalogError
 from workers.measure.publish import regroup
+from workers.measure.stopping import lockstep
 from workers.protocol import (
     GroupProcess,
     GroupReport,
@@ -46,7 +47,6 @@ NUM_PROCESSES_ENV = "BOUNDARY_NUM_PROCESSES"
 PROCESS_ID_ENV = "BOUNDARY_PROCESS_ID"
 WAIT_SLICE_MS = 30_000
 OUTCOME_TIMEOUT_MS = 300_000
-GROUP_MAX_SECONDS = 600.0
 
 
 class GroupConfigError(ValueError):
@@ -109,11 +109,13 @@ def join(config: GroupConfig, timeout_s: int = 120) -> None:
 
 
 def group_job(job: JobSpec) -> JobSpec:
-    """`job` as every process of a group can run it in lockstep, or CatalogError.
+    """`job` if every process of a group can run it in lockstep, else CatalogError.
 
     Every process must make the same calls in the same order (each call is a collective
-    program), so sampling has a fixed count and no time cap that could stop one process
-    before another.
+    program), so sampling needs a fixed count; the processes sample in
+    `workers.measure.stopping.lockstep()`, with no time cap and no warm-up detection that
+    could stop one process before another. The job itself is not changed: the result
+    is checked against the job that was leased.
     """
     if job.measure.samples == "auto":
         raise CatalogError(
@@ -131,8 +133,7 @@ def group_job(job: JobSpec) -> JobSpec:
             "stages: scaling series run on one process; a worker group runs compile and execute",
             "stages",
         )
-    measure = job.measure.model_copy(update={"max_seconds": GROUP_MAX_SECONDS})
-    return job.model_copy(update={"measure": measure})
+    return job
 
 
 class GroupChannel:
@@ -213,12 +214,13 @@ def _run(job: JobSpec, options: dict[str, Any]) -> RunResult:
     from workers.run.engine import run_job
 
     cache_dir = options.get("cache_dir")
-    return run_job(
-        group_job(job),
-        options.get("progress"),
-        cache_dir=Path(cache_dir) if cache_dir else None,
-        max_bytes=int(options.get("max_bytes") or 2 * 1024**3),
-    )
+    with lockstep():
+        return run_job(
+            group_job(job),
+            options.get("progress"),
+            cache_dir=Path(cache_dir) if cache_dir else None,
+            max_bytes=int(options.get("max_bytes") or 2 * 1024**3),
+        )
 
 
 def lead(
@@ -250,7 +252,6 @@ def lead(
     assert result is not None  # the engine returned, or its error went up from the try
     mine = _outcome(result, None, 0)
     members = [mine, *others]
-    agreed = all(m.passed and m.digest is not None and m.digest == mine.digest for m in members)
     import jax
 
     report = GroupReport(
@@ -258,7 +259,7 @@ def lead(
         coordinator=channel.config.coordinator,
         devices=len(jax.devices()),
         members=members,
-        agreed=agreed,
+        agreed=False,  # the gate judges agreement (workers.protocol.gate.group_agreed)
     )
     # Through the publish gate again: a group that disagrees shows no speed anywhere.
     return regroup(result, report)

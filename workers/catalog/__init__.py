@@ -125,6 +125,18 @@ def parse_params(
     return parsed
 
 
+def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:
+    """Whether a job of `workload` with `params` may come back unchecked (see
+    `WorkloadParams.may_go_unchecked`); False for parameters that do not parse."""
+    cls = WORKLOADS.get(workload)
+    if cls is None:
+        return False
+    try:
+        return cls.model_validate(params).may_go_unchecked()
+    except ValidationError:
+        return False
+
+
 def check_live_outputs(
     params: WorkloadParams,
     measure: MeasureOptions,

@@ -60,3 +60,9 @@ class WorkloadParams(BaseModel):
     def devices(self) -> int:
         """How many devices one run spans."""
         return 1
+
+    def may_go_unchecked(self) -> bool:
+        """Whether a run may honestly have nothing to check its output against (its timings
+        then stand, said to be of an unverified output). Every catalog workload has a
+        float64 reference, so by default no run may claim to be unchecked."""
+        return False

@@ -75,6 +75,11 @@ class ExportedParams(WorkloadParams):
         # the cap when the job is submitted, and the worker again before it runs.
         return 0
 
+    def may_go_unchecked(self) -> bool:
+        # Without reference outputs the worker checks against the same artifact on the CPU
+        # when it can; when it cannot, a finite output is honestly unchecked.
+        return self.reference is None
+
     def files(self) -> dict[str, str]:
         """The stored files this job needs, by parameter name → SHA-256."""
         named = {"artifact": self.artifact, "inputs": self.inputs, "reference": self.reference}

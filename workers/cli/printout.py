@@ -68,6 +68,16 @@ def _measurement_lines(m: Measurement) -> list[str]:
     ]
     if m.stopped_because:
         lines.append(f"  {'':{DISPLAY_BOUNDARY_WIDTH}}stopped: {m.stopped_because}")
+    if m.warmup_discarded:
+        lines.append(
+            f"  {'':{DISPLAY_BOUNDARY_WIDTH}}warm-up: {m.warmup_discarded} leading samples "
+            "discarded while the timings settled"
+        )
+    if m.shape:
+        lines.append(
+            f"  {'':{DISPLAY_BOUNDARY_WIDTH}}shape: {m.shape} (the median alone misleads; "
+            "see the samples)"
+        )
     if m.note:
         lines.append(f"  {'':{DISPLAY_BOUNDARY_WIDTH}}note: {m.note}")
     return lines

@@ -29,7 +29,8 @@ from workers.catalog.matmul import MatmulParams
 from workers.cuda.env import cublas_module
 from workers.cuda.plan import KernelPlan
 from workers.measure.correctness import check_output
-from workers.measure.harness import ProgressSink, ProgressTicker, Stopper, measurement
+from workers.measure.harness import ProgressSink, ProgressTicker
+from workers.measure.stopping import Stopper, measurement
 from workers.protocol import BoundaryId, Correctness, Measurement, MeasureOptions, Mode
 from workers.workloads import HostArray, Workload
 
@@ -121,7 +122,7 @@ class Sampler:
         elapsed_ms = cp.cuda.get_elapsed_time
         samples: list[float] = []
         stopper = Stopper(options, clock())
-        ticker = ProgressTicker(progress, stopper.target, clock())
+        ticker = ProgressTicker(progress, stopper, clock())
         while True:
             if flush is not None:
                 flush()

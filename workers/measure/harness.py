@@ -15,7 +15,7 @@ from typing import Any, cast
 import jax
 import numpy as np
 
-from workers.measure.stats import WIDE_SPREAD, relative_iqr, summarize
+from workers.measure.stopping import Stopper, measurement
 from workers.protocol import (
     MODE_BOUNDARIES,
     BoundaryId,
@@ -33,9 +33,6 @@ ProgressSink = Callable[[ProgressEvent], None]
 block_all = cast("Callable[[list[jax.Array]], list[jax.Array]]", jax.block_until_ready)
 """jax.block_until_ready for a list of arrays: one wait for all of them."""
 
-AUTO_MIN_SAMPLES = 10
-"""Adaptive sampling never stops on spread before it has this many samples."""
-
 PROGRESS_INTERVAL_S = 0.1
 """Sampling progress is reported at most this often (ten times a second)."""
 
@@ -45,68 +42,26 @@ DISPATCH_NOTE = (
 )
 
 
-class Stopper:
-    """Decides when a sampling loop ends and records why.
-
-    A fixed count stops at exactly that many samples; 'auto' stops once IQR / median is
-    below the threshold, at the sample cap, or at the time cap. The time cap also bounds
-    a fixed count, and the reason then says how many of the requested samples were taken.
-    """
-
-    def __init__(self, options: MeasureOptions, start: float) -> None:
-        self.target = options.sample_count()
-        self.cap = self.target if self.target is not None else options.auto_max_samples
-        self.deadline = start + options.max_seconds
-        self.max_seconds = options.max_seconds
-        self.threshold = options.auto_rel_iqr
-        self.next_check = AUTO_MIN_SAMPLES
-        self.reason = ""
-
-    def done(self, samples: Sequence[float], now: float) -> bool:
-        """True when sampling should stop after `samples`; `now` is the last clock read."""
-        count = len(samples)
-        if count >= self.cap:
-            self.reason = (
-                f"took the {count} samples asked for"
-                if self.target is not None
-                else f"reached the cap of {count} samples"
-            )
-            return True
-        if now >= self.deadline:
-            wanted = f" of {self.target}" if self.target is not None else ""
-            self.reason = f"reached the time cap of {self.max_seconds:g} s after {count}{wanted}"
-            return True
-        if self.target is None and count >= self.next_check:
-            # Sorting every sample would cost more than the samples on fast workloads, so
-            # the spread is checked on a schedule that grows by a tenth each time.
-            self.next_check = max(count + 5, int(count * 1.1))
-            spread = relative_iqr(samples)
-            if spread < self.threshold:
-                self.reason = (
-                    f"IQR/median {spread:.3f} fell below {self.threshold:g} after {count} samples"
-                )
-                return True
-        return False
-
-
 class ProgressTicker:
-    """Sends 'sampling' progress events, at most one per PROGRESS_INTERVAL_S."""
+    """Sends 'sampling' progress events, at most one per PROGRESS_INTERVAL_S: k of the
+    samples asked for in hand (samples discarded while timings settle do not count)."""
 
-    def __init__(self, sink: ProgressSink | None, total: int | None, start: float) -> None:
+    def __init__(self, sink: ProgressSink | None, stopper: Stopper, start: float) -> None:
         self.sink = sink
-        self.total = total
+        self.stopper = stopper
         self.next_at = start + PROGRESS_INTERVAL_S
 
     def tick(self, count: int, now: float) -> None:
-        """Report `count` samples taken if the last report is old enough."""
+        """Report progress after `count` samples taken if the last report is old enough."""
         if self.sink is not None and now >= self.next_at:
             self.next_at = now + PROGRESS_INTERVAL_S
-            self.sink(ProgressEvent(phase="sampling", k=count, n=self.total))
+            self.finish(count)
 
     def finish(self, count: int) -> None:
         """Report the final count, whatever the throttle says."""
         if self.sink is not None:
-            self.sink(ProgressEvent(phase="sampling", k=count, n=self.total))
+            k = self.stopper.progress(count)
+            self.sink(ProgressEvent(phase="sampling", k=k, n=self.stopper.target))
 
 
 @dataclass
@@ -118,8 +73,6 @@ class Sampled:
     warnings: list[str] = field(default_factory=list)
     untimed_s: float = 0.0
     """Work the loop did outside its intervals (waiting for dispatched calls, for example)."""
-    spread_warnings: list[str] = field(default_factory=list)
-    """Warnings about noisy samples: meaningful only if the output passes its check."""
 
 
 def warm_up(call: CompiledCall, args: Sequence[jax.Array], count: int) -> jax.Array:
@@ -147,24 +100,6 @@ def warm_up_transfers(
     return [BoundaryId.TRANSFER_IN.value, "call", BoundaryId.TRANSFER_OUT.value]
 
 
-def measurement(
-    boundary: BoundaryId,
-    samples: list[float],
-    stopper: Stopper,
-    calls_per_sample: int = 1,
-    note: str | None = None,
-) -> Measurement:
-    """Wrap raw samples of one boundary with their statistics and stopping reason."""
-    return Measurement(
-        boundary=boundary,
-        samples_s=samples,
-        stats=summarize(samples),
-        calls_per_sample=calls_per_sample,
-        stopped_because=stopper.reason,
-        note=note,
-    )
-
-
 def sample_latency(
     call: CompiledCall,
     args: Sequence[jax.Array],
@@ -176,7 +111,7 @@ def sample_latency(
     samples: list[float] = []
     append = samples.append
     stopper = Stopper(options, clock())
-    ticker = ProgressTicker(progress, stopper.target, clock())
+    ticker = ProgressTicker(progress, stopper, clock())
     while True:
         t0 = clock()
         # The result is dropped inside the interval, exactly as in a bare loop, so its
@@ -207,7 +142,7 @@ def sample_throughput(
     samples: list[float] = []
     append = samples.append
     stopper = Stopper(options, clock())
-    ticker = ProgressTicker(progress, stopper.target, clock())
+    ticker = ProgressTicker(progress, stopper, clock())
     outs: list[jax.Array] = []
     while True:
         outs = []
@@ -236,7 +171,7 @@ def sample_dispatch(
     samples: list[float] = []
     append = samples.append
     stopper = Stopper(options, clock())
-    ticker = ProgressTicker(progress, stopper.target, clock())
+    ticker = ProgressTicker(progress, stopper, clock())
     waited = 0.0
     while True:
         t0 = clock()
@@ -273,7 +208,7 @@ def sample_application(
     outward: list[float] = []
     whole: list[float] = []
     stopper = Stopper(options, clock())
-    ticker = ProgressTicker(progress, stopper.target, clock())
+    ticker = ProgressTicker(progress, stopper, clock())
     result: Any = None
     untimed = 0.0
     while True:
@@ -317,7 +252,9 @@ def sample(
     options: MeasureOptions,
     progress: ProgressSink | None = None,
 ) -> Sampled:
-    """Run the sampling loop of `mode` and flag any measurement whose spread is wide."""
+    """Run the sampling loop of `mode`. A wide spread, a stop at the time cap and the
+    samples discarded while timings settled are fields of each measurement (its stats,
+    `stopped_because`, `warmup_discarded`), never warnings: the gate withholds fields."""
     if mode is Mode.LATENCY:
         found = sample_latency(call, args, options, progress)
     elif mode is Mode.THROUGHPUT:
@@ -326,15 +263,4 @@ def sample(
         found = sample_dispatch(call, args, options, progress)
     else:
         found = sample_application(call, host_inputs, device, options, progress)
-    for m in found.measurements:
-        if m.stats is not None and m.stats.wide_spread:
-            spread = m.stats.iqr / m.stats.median
-            found.spread_warnings.append(
-                f"{m.boundary.value}: IQR/median is {spread:.0%}, above {WIDE_SPREAD:.0%}: "
-                "the machine was noisy; compare medians with care."
-            )
-    wanted = options.sample_count()
-    taken = len(found.measurements[0].samples_s)
-    if wanted is not None and taken < wanted:
-        found.warnings.append(f"sampling {found.measurements[0].stopped_because}.")
     return found

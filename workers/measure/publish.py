@@ -9,24 +9,24 @@ How a runner hands its measurements over, in the spirit of `jax.stages`:
 
 1. Build a `Measured`: everything the run produced, raw. Put every sample in
    `measurements` with its statistics, the work counts in `work` and the boundary whose
-   median the rates come from in `rate_basis` (rates are computed here, never by a
-   runner). Sweep figures go in `sweep`, scaling points in `scaling` (with their own
-   `correct` flags), spread warnings in `spread_warnings` (shown only while the timings
-   stand), and `started` is the `time.perf_counter()` at which the runner began.
+   median the rates come from in `rate_basis` (rates and calls per second are computed
+   here, never by a runner). Sweep figures go in `sweep`, scaling points in `scaling`
+   (with their own `correct` flags), and `started` is the `time.perf_counter()` at which
+   the runner began. Counts and times go in structured fields, never into a warning's
+   text: the gate withholds fields, and a sentence would carry a speed past it.
 2. `measured.check(correctness)` gives a `Checked`. `correctness` is None when nothing
    executed; `subjects` holds the verdicts of further implementations timed beside the
    main one (their measurements carry the subject's name).
 3. `checked.publish()` gives the `RunResult`. A multi-process group adds its members
    with `regroup(run, report)`, which passes the run through the same gate again.
 
-What the gate does: a run is valid when nothing executed, its output passed, or it was
-honestly unchecked (a finite output with nothing to compare it with; a non-finite one is
-a failed check, see `workers.measure.correctness`). An invalid run keeps its stage times (trace,
-lower, compile: they are not speeds of its output) and its work counts, and loses every
-speed-bearing field together: statistics and raw samples, warm-up time, rates and the
-comparison built on them, sweep pass times, scaling points' times, group members'
-medians and any profiler trace. A valid run still loses the times of any part whose own
-check failed: a subject that failed, a scaling point that failed.
+What the gate decides is written once, in `workers.protocol.gate`, which the server's
+half of the gate imports too: validity from the run's own verdict (a verdict that
+passed for real; an honest "unchecked" only for a job with nothing to check against),
+and for a run that is not valid, every speed-bearing field withheld together
+(`WITHHELD_FIELDS`), while its trace, lower and compile times, work counts and compiler
+output stay. A valid run still loses the times of any part whose own check failed: a
+subject that failed, a scaling point that failed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.catalog import may_go_unchecked
 from workers.protocol import (
+    NEVER_A_SPEED,
     Artifacts,
     BoundaryId,
     Correctness,
@@ -53,25 +55,23 @@ from workers.protocol import (
     ProfileTrace,
     Rates,
     RunResult,
-    ScalingPoint,
     ScalingSeries,
     SourceText,
     StageSeconds,
     SweepResult,
     TargetReport,
 )
+from workers.protocol.gate import WITHHELD, WITHHELD_FIELDS, gate
 
 __all__ = [
     "WITHHELD",
+    "WITHHELD_FIELDS",
     "Checked",
     "Measured",
     "RateBasis",
     "Work",
     "regroup",
 ]
-
-WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
-"""The note a withheld measurement carries in place of its samples and statistics."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,6 @@ class Measured:
     comparison: bool = False
     """Publish each subject's rates beside the kernel's (the cuda path's baselines)."""
     warnings: list[str] = field(default_factory=list)
-    spread_warnings: list[str] = field(default_factory=list)
     kernel_resources: list[KernelResources] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     unreported: dict[str, float] | None = None
@@ -150,14 +149,9 @@ class Checked:
     correctness: Correctness | None
     subjects: dict[str, Correctness]
 
-    @property
-    def valid(self) -> bool:
-        """Whether the run's timings may stand."""
-        c = self.correctness
-        return c is None or c.passed or not c.checked
-
     def publish(self) -> RunResult:
-        """The run result: speed-bearing fields kept only where the checks allow them."""
+        """The run result, through the gate (`workers.protocol.gate`): speed-bearing fields
+        kept only where the checks allow them, and speeds worked out only for what stands."""
         m = self.measured
         harness_s = _harness_seconds(m)
         extra = dict(m.extra)
@@ -166,25 +160,10 @@ class Checked:
             # What is left once the runner's untimed work is named: the harness's bookkeeping.
             unreported["bookkeeping"] = harness_s - sum(unreported.values())
             extra["unreported_s"] = unreported
+        if self.subjects:  # where the gate (and the server's half) reads the subjects' verdicts
+            extra["baselines"] = {k: v.model_dump(mode="json") for k, v in self.subjects.items()}
         warnings = list(m.warnings) + _cache_notes(m.environment)
         c = self.correctness
-        valid = self.valid
-        measurements = [
-            _withhold(x)
-            if x.subject in self.subjects and not self.subjects[x.subject].passed
-            else x
-            for x in m.measurements
-        ]
-        for name, verdict in self.subjects.items():
-            if not verdict.passed:
-                detail = verdict.detail or "not checked"
-                warnings.append(f"{name}: correctness failed ({detail}): no speed shown.")
-        if valid:
-            warnings.extend(m.spread_warnings)
-            if c is not None and not c.checked:
-                warnings.append(f"{c.detail}: these timings are of an unverified output.")
-        elif c is not None:
-            warnings.append(f"correctness failed ({c.detail}): the timings are no result.")
         run = RunResult(
             job=m.job,
             params=m.params,
@@ -194,48 +173,57 @@ class Checked:
             hlo_summary=m.hlo_summary,
             cost_analysis=m.cost_analysis,
             memory_analysis=m.memory_analysis,
-            measurements=measurements,
+            measurements=m.measurements,
             correctness=c,
-            rates=_rates(m.work, None, []) if m.work is not None else None,
+            rates=Rates(flops=m.work.flops, bytes=m.work.bytes, source=m.work.source)
+            if m.work is not None
+            else None,
             environment=m.environment,
             warnings=warnings,
-            valid=valid,
+            valid=False,  # the gate decides
             harness_seconds=harness_s,
             kernel_resources=m.kernel_resources,
             extra=extra,
             placement=m.placement,
-            scaling=_checked_series(m.scaling),
+            scaling=m.scaling,
             profile=m.profile,
             sweep=m.sweep,
             source=m.source,
             pipeline=m.pipeline,
             target=m.target,
         )
-        if not valid:
-            return _strip(run)
-        if m.work is not None:
-            run.rates = _rates(m.work, m.rate_basis, run.measurements)
-        if m.comparison and m.work is not None:
-            run.extra["comparison"] = _comparison(run.measurements, m.work)
-        return run
+        run = gate(run, may_be_unchecked=may_go_unchecked(m.job.workload, m.params))
+        if not run.valid:
+            return run
+        if c is not None and not c.checked:
+            run.warnings.append(f"{c.detail}: these timings are of an unverified output.")
+        return _with_speeds(run, m.work, m.rate_basis, m.comparison)
 
 
 def regroup(run: RunResult, group: GroupReport) -> RunResult:
-    """`run` with a multi-process group's report, gated again: a group whose processes
-    did not all compute the same, correct output publishes no speed."""
-    run = run.model_copy(update={"group": group})
-    if group.agreed:
-        return _strip(run) if not run.valid else run
-    run.warnings = [
-        *run.warnings,
-        "the processes of the group did not all compute the same, correct output: "
-        + "; ".join(
-            f"process {g.process_id}: {g.message or ('passed' if g.passed else 'failed')}"
-            for g in group.members
-        ),
-    ]
-    run.valid = False
-    return _strip(run)
+    """`run` with a multi-process group's report, through the gate again: a group whose
+    processes did not all compute the same, correct output publishes no speed."""
+    grouped = run.model_copy(update={"group": group})
+    return gate(grouped, may_be_unchecked=may_go_unchecked(run.job.workload, run.params))
+
+
+def _with_speeds(
+    run: RunResult, work: Work | None, basis: RateBasis | None, comparison: bool
+) -> RunResult:
+    """A valid run's speeds: calls per second of each measurement under a boundary that is
+    a speed, the rates at the basis's median, and the subjects' comparison."""
+    run.measurements = [_with_ops(x) for x in run.measurements]
+    if work is not None and basis is not None and basis.boundary not in NEVER_A_SPEED:
+        run.rates = _rates(work, basis, run.measurements)
+    if comparison and work is not None:
+        run.extra["comparison"] = _comparison(run.measurements, work)
+    return run
+
+
+def _with_ops(m: Measurement) -> Measurement:
+    if m.stats is None or m.boundary in NEVER_A_SPEED or m.stats.mean <= 0:
+        return m
+    return m.model_copy(update={"stats": m.stats.model_copy(update={"ops": 1.0 / m.stats.mean})})
 
 
 def _cache_notes(environment: Environment) -> list[str]:
@@ -249,59 +237,6 @@ def _cache_notes(environment: Environment) -> list[str]:
         "program that compiles in a few milliseconds reading it back can cost more than "
         "compiling it again. The hits are real; the saving is not."
     ]
-
-
-def _withhold(m: Measurement) -> Measurement:
-    return m.model_copy(update={"stats": None, "samples_s": [], "note": WITHHELD})
-
-
-def _withhold_point(p: ScalingPoint, why: str) -> ScalingPoint:
-    return p.model_copy(
-        update={"samples_s": [], "median_s": None, "slowest_device_s": None, "note": why}
-    )
-
-
-def _checked_series(series: ScalingSeries | None) -> ScalingSeries | None:
-    """The series with the times of every point whose own check failed withheld."""
-    if series is None:
-        return None
-    points = [
-        p if p.correct is not False else _withhold_point(p, f"withheld: {p.note or 'failed'}")
-        for p in series.points
-    ]
-    return series.model_copy(update={"points": points})
-
-
-def _strip(run: RunResult) -> RunResult:
-    """`run` without a single speed-bearing field; its stage times and counts stay."""
-    rates = run.rates
-    if rates is not None:
-        rates = Rates(flops=rates.flops, bytes=rates.bytes, source=rates.source)
-    extra = {k: v for k, v in run.extra.items() if k != "comparison"}
-    update: dict[str, Any] = {
-        "measurements": [_withhold(m) for m in run.measurements],
-        "rates": rates,
-        "stage_seconds": run.stage_seconds.model_copy(update={"warm_up": None}),
-        "extra": extra,
-        "profile": None,
-    }
-    if run.sweep is not None:
-        policies = [
-            p.model_copy(
-                update={"first_pass_s": None, "steady_pass_s": None, "steady_call_s": None}
-            )
-            for p in run.sweep.policies
-        ]
-        update["sweep"] = run.sweep.model_copy(update={"policies": policies})
-    if run.scaling is not None:
-        points = [_withhold_point(p, WITHHELD) for p in run.scaling.points]
-        update["scaling"] = run.scaling.model_copy(update={"points": points})
-    if run.group is not None:
-        members = [g.model_copy(update={"median_s": None}) for g in run.group.members]
-        update["group"] = run.group.model_copy(update={"members": members})
-    if run.profile is not None:
-        run.warnings.append("profile: the trace of a run whose timings are withheld is dropped.")
-    return run.model_copy(update=update)
 
 
 def _basis_median(measurements: list[Measurement], basis: RateBasis) -> float | None:
@@ -349,9 +284,10 @@ def _comparison(measurements: list[Measurement], work: Work) -> list[dict[str, A
 
 
 def _harness_seconds(m: Measured) -> float:
-    """The runner's time outside every interval the run reports (stages and samples)."""
+    """The runner's time outside every interval the run reports (stages and samples, the
+    samples discarded while timings settled included)."""
     st = m.stage_seconds
     reported = sum(s for s in (st.trace, st.lower, st.compile, st.warm_up) if s is not None)
     for x in m.measurements:
-        reported += sum(x.samples_s) * x.calls_per_sample
+        reported += (sum(x.samples_s) + sum(x.warmup_samples_s)) * x.calls_per_sample
     return max(0.0, time.perf_counter() - m.started - reported)

@@ -70,6 +70,5 @@ def summarize(samples: Sequence[float]) -> Stats:
         iqr=iqr,
         outliers=f"{beyond_stddev};{beyond_iqr}",
         rounds=count,
-        ops=1.0 / mean if mean > 0 else None,
         wide_spread=median > 0 and iqr / median > WIDE_SPREAD,
     )

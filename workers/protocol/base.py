@@ -10,11 +10,15 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Strict
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Bumped when a message changes shape in a way an older peer cannot read.
 
 2: the server assigns worker ids; each lease carries a lease id that every report on the
-job presents; attempts are counted by the server alone."""
+job presents; attempts are counted by the server alone.
+3: the server gates every result as the publish step does (`workers.protocol.gate`) and
+refuses one whose job differs from the lease; worker bodies are strict JSON (no NaN);
+measurements carry their warm-up discards and shape, and sampling writes no counts or
+times into warnings."""
 
 MAX_SAMPLES = 5000
 """The most samples one measurement may take (the contract asks for at least 1,000)."""
@@ -131,6 +135,9 @@ MAIN_BOUNDARY: dict[Mode, BoundaryId] = {
 """The one boundary that stands for each mode: a matrix's cell shows it, and a run's
 achieved rates are computed from its median (never `host-dispatch`'s: no speed)."""
 assert all(b in MODE_BOUNDARIES[m] for m, b in MAIN_BOUNDARY.items())
+
+NEVER_A_SPEED: frozenset[BoundaryId] = frozenset({BoundaryId.HOST_DISPATCH})
+"""Boundaries whose times are no speed: no calls per second and no rate comes from them."""
 
 PATH_PLATFORM: dict[PathId, Platform] = {
     PathId.JAX_GPU: Platform.GPU,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -28,8 +28,16 @@ class Stats(OpenModel):
     iqr: float
     outliers: str = Field(description="'<stddev outliers>;<IQR outliers>' as pytest-benchmark.")
     rounds: int
-    ops: float | None = Field(default=None, description="Calls per second at the mean.")
+    ops: float | None = Field(
+        default=None,
+        description="Calls per second at the mean, set by the publish step; None under a "
+        "boundary that is no speed (host-dispatch).",
+    )
     wide_spread: bool = Field(default=False, description="IQR / median above the warning level.")
+
+
+Shape = Literal["bimodal", "drifting"]
+"""What kept samples look like when they are not one steady population."""
 
 
 class Measurement(OpenModel):
@@ -40,6 +48,24 @@ class Measurement(OpenModel):
     stats: Stats | None
     calls_per_sample: int = 1
     stopped_because: str | None = None
+    warmup_discarded: int | None = Field(
+        default=None,
+        description="Timed samples taken before `samples_s` and discarded while the timings "
+        "were still settling (0: none); None when withheld.",
+    )
+    warmup_samples_s: list[float] = Field(
+        default_factory=list, description="Those discarded samples, in the order taken."
+    )
+    shape: Shape | None = Field(
+        default=None,
+        description="'bimodal' (two clusters of times), 'drifting' (the times move with "
+        "time), or None: steady, or not judged (see `shape_checked`).",
+    )
+    shape_checked: bool | None = Field(
+        default=None,
+        description="Whether there were samples enough (10) to judge warm-up and shape. "
+        "False: nothing was discarded and no shape judged; None: withheld.",
+    )
     note: str | None = None
     subject: str | None = Field(
         default=None,

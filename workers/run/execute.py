@@ -67,7 +67,6 @@ def execute(
     measured.warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if measured.profile else []))
     measured.measurements = sampled.measurements
     measured.warnings.extend(sampled.warnings)
-    measured.spread_warnings.extend(sampled.spread_warnings)
     unreported["untimed_work"] = sampled.untimed_s
     t0 = clock()
     output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)

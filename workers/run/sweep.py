@@ -37,6 +37,7 @@ from workers.measure import harness
 from workers.measure.correctness import check_output
 from workers.measure.publish import Measured, RateBasis, Work
 from workers.measure.stats import summarize
+from workers.measure.stopping import Stopper, measurement
 from workers.protocol import (
     Artifacts,
     BoundaryId,
@@ -190,8 +191,8 @@ def _steady(found: _PolicyRun, sweep: _Sweep, placed: dict[int, list[Any]], jitt
     progress = sweep.progress
     calls = len(sizes)
     passes: list[float] = []
-    stopper = harness.Stopper(sweep.job.measure, clock())
-    ticker = harness.ProgressTicker(progress, stopper.target, clock())
+    stopper = Stopper(sweep.job.measure, clock())
+    ticker = harness.ProgressTicker(progress, stopper, clock())
     outputs: dict[int, Any] = {}
     while True:
         total = 0.0
@@ -208,21 +209,19 @@ def _steady(found: _PolicyRun, sweep: _Sweep, placed: dict[int, list[Any]], jitt
             break
         ticker.tick(len(passes), now)
     ticker.finish(len(passes))
-    per_call = [p / calls for p in passes]
     policy = found.figures.policy
-    found.measurement = Measurement(
-        boundary=BoundaryId.HOST_SYNC,
-        samples_s=per_call,
-        stats=summarize(per_call),
-        calls_per_sample=calls,
-        stopped_because=stopper.reason,
+    kept_from = stopper.kept_from(len(passes))
+    found.measurement = measurement(
+        BoundaryId.HOST_SYNC,
+        [p / calls for p in passes],
+        stopper,
+        calls,
         note=(
             f"bucketing {policy}: each sample is one pass over the {calls} sizes, every "
             f"call host-synced, the pass's total divided by {calls}"
         ),
-        subject=f"bucketing {policy}",
-    )
-    pass_stats = summarize(passes)
+    ).model_copy(update={"subject": f"bucketing {policy}"})
+    pass_stats = summarize(passes[kept_from:])
     found.figures.steady_pass_s = pass_stats.median
     found.figures.steady_call_s = pass_stats.median / calls
     found.outputs = [np.asarray(outputs[n])[:n] for n in sizes]

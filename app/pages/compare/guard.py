@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.protocol import BoundaryId, Mode, PathId
+from workers.protocol import MAIN_BOUNDARY, BoundaryId, Mode, PathId
 
 IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
 """Parameters that choose an implementation rather than the problem: experimental."""
@@ -23,12 +23,6 @@ UNCONTROLLED_MEASURE: frozenset[str] = frozenset(
     {"samples", "max_seconds", "auto_max_samples", "auto_rel_iqr", "warmup"}
 )
 """How long sampling goes on changes the precision of a median, not what it measures."""
-MODE_BOUNDARY: dict[str, str] = {
-    Mode.LATENCY.value: BoundaryId.HOST_SYNC.value,
-    Mode.THROUGHPUT.value: BoundaryId.HOST_THROUGHPUT.value,
-    Mode.APPLICATION.value: BoundaryId.APPLICATION.value,
-    Mode.DISPATCH.value: BoundaryId.HOST_DISPATCH.value,
-}
 DISPATCH = BoundaryId.HOST_DISPATCH.value
 EVENTS = BoundaryId.DEVICE_EVENTS.value
 
@@ -125,7 +119,8 @@ def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
         _label(m["boundary"], m.get("subject")) for m in measurements if "boundary" in m
     )
     rates = run.get("rates") or {}
-    default = rates.get("boundary") or MODE_BOUNDARY.get(mode)
+    main = MAIN_BOUNDARY.get(Mode(mode)) if mode in set(Mode) else None
+    default = rates.get("boundary") or (main.value if main is not None else None)
     path = str(job.get("path"))
     # `kernel` picks a hand-written CUDA kernel; on a JAX path it means nothing: XLA chose.
     implementation = [

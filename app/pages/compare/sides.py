@@ -1,6 +1,6 @@
-"""Each side of a comparison: its runs with their medians and how many repeats it lacks,
-the median stage times side by side, a compile-only side's compiler output, and the
-runs a side B may be picked from. Built from the job JSON the API returns."""
+"""Each side of a comparison: its runs with their medians, warm-up discards and shapes and
+how many repeats it lacks, a compile-only side's compiler output, and the runs a side B
+may be picked from. Built from the job JSON the API returns."""
 
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ def side(
                 "median_s": median,
                 "median": format_seconds(median) if median else None,
                 "samples": len(m.get("samples_s") or []) if m else 0,
+                "warmup_discarded": m.get("warmup_discarded") if m else None,
+                "shape": m.get("shape") if m else None,
+                "shape_checked": m.get("shape_checked") if m else None,
                 "samples_s": (m.get("samples_s") or []) if m else [],
                 "stage_seconds": run.get("stage_seconds") or {},
                 "worker_id": run.get("worker_id"),
@@ -79,7 +82,12 @@ def side(
         )
     usable = [r for r in runs if r["median_s"]]
     pending = [r for r in runs if r["status"] in ("queued", "running")]
+    shapes = {
+        name: sum(1 for r in usable if r["shape"] == name) for name in ("bimodal", "drifting")
+    }
     return {
+        "shapes": shapes,
+        "unsure": sum(shapes.values()),
         "name": name,
         "runs": runs,
         "usable": len(usable),
@@ -93,30 +101,6 @@ def side(
         "params": jobs[0].get("params") or {},
         "experimental": facts[0].experimental,
     }
-
-
-def stage_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for stage in ("trace", "lower", "compile", "warm_up"):
-        values = []
-        for side in (a, b):
-            seen = [
-                float(r["stage_seconds"][stage])
-                for r in side["runs"]
-                if r["status"] == "done" and r["stage_seconds"].get(stage) is not None
-            ]
-            values.append(statistics.median(seen) if seen else None)
-        if any(v is not None for v in values):
-            rows.append(
-                {
-                    "stage": stage,
-                    "a_s": values[0],
-                    "b_s": values[1],
-                    "a": format_seconds(values[0]) if values[0] is not None else "—",
-                    "b": format_seconds(values[1]) if values[1] is not None else "—",
-                }
-            )
-    return rows
 
 
 def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from app.pages.charts import Chart
 from app.pages.compare.guard import Guarded, guard, run_facts
 from app.pages.compare.plot import RunSamples, distributions_svg
 from app.pages.compare.request import DIFFABLE, Comparison
-from app.pages.compare.sides import compiled_side, picker, side, side_jobs, stage_rows
+from app.pages.compare.sides import compiled_side, picker, side, side_jobs
+from app.pages.compare.stages import stage_rows
 from app.pages.compare.stats import MIN_RUNS, noise_floor, ratio_interval, verdict
 
 
@@ -52,7 +53,7 @@ def compare_context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
         ctx["compiled"] = [compiled_side(s["name"], j[0]) for s, j in ((a, jobs_a), (b, jobs_b))]
     ctx["verdict"] = page_verdict(g)
     ctx["result"] = _result(g, a, b)
-    ctx["stages"] = stage_rows(a, b)
+    ctx["stages"] = stage_rows(a, b, g.comparable)
     ctx["diff"] = _diff(dispatcher, jobs_a[0]["id"], jobs_b[0]["id"], req.ir)
     if ctx["diff"] is not None:
         ctx["diff"]["links"] = {n: f"/compare?{req.query(ir=n)}" for n in ctx["diff"]["offered"]}

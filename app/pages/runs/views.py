@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import shlex
+import statistics
 from typing import Any, get_args
 
 from pydantic import ValidationError
@@ -49,6 +50,40 @@ BOUNDARY_NOTES: dict[str, str] = {
 }
 
 STAT_ROWS: tuple[str, ...] = ("min", "q1", "median", "mean", "q3", "max", "stddev", "iqr")
+
+SHAPE_NOTES: dict[str, str] = {
+    "bimodal": (
+        "Bimodal: the samples fall into two clusters of times, so the median depends on how "
+        "many landed in each. Look at the plot before trusting one figure."
+    ),
+    "drifting": (
+        "Drifting: the times moved steadily one way while sampling (the machine or the "
+        "device changed state), so their median describes no steady state."
+    ),
+}
+"""What each shape means for the reader, beside the statistics it casts doubt on."""
+
+
+def settling_text(m: Measurement) -> str | None:
+    """What warm-up detection did to a measurement's samples, in the page's words."""
+    if m.shape_checked is None:
+        return None  # withheld, or from a worker that does not judge
+    if not m.shape_checked:
+        return (
+            "Warm-up and shape not judged (it takes at least 10 samples, and a worker group "
+            "samples in lockstep): no sample was discarded."
+        )
+    discarded = m.warmup_discarded or 0
+    if discarded == 0:
+        return "No warm-up transient: no sample was discarded before these."
+    slower = ""
+    if m.samples_s and m.warmup_samples_s and statistics.median(m.samples_s) > 0:
+        ratio = statistics.median(m.warmup_samples_s) / statistics.median(m.samples_s)
+        slower = f", about {ratio:.2g}× slower at their median,"
+    return (
+        f"Warm-up: the first {discarded} samples{slower} were discarded while the timings "
+        f"settled; the statistics are of the {len(m.samples_s)} that followed."
+    )
 
 
 def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
@@ -95,6 +130,10 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "outliers": stats.outliers if stats else None,
         "wide": bool(stats and stats.wide_spread),
         "stopped_because": m.stopped_because,
+        "warmup_discarded": m.warmup_discarded,
+        "settling": settling_text(m),
+        "shape": m.shape,
+        "shape_note": SHAPE_NOTES.get(m.shape or ""),
         "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
