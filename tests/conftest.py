@@ -83,10 +83,17 @@ BENCH_WORKER_TOKEN = "test-worker-token"
 
 
 @pytest.fixture
-def bench_settings(tmp_path: Path) -> Settings:
+def bench_db(tmp_path: Path) -> str:
+    """The database of `bench_settings`: a SQLite file. A test module that overrides it
+    with `db` runs each of its tests on both backends."""
+    return str(tmp_path / "bench.sqlite3")
+
+
+@pytest.fixture
+def bench_settings(tmp_path: Path, bench_db: str) -> Settings:
     """Settings for dispatch tests: a worker token, short poll, quick reaper."""
     return Settings(
-        DB=tmp_path / "bench.sqlite3",
+        DB=bench_db,
         CACHE_DIR=tmp_path / "jax-cache",
         WORKER_TOKEN=BENCH_WORKER_TOKEN,
         POLL_S=2.0,

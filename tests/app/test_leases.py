@@ -19,6 +19,12 @@ from app.store import Store
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def bench_db(db: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return db
+
+
 async def submit(client: httpx.AsyncClient) -> str:
     r = await client.post("/api/v1/jobs", json=MATMUL)
     assert r.status_code == 202, r.text
