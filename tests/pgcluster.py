@@ -49,23 +49,26 @@ class PostgresMissing(RuntimeError):
 
 
 def find_bindir() -> Path:
-    """The folder holding initdb, pg_ctl and postgres: BOUNDARY_PG_BINDIR, else
-    `pg_config --bindir` (when it holds initdb: libpq-dev's pg_config may point at a
-    folder without the server), else the newest /usr/lib/postgresql/*/bin."""
+    """The folder holding initdb, pg_ctl and postgres: BOUNDARY_PG_BINDIR when it is set
+    (that folder and no other), else `pg_config --bindir` (when it holds initdb:
+    libpq-dev's pg_config may point at a folder without the server), else the newest
+    /usr/lib/postgresql/*/bin."""
     candidates: list[Path] = []
     if env := os.environ.get("BOUNDARY_PG_BINDIR"):
         candidates.append(Path(env))
-    pg_config = shutil.which("pg_config")
-    if pg_config is not None:
-        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
-        if out.returncode == 0:
-            candidates.append(Path(out.stdout.strip()))
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True,
-    )
-    candidates.extend(versions)
+    else:
+        pg_config = shutil.which("pg_config")
+        if pg_config is not None:
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, check=False
+            )
+            if out.returncode == 0:
+                candidates.append(Path(out.stdout.strip()))
+        candidates += sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+            reverse=True,
+        )
     for folder in candidates:
         if all((folder / name).is_file() for name in ("initdb", "pg_ctl", "postgres")):
             return folder

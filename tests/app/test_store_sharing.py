@@ -90,6 +90,32 @@ def test_serve_refuses_a_url_where_a_path_was_meant_and_makes_no_folder(
     assert list(tmp_path.iterdir()) == []  # before: a folder named "postgresql:" appeared
 
 
+@pytest.mark.parametrize("allowed", [False, True], ids=["required", "allowed-missing"])
+def test_without_postgresql_its_tests_fail_saying_how_to_install_it(
+    tmp_path: Path, allowed: bool
+) -> None:
+    env = {**os.environ, "BOUNDARY_PG_BINDIR": str(tmp_path)}  # a folder without it
+    env.pop("BOUNDARY_ALLOW_MISSING", None)
+    if allowed:
+        env["BOUNDARY_ALLOW_MISSING"] = "nvrtc,postgresql"
+    test = "tests/app/test_store_backends.py::test_the_schema_is_migrated_once_and_kept"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", test],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout
+    assert "apt-get install postgresql" in out, out[-2000:]
+    if allowed:  # skipped, saying why; SQLite's half still runs
+        assert done.returncode == 0 and "1 passed, 1 skipped" in out, out[-2000:]
+    else:
+        assert done.returncode == 1 and "1 passed, 1 error" in out, out[-2000:]
+
+
 # --- the schema ------------------------------------------------------------------------------
 
 
