@@ -37,6 +37,11 @@ from app.store.schema import JobRow, NewRun, RunRow, WorkerRow
 from app.store.sqlite import SQLiteBackend
 from app.store.url import BadDatabaseSetting, Database, Timeouts, parse_db
 
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be opened (unreachable, refused the login, unwritable)."""
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "BadDatabaseSetting",
@@ -53,6 +58,7 @@ __all__ = [
     "SchemaTooNew",
     "Store",
     "StoreBase",
+    "StoreUnavailable",
     "StoredFile",
     "Timeouts",
     "WorkerRow",
@@ -77,7 +83,8 @@ class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Limits):
     ) -> Store:
         """Open the database `db` names (a SQLite path, created if needed, or a
         postgresql:// URL) and bring its schema up to date. BadDatabaseSetting for
-        anything else, SchemaTooNew for a database a newer server migrated."""
+        anything else, SchemaTooNew for a database a newer server migrated,
+        StoreUnavailable (naming the database, never its password) when it did not open."""
         database = parse_db(str(db))
         backend: Backend
         if database.kind == "sqlite":
@@ -94,9 +101,11 @@ class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Limits):
             )
         try:
             migrate(backend)
-        except BaseException:
+        except Exception as error:
             backend.close()  # refused (a newer schema, an unreachable server): leave nothing
-            raise
+            if isinstance(error, SchemaTooNew):
+                raise
+            raise StoreUnavailable(f"the store at {backend.where} did not open: {error}") from error
         return cls(backend, retain_runs)
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 A file path means SQLite (the embedded default); `postgresql://user@host:port/database`
 (or `postgres://…`) means PostgreSQL. Anything else that looks like a URL is refused with
 a message that says what to write, so that `postgresql:x` or `sqlite:///f` never becomes
-a folder of that name in the working directory.
+a folder of that name in the working directory. `Timeouts` are the bounds on every wait
+for a PostgreSQL database (app.store.postgres).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +26,15 @@ from app.dispatch.progress import Notice, ProgressHub
 from app.queue.admission import Admission
 from app.queue.submission import validate_job
 from app.settings import Settings
-from app.store import SCHEMA_VERSION, BadDatabaseSetting, NewJob, Store, parse_db
+from app.store import (
+    SCHEMA_VERSION,
+    BadDatabaseSetting,
+    NewJob,
+    Store,
+    StoreUnavailable,
+    Timeouts,
+    parse_db,
+)
 from app.store.channel import MAX_PAYLOAD, News, decode, encode
 from app.store.dialect import lock_key
 from app.store.retention import RETENTION_LOCK
@@ -88,6 +97,17 @@ def test_serve_refuses_a_url_where_a_path_was_meant_and_makes_no_folder(
     assert done.returncode == 2
     assert "BOUNDARY_DB" in done.stderr and "is not a PostgreSQL URL" in done.stderr
     assert list(tmp_path.iterdir()) == []  # before: a folder named "postgresql:" appeared
+
+
+def test_an_unreachable_database_stops_start_up_naming_it_without_its_password() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # a port nothing listens on
+        url = f"postgresql://boundary:secret@127.0.0.1:{s.getsockname()[1]}/boundary"
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"boundary:\*\*\*@127\.0\.0\.1") as failed:
+            Store.open(url, timeouts=Timeouts(connect_s=1))
+    assert "secret" not in str(failed.value)
+    assert time.monotonic() - started < 10  # bounded, not a hang
 
 
 @pytest.mark.parametrize("allowed", [False, True], ids=["required", "allowed-missing"])
