@@ -101,8 +101,7 @@ def build_api(state: AppState) -> Built:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         dispatcher.start()  # the reaper, and the news from other replicas
         yield
-        await dispatcher.stop()
-        store.close()
+        await dispatcher.stop()  # (the store stays open: a lifespan may run again)
 
     api = FastAPI(
         title="Boundary",
