@@ -40,11 +40,12 @@ PROBE_S = 5.0
 _SQL_CACHE: dict[str, str] = {}
 
 
-def _pg(sql: str) -> str:
-    """`sql` with `?` placeholders as psycopg's `%s` (a literal % doubled), once per text."""
-    out = _SQL_CACHE.get(sql)
+def _pg(statement: str) -> str:
+    """`statement` with `?` placeholders as psycopg's `%s` (a literal % doubled), converted
+    once per text."""
+    out = _SQL_CACHE.get(statement)
     if out is None:
-        out = _SQL_CACHE[sql] = sql.replace("%", "%%").replace("?", "%s")
+        out = _SQL_CACHE[statement] = statement.replace("%", "%%").replace("?", "%s")
     return out
 
 
