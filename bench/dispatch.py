@@ -2,26 +2,31 @@
 PostgreSQL with one replica and with two, side by side in one run.
 
 Each deployment is real processes: servers (uvicorn, as `boundary serve` runs them) and
-one worker process per server, on a fresh database, workers warmed up first. Then:
+one worker process per server, on a fresh database, workers warmed up first. SQLite's
+and PostgreSQL's deployments run at the same time and are measured in turn, job by job
+and burst by burst, so a change of the machine's load hits both alike. Then:
 
-1. Overhead: `--jobs` small matmul jobs one at a time, each after the previous one's run
-   was stored. For each, (run stored − job created), from the store's own timestamps
-   (the database's clock), minus the work the worker reports. Two subtractions:
+1. Overhead: `--jobs` small matmul jobs one at a time on each (alternating), each after
+   the previous one's run was stored. For each, (run stored − job created), from the
+   store's own timestamps (the database's clock), minus the work the worker reports.
+   Two subtractions:
    - the runner's wall time for `run_job` (everything not dispatch: the true overhead of
      queueing, lease wake-up, HTTP, runner IPC, result upload and storage), and
    - the stage and measurement intervals only (the literal "reported time"; this also
      counts the harness's own untimed work such as input creation and the check).
    Goal: median ≤ 50 ms; on PostgreSQL with one replica, ≤ 1.5× SQLite's.
-2. Throughput: `--burst` compile-only 64³ jobs queued at once (split between the
-   replicas), jobs per minute from the first submission to the last stored run. Goal:
-   two replicas with two workers ≥ 1.3× one replica with one.
+2. Throughput: `--burst` compile-only 64³ jobs queued at once, jobs per minute from the
+   first submission to the last stored run; `--rounds` rounds of SQLite, PostgreSQL with
+   one replica's worker, and PostgreSQL with both replicas' workers (the burst split
+   between the replicas; the second worker is started for these bursts and stopped
+   after). Goal: two replicas with two workers ≥ 1.3× one replica with one.
 
     .venv/bin/python bench/dispatch.py [--jobs 50] [--burst 60]              # SQLite only
     .venv/bin/python bench/dispatch.py --db postgresql://user@host:5432/empty_db
     .venv/bin/python bench/dispatch.py --db postgresql    # a throwaway cluster (tests/pgcluster.py)
 
-A PostgreSQL database given by URL must be empty (the bench refuses one that holds a
-Boundary schema). The throwaway cluster runs with fsync on, as an operator's would.
+A PostgreSQL database given by URL must be empty (the bench refuses one that holds
+jobs). The throwaway cluster runs with fsync on, as an operator's would.
 """
 
 from __future__ import annotations
@@ -125,7 +130,8 @@ class Deployment:
     tmp: Path
     logs: Any
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    urls: list[str] = field(default_factory=list)
+    clients: list[httpx.Client] = field(default_factory=list)
+    workers: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         return {
@@ -141,41 +147,53 @@ class Deployment:
     def add_replica(self) -> httpx.Client:
         """One more server and its worker, warmed up; a client of that server."""
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
             [PY, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port),
              "--log-level", "warning"],
             cwd=ROOT, env=self.env(), stdout=self.logs, stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.procs.append(server)
-        client = httpx.Client(base_url=url, timeout=30)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
         wait_for(lambda: client.get("/readyz").status_code == 200, 60, "the server")
-        before = client.get("/api/v1/workers").json()["count"]
-        name = f"bench-{len(self.urls) + 1}"
-        worker = [PY, "-m", "workers.cli.worker", "--server", url, "--name", name]
-        self.procs.append(
-            subprocess.Popen(
-                worker, cwd=ROOT, env=self.env(), stdout=self.logs, stderr=subprocess.STDOUT
-            )
-        )
-        wait_for(lambda: client.get("/api/v1/workers").json()["count"] > before, 90, "a worker")
-        self.urls.append(url)
-        self.warm(client, name)
+        self.clients.append(client)
+        self.start_worker(len(self.clients) - 1)
         return client
 
-    def warm(self, client: httpx.Client, name: str) -> None:
-        """Queue jobs until worker `name` has run three (the runner's first compiles are
-        slow; on a shared queue another worker may take some of them)."""
+    def start_worker(self, replica: int) -> None:
+        """Start replica `replica`'s worker and warm it up."""
+        client = self.clients[replica]
+
+        def ids() -> set[str]:
+            return {w["id"] for w in client.get("/api/v1/workers").json()["data"]}
+
+        before = ids()
+        command = [PY, "-m", "workers.cli.worker", "--server", str(client.base_url)]
+        self.workers[replica] = subprocess.Popen(
+            [*command, "--name", f"bench-{replica + 1}"],
+            cwd=ROOT, env=self.env(), stdout=self.logs, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        (new,) = wait_for(lambda: ids() - before, 90, "a worker")
+        self.warm(client, new)
+
+    def stop_worker(self, replica: int) -> None:
+        """Stop replica `replica`'s worker (it finishes what it holds, then exits)."""
+        worker = self.workers.pop(replica)
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+
+    def warm(self, client: httpx.Client, worker_id: str) -> None:
+        """Queue jobs until worker `worker_id` has run three (the runner's first compiles
+        are slow; on a shared queue another worker may take some of them)."""
         for _ in range(20):
             runs = [
                 j for j in client.get("/api/v1/jobs", params={"limit": 500}).json()["data"]
-                if j["worker_name"] == name and j["status"] == "done"
+                if j["worker_id"] == worker_id and j["status"] == "done"
             ]  # fmt: skip
             if len(runs) >= 3:
                 return
             for spec in (SMALL, COMPILE_64):
                 follow_until_final(client, client.post("/api/v1/jobs", json=spec).json()["id"])
-        raise SystemExit(f"worker {name} never got a job to warm up")
+        raise SystemExit(f"worker {worker_id} never got a job to warm up")
 
     def timings(self, job_ids: list[str]) -> list[dict[str, float]]:
         marks = ",".join("?" for _ in job_ids)
@@ -200,40 +218,52 @@ class Deployment:
         ]
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
+        procs = [*self.workers.values(), *reversed(self.procs)]
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
+        for proc in procs:
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for client in self.clients:
+            client.close()
 
 
-def overhead(deployment: Deployment, client: httpx.Client, jobs: int) -> float:
-    """Sequential jobs; prints the breakdown, returns the median dispatch overhead (s)."""
-    ids: list[str] = []
-    observed: list[float] = []
+def overhead(deployments: dict[str, Deployment], jobs: int) -> dict[str, float]:
+    """Sequential jobs on each deployment in turn (through its first replica); prints each
+    one's breakdown, returns each one's median dispatch overhead (s)."""
+    ids: dict[str, list[str]] = {name: [] for name in deployments}
+    observed: dict[str, list[float]] = {name: [] for name in deployments}
     for _ in range(jobs):
-        started = time.perf_counter()
-        job_id = client.post("/api/v1/jobs", json=SMALL).json()["id"]
-        follow_until_final(client, job_id)
-        observed.append(time.perf_counter() - started)
-        ids.append(job_id)
-    rows = deployment.timings(ids)
-    print(f"  {jobs} sequential jobs: {json.dumps(SMALL)}")
-    print("    submit → run stored (database clock) ", ms([r["total"] for r in rows]))
-    print("    runner's run_job wall time           ", ms([r["run_s"] for r in rows]))
-    print("    dispatch overhead (− run_job time)   ", ms([r["total"] - r["run_s"] for r in rows]))
-    print(
-        "    minus reported stage+sample time     ", ms([r["total"] - r["reported"] for r in rows])
-    )
-    print("    client: POST → final SSE event       ", ms(observed))
-    return statistics.median(r["total"] - r["run_s"] for r in rows)
+        for name, deployment in deployments.items():
+            client = deployment.clients[0]
+            started = time.perf_counter()
+            job_id = client.post("/api/v1/jobs", json=SMALL).json()["id"]
+            follow_until_final(client, job_id)
+            observed[name].append(time.perf_counter() - started)
+            ids[name].append(job_id)
+    medians = {}
+    print(f"{jobs} sequential jobs on each, in turn: {json.dumps(SMALL)}")
+    for name, deployment in deployments.items():
+        rows = deployment.timings(ids[name])
+        over = [r["total"] - r["run_s"] for r in rows]
+        print(f"  {name}")
+        print("    submit → run stored (database clock) ", ms([r["total"] for r in rows]))
+        print("    runner's run_job wall time           ", ms([r["run_s"] for r in rows]))
+        print("    dispatch overhead (− run_job time)   ", ms(over))
+        print(
+            "    minus reported stage+sample time     ",
+            ms([r["total"] - r["reported"] for r in rows]),
+        )
+        print("    client: POST → final SSE event       ", ms(observed[name]))
+        medians[name] = statistics.median(over)
+    return medians
 
 
 def throughput(deployment: Deployment, clients: list[httpx.Client], burst: int) -> float:
-    """`burst` compile-only jobs queued at once, spread over the replicas; jobs/min."""
+    """`burst` compile-only jobs queued at once, spread over `clients`; jobs/min."""
     ids = [
         clients[i % len(clients)].post("/api/v1/jobs", json=COMPILE_64).json()["id"]
         for i in range(burst)
@@ -241,21 +271,7 @@ def throughput(deployment: Deployment, clients: list[httpx.Client], burst: int) 
     wait_for(lambda: len(deployment.timings(ids)) == len(ids), 600, "the burst")
     rows = deployment.timings(ids)
     span = max(r["stored"] for r in rows) - min(r["created"] for r in rows)
-    per_min = burst / span * 60
-    print(
-        f"  throughput, {burst} compile-only 64³ jobs queued at once, {len(clients)} "
-        f"replica(s) with one worker each: {per_min:.0f} jobs/min ({span:.2f} s; median "
-        f"run_job {statistics.median(r['run_s'] for r in rows) * 1e3:.1f} ms)"
-    )
-    return per_min
-
-
-def measure(
-    deployment: Deployment, clients: list[httpx.Client], jobs: int, burst: int
-) -> dict[str, float]:
-    """The overhead through the first client (when `jobs`), and the throughput."""
-    out = {"overhead": overhead(deployment, clients[0], jobs)} if jobs else {}
-    return out | {"per_min": throughput(deployment, clients, burst)}
+    return burst / span * 60
 
 
 @contextlib.contextmanager
@@ -283,6 +299,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--burst", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--db",
         help="also bench PostgreSQL: an empty database's postgresql:// URL, or 'postgresql' "
@@ -292,40 +309,53 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="boundary-bench-"))
     logs = open(tmp / "processes.log", "wb")  # noqa: SIM115 - closed in finally
-    results: dict[str, dict[str, float]] = {}
     print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at the start")
-    try:
-        lite = Deployment(str(tmp / "bench.sqlite3"), tmp, logs)
-        try:
-            print("SQLite, one server, one worker")
-            results["sqlite"] = measure(lite, [lite.add_replica()], args.jobs, args.burst)
-        finally:
-            lite.close()
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, True)
+        stack.callback(logs.close)
+        deployments = {"SQLite": Deployment(str(tmp / "bench.sqlite3"), tmp, logs)}
+        stack.callback(deployments["SQLite"].close)
         if args.db:
-            with postgres(args.db) as url:
-                pg = Deployment(url, tmp, logs)
-                try:
-                    print("PostgreSQL, one replica, one worker")
-                    first = pg.add_replica()
-                    results["pg1"] = measure(pg, [first], args.jobs, args.burst)
-                    print("PostgreSQL, two replicas, one worker each")
-                    both = [first, pg.add_replica()]
-                    results["pg2"] = measure(pg, both, 0, args.burst)
-                finally:
-                    pg.close()
-    finally:
-        logs.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+            url = stack.enter_context(postgres(args.db))
+            deployments["PostgreSQL"] = Deployment(url, tmp, logs)
+            stack.callback(deployments["PostgreSQL"].close)
+        for deployment in deployments.values():
+            deployment.add_replica()
+        over = overhead(deployments, args.jobs)
+        per_min: dict[str, list[float]] = {}
+        pg = deployments.get("PostgreSQL")
+        for _ in range(args.rounds):
+            for name, deployment in deployments.items():
+                per_min.setdefault(name, []).append(
+                    throughput(deployment, deployment.clients[:1], args.burst)
+                )
+            if pg is not None:  # the same burst over two replicas, each with its worker
+                if len(pg.clients) < 2:
+                    pg.add_replica()
+                else:
+                    pg.start_worker(1)
+                two = throughput(pg, pg.clients, args.burst)
+                per_min.setdefault("PostgreSQL, two replicas", []).append(two)
+                pg.stop_worker(1)
+        print(
+            f"throughput: {args.burst} compile-only 64³ jobs queued at once, {args.rounds} rounds"
+        )
+        for name, values in per_min.items():
+            shown = ", ".join(f"{v:.0f}" for v in values)
+            print(f"  {name:26s} median {statistics.median(values):6.0f} jobs/min ({shown})")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
-    if "pg1" in results:
-        lite_r, one, two = results["sqlite"], results["pg1"], results["pg2"]
+    if pg is not None:
+        one, two = (
+            statistics.median(per_min["PostgreSQL"]),
+            statistics.median(per_min["PostgreSQL, two replicas"]),
+        )
         print("ratios:")
         for what, ratio, goal in (
             ("dispatch overhead, PostgreSQL one replica / SQLite",
-             one["overhead"] / lite_r["overhead"], " (goal ≤ 1.5×)"),
-            ("jobs/min, PostgreSQL one replica / SQLite", one["per_min"] / lite_r["per_min"], ""),
-            ("jobs/min, PostgreSQL two replicas / one replica",
-             two["per_min"] / one["per_min"], " (goal ≥ 1.3×)"),
+             over["PostgreSQL"] / over["SQLite"], " (goal ≤ 1.5×)"),
+            ("jobs/min, PostgreSQL one replica / SQLite",
+             one / statistics.median(per_min["SQLite"]), ""),
+            ("jobs/min, PostgreSQL two replicas / one replica", two / one, " (goal ≥ 1.3×)"),
         ):  # fmt: skip
             print(f"  {what}: {ratio:.2f}×{goal}")
 
