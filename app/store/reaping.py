@@ -6,12 +6,13 @@ SKIP LOCKED: while one replica reaps, another skips its turn instead of waiting.
 rows it moves are picked with SKIP LOCKED too and every move is conditional, so an
 expired lease is re-queued exactly once whichever replicas reap.
 
-The outage rule: each reap stamps `reaper.last_reap_at` on the database's clock. When a
-reap finds the previous stamp older than `outage_s` (no replica reaped for that long:
-every replica was down or cut off from the database, and workers could not heartbeat),
-or in the future (the database's clock stepped back), every running lease first gets
-one full lease period, and its start moves by the gap: downtime is not the workers'
-fault. One replica restarting while another reaps changes nothing.
+The outage rule: reaping stamps `reaper.last_reap_at` on the database's clock (at least
+STAMPS_PER_OUTAGE times per `outage_s`). When a reap finds the previous stamp older than
+`outage_s` (no replica reaped for that long: every replica was down or cut off from the
+database, and workers could not heartbeat), or in the future (the database's clock
+stepped back), every running lease first gets one full lease period, and its start moves
+by the gap: downtime is not the workers' fault. One replica restarting while another
+reaps changes nothing.
 
 A part of `app.store.Store`.
 """
@@ -28,6 +29,10 @@ from workers.protocol import JobStatus
 
 CLOCK_STEP_BACK_S = 1.0
 """A previous stamp this far ahead of the clock means the clock stepped back."""
+STAMPS_PER_OUTAGE = 4
+"""How often reaping stamps the time within an outage's length: often enough that a gap
+longer than an outage means no replica reaped, seldom enough that an idle server does
+not write its database twice a second."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,9 @@ class Reaping(StoreBase):
             if not stamp:
                 return moved
             last, at = stamp[0]
-            gap = 0.0 if last is None else float(at) - float(last)
-            if gap > outage_s or gap < -CLOCK_STEP_BACK_S:
+            gap = float(at) - float(last if last is not None else at)
+            outage = gap > outage_s or gap < -CLOCK_STEP_BACK_S
+            if outage:
                 tx.execute(
                     self._sql(
                         "UPDATE jobs SET lease_deadline = {NOW} + ?, leased_at = leased_at + ? "
@@ -69,7 +75,8 @@ class Reaping(StoreBase):
                     ),
                     (lease_s, gap),
                 )
-            tx.execute(self._sql("UPDATE reaper SET last_reap_at = {NOW} WHERE id = 1"))
+            if outage or last is None or gap > outage_s / STAMPS_PER_OUTAGE:
+                tx.execute(self._sql("UPDATE reaper SET last_reap_at = {NOW} WHERE id = 1"))
             rows = tx.execute(
                 self._sql(
                     f"SELECT {JOB_COLUMNS}, lease_deadline >= {{NOW}} FROM jobs "
