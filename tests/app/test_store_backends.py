@@ -235,6 +235,21 @@ def test_a_clock_step_or_an_outage_gives_running_leases_one_full_period(
     assert [j.id for j in moved] == ["j"]
 
 
+def test_reaping_stamps_its_time_a_few_times_per_outage_not_at_every_reap(
+    store: Store,
+) -> None:
+    def stamp() -> float:
+        return float(store._read("SELECT last_reap_at FROM reaper")[0][0])
+
+    assert store.reap_leases(lease_s=30, overdue_s=600, outage_s=60, decide=requeue_all) == []
+    first = stamp()
+    store.reap_leases(lease_s=30, overdue_s=600, outage_s=60, decide=requeue_all)
+    assert stamp() == first  # an idle server does not write at every reap
+    store._read("UPDATE reaper SET last_reap_at = last_reap_at - 20")  # 1/3 of an outage ago
+    store.reap_leases(lease_s=30, overdue_s=600, outage_s=60, decide=requeue_all)
+    assert stamp() > first - 1
+
+
 def test_a_lease_held_past_the_limit_is_reaped_although_it_heartbeats(store: Store) -> None:
     worker, _ = store.register_worker("w-1", "k", None, capabilities())
     queue(store, "j")
