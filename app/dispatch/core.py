@@ -119,13 +119,16 @@ class DispatcherCore:
         self.leasing = True  # False once the server is shutting down
         self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
 
-    def _lease_of(self, worker_id: str, job_id: str, lease_id: str | None) -> JobRow:
-        """The job, while `lease_id` is its current lease and `worker_id` holds it.
+    def _lease_of(
+        self, worker_id: str, job_id: str, lease_id: str | None, read: JobRow | None = None
+    ) -> JobRow:
+        """The job (as `read` just now, or as the store has it), while `lease_id` is its
+        current lease and `worker_id` holds it.
 
         UnknownWorker for a worker never registered, LookupError for an unknown job and
         LeaseEnded for any other lease (expired, re-queued, given back, finished).
         """
-        job = self.store.get_job(job_id)
+        job = read if read is not None and read.id == job_id else self.store.get_job(job_id)
         if (
             job is not None
             and job.status == JobStatus.RUNNING

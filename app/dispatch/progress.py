@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,6 +31,19 @@ MESSAGE_CHARS = 1000
 """A progress message longer than this is cut before it travels to other replicas."""
 RELAY_BYTES = 6000
 """A report's events longer than this in JSON travel as its latest event alone."""
+
+
+@dataclass(frozen=True)
+class ProgressOut:
+    """What one report's progress events pass on (see `ProgressHub.progress_out`)."""
+
+    job_id: str
+    events: tuple[ProgressEvent, ...]
+    sent: list[dict[str, Any]]
+    """The data of each event passed on now (the others are throttled)."""
+    at: float
+    payload: str | None
+    """The message for the other replicas; None when none goes."""
 
 
 @dataclass(frozen=True)
@@ -72,28 +85,47 @@ class ProgressHub:
         if self.channel is not None:
             self.channel.send(news)
 
-    def publish_progress(self, job_id: str, *events: ProgressEvent) -> bool:
-        """Record `events` (one report's, in order); True if any was passed on to
-        subscribers now. Those passed on go to the other replicas in one message."""
+    def progress_out(self, job_id: str, events: Sequence[ProgressEvent]) -> ProgressOut:
+        """What publishing one report's `events` would pass on now (unless throttled), and
+        the message for the other replicas; changes nothing."""
+        previous = self._latest.get(job_id)
+        last_sent = self._sent_at.get(job_id, 0.0)
+        now = time.monotonic()
         sent: list[dict[str, Any]] = []
         for event in events:
-            previous = self._latest.get(job_id)
-            self._latest[job_id] = event
-            now = time.monotonic()
             phase_changed = previous is None or previous.phase != event.phase
-            if not phase_changed and now - self._sent_at.get(job_id, 0.0) < self.interval:
+            previous = event
+            if not phase_changed and now - last_sent < self.interval:
                 continue
-            self._sent_at[job_id] = now
+            last_sent = now
             data = event.model_dump(exclude_none=True)
             if isinstance(data.get("message"), str):
                 data["message"] = data["message"][:MESSAGE_CHARS]
-            self._broadcast(job_id, Notice("progress", data))
             sent.append(data)
-        if sent:
-            if len(json.dumps(sent)) > RELAY_BYTES:  # the latest alone fits the channel
-                sent = sent[-1:]
-            self._send(News("progress", job_id, {"events": sent}))
-        return bool(sent)
+        relayed = sent if len(json.dumps(sent)) <= RELAY_BYTES else sent[-1:]  # it fits
+        payload = None
+        if relayed and self.channel is not None:
+            payload = self.channel.payload(News("progress", job_id, {"events": relayed}))
+        return ProgressOut(job_id, tuple(events), sent, now, payload)
+
+    def publish_progress_out(self, out: ProgressOut, *, relayed: bool = False) -> bool:
+        """Record a report's events and pass on what `out` says, here and (unless the
+        store already `relayed` its payload) to every replica; True if any went."""
+        if out.events:
+            self._latest[out.job_id] = out.events[-1]
+        if not out.sent:
+            return False
+        self._sent_at[out.job_id] = out.at
+        for data in out.sent:
+            self._broadcast(out.job_id, Notice("progress", data))
+        if out.payload is not None and not relayed and self.channel is not None:
+            self.channel.send_payload(out.payload)
+        return True
+
+    def publish_progress(self, job_id: str, *events: ProgressEvent) -> bool:
+        """Record `events` (one report's, in order); True if any was passed on to
+        subscribers now. Those passed on go to the other replicas in one message."""
+        return self.publish_progress_out(self.progress_out(job_id, events))
 
     def publish_status(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict
 from app.dispatch.results import Prepared
-from app.store import NewRun
+from app.store import JobRow, NewRun
 from app.store.profiles import keep_profile
 from workers.protocol import FINAL_STATUSES, JobStatus, ProgressEvent
 
@@ -27,10 +27,13 @@ class ReportsMixin(DispatcherCore):
     def progress(
         self, worker_id: str, job_id: str, lease_id: str | None, events: list[ProgressEvent]
     ) -> Verdict:
-        """Pass on progress of a job under the worker's current lease; never stored."""
-        job = self._lease_of(worker_id, job_id, lease_id)
-        self.hub.publish_progress(job_id, *events)
-        return Verdict(True, job.status)
+        """Pass on progress of a job under the worker's current lease; never stored. The
+        lease check and the message to the other replicas are one statement."""
+        out = self.hub.progress_out(job_id, events)
+        if not lease_id or not self.store.holds_lease(job_id, lease_id, worker_id, out.payload):
+            self._lease_of(worker_id, job_id, lease_id)  # raises: says why it ended
+        self.hub.publish_progress_out(out, relayed=True)
+        return Verdict(True, JobStatus.RUNNING)
 
     def complete(
         self,
@@ -39,11 +42,14 @@ class ReportsMixin(DispatcherCore):
         lease_id: str | None,
         prepared: Prepared,
         run_s: float | None,
+        *,
+        read: JobRow | None = None,
     ) -> Verdict:
         """Store a gated run (`app.dispatch.results.prepare`) and mark its job done. The
         attempt is the server's count, never the report's; a second post of the same
-        result finds the lease ended. A run that is not valid keeps no whole-job time."""
-        self._lease_of(worker_id, job_id, lease_id)
+        result finds the lease ended. A run that is not valid keeps no whole-job time.
+        `read`: the job as the caller read it just now (storing checks the lease again)."""
+        self._lease_of(worker_id, job_id, lease_id, read)
         settings = self.settings
         # After the gate: the trace of a run that is not valid was dropped there.
         run = keep_profile(self.store, job_id, prepared.run, settings.PROFILE_MAX_BYTES)

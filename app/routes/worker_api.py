@@ -340,7 +340,12 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
     return _answer(
         message.worker_id,
         lambda: dispatcher.complete(
-            message.worker_id, message.job_id, message.lease_id, prepared, message.run_seconds
+            message.worker_id,
+            message.job_id,
+            message.lease_id,
+            prepared,
+            message.run_seconds,
+            read=job,
         ),
     )
 

@@ -73,9 +73,16 @@ class Channel:
         self.backend = backend
         self.origin = origin
 
+    def payload(self, news: News) -> str:
+        """`news` as this replica sends it (for a statement that sends it itself)."""
+        return encode(self.origin, news)
+
     def send(self, news: News) -> None:
         """Tell every other replica (nothing happens on SQLite)."""
-        self.backend.notify(encode(self.origin, news))
+        self.send_payload(self.payload(news))
+
+    def send_payload(self, payload: str) -> None:
+        self.backend.notify(payload)
 
     async def listen(self, deliver: Callable[[News], None]) -> None:
         """Deliver other replicas' news until cancelled, and a `resync` after the channel

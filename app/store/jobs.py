@@ -79,6 +79,14 @@ LEASE_ONE = {
 """(It also tells the other replicas that the job runs, with the change.)"""
 
 
+_HELD = "FROM jobs WHERE id = ? AND status = 'running' AND lease_id = ? AND lease_owner = ?"
+HOLDS_AND_TELLS = {
+    # PostgreSQL checks a lease and tells the other replicas, when it holds, in one
+    # statement (a progress report's one round trip).
+    "postgresql": f"SELECT pg_notify('{CHANNEL}', ?) {_HELD}"
+}
+
+
 @dataclass(frozen=True)
 class NewJob:
     """A validated job to queue: its spec as JSON-ready data and its requirements."""
@@ -233,6 +241,19 @@ class Jobs(StoreBase):
             tx.execute(self._sql(LEASED_WORKER), (job.id, worker_id))
             event_in(tx, self.dialect, job.id, JobStatus.RUNNING, detail)
         return job
+
+    def holds_lease(
+        self, job_id: str, lease_id: str, worker_id: str, news: str | None = None
+    ) -> bool:
+        """Whether `lease_id`, held by `worker_id`, is the job's current lease; when it
+        is, `news` (a payload of app.store.channel) goes to the other replicas."""
+        tells = HOLDS_AND_TELLS.get(self.dialect.name)
+        if news is not None and tells is not None:
+            return bool(self._read(tells, (news, job_id, lease_id, worker_id)))
+        held = bool(self._read(f"SELECT 1 {_HELD}", (job_id, lease_id, worker_id)))
+        if held and news is not None:
+            self.backend.notify(news)
+        return held
 
     def extend_lease(
         self, job_id: str, lease_id: str, worker_id: str, lease_s: float
