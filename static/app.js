@@ -146,3 +146,27 @@
     });
   });
 })();
+// Copy buttons (the embed snippet): hidden in the markup, shown only where this script runs,
+// so a reader without JavaScript never meets a button that does nothing.
+(function () {
+  "use strict";
+  function reveal() {
+    document.querySelectorAll("button[data-copy][hidden]").forEach(function (b) { b.hidden = false; });
+  }
+  document.addEventListener("DOMContentLoaded", reveal);
+  document.addEventListener("htmx:after:swap", reveal);
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest ? event.target.closest("button[data-copy]") : null;
+    if (!button) return;
+    var box = document.getElementById(button.getAttribute("data-copy"));
+    var status = document.getElementById(button.getAttribute("data-copy") + "-status");
+    if (!box) return;
+    function said(text) { if (status) status.textContent = text; }
+    var copied = navigator.clipboard && navigator.clipboard.writeText
+      ? navigator.clipboard.writeText(box.value)
+      : Promise.reject(new Error("no clipboard"));
+    copied.then(function () { said("Copied."); }, function () {
+      box.focus(); box.select(); said("Selected: press Ctrl+C (or ⌘C) to copy.");
+    });
+  });
+})();

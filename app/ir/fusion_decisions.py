@@ -27,6 +27,9 @@ class FusionDecision:
     reason: str | None = None
     fused_us: float | None = None
     unfused_us: float | None = None
+    outcome: str | None = None
+    """An estimate's outcome: "fused" when a later step fused that producer into that
+    consumer, else "not fused"."""
 
 
 def fusion_decisions(text: str) -> list[FusionDecision]:
@@ -70,4 +73,19 @@ def fusion_decisions(text: str) -> list[FusionDecision]:
                     unfused_us=number("us_unfused"),
                 )
             )
+    _outcomes(out)
     return out
+
+
+def _outcomes(decisions: list[FusionDecision]) -> None:
+    """Say of each estimate whether the pass went on to fuse that producer."""
+    for i, d in enumerate(decisions):
+        if d.kind != "estimate":
+            continue
+        fused = any(
+            later.kind == "fused"
+            and later.producer == d.producer
+            and (not d.consumers or set(later.consumers) <= set(d.consumers))
+            for later in decisions[i + 1 :]
+        )
+        d.outcome = "fused" if fused else "not fused"

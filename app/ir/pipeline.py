@@ -46,6 +46,16 @@ def split_pipeline(run: RunResult, max_bytes: int) -> tuple[str | None, RunResul
     return stored, run.model_copy(update={"pipeline": light})
 
 
+PASS_PIPELINE = "pass pipeline"
+GPU_REPORTS = "fusion decisions and launch order"
+
+
+def pipeline_title(capture: PipelineCapture | None) -> str:
+    """What a run's `/pipeline` page holds, in the words every link to it uses: XLA's passes
+    when it was asked for them, else a GPU compile's two reports."""
+    return PASS_PIPELINE if capture is not None and capture.steps else GPU_REPORTS
+
+
 def load_pipeline(text: str) -> PipelineCapture:
     """The stored capture."""
     return PipelineCapture.model_validate_json(text)

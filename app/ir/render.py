@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from html import escape
 
 from pygments.lexer import Lexer
@@ -56,11 +56,34 @@ def token_class(kind: _TokenType) -> str:
     return found
 
 
-def tokens_html(tokens: Iterable[tuple[_TokenType, str]]) -> str:
-    """Escaped text with a span around each token that has a class."""
+Marks = Sequence[tuple[int, int]]
+"""Character ranges of a line to mark (a search's matches), [start, end)."""
+
+
+def _marked(value: str, offset: int, marks: Marks) -> str:
+    """`value` (which starts at `offset` in its line) escaped, its marked parts in <mark>."""
+    if not marks:
+        return escape(value, quote=False)
+    out: list[str] = []
+    pos = 0
+    for start, end in marks:
+        a, b = max(start - offset, pos), min(end - offset, len(value))
+        if a >= b:
+            continue
+        out.append(escape(value[pos:a], quote=False))
+        out.append(f"<mark>{escape(value[a:b], quote=False)}</mark>")
+        pos = b
+    out.append(escape(value[pos:], quote=False))
+    return "".join(out)
+
+
+def tokens_html(tokens: Iterable[tuple[_TokenType, str]], marks: Marks = ()) -> str:
+    """Escaped text with a span around each token that has a class, and each range of
+    `marks` in a <mark> (a match that crosses tokens is marked piece by piece)."""
     out: list[str] = []
     run: list[str] = []
     current = ""
+    offset = 0
     for kind, value in tokens:
         cls = token_class(kind)
         if cls != current and run:  # neighbours of one class share a span: a smaller DOM
@@ -68,20 +91,26 @@ def tokens_html(tokens: Iterable[tuple[_TokenType, str]]) -> str:
             out.append(f'<span class="{current}">{text}</span>' if current else text)
             run = []
         current = cls
-        run.append(escape(value, quote=False))
+        run.append(_marked(value, offset, marks))
+        offset += len(value)
     if run:
         text = "".join(run)
         out.append(f'<span class="{current}">{text}</span>' if current else text)
     return "".join(out)
 
 
-def highlight(lexer: Lexer, text: str) -> str:
-    """`text` (one line or a fragment of one) highlighted by `lexer`."""
-    return tokens_html(lexer.get_tokens(text))
+def highlight(lexer: Lexer, text: str, marks: Marks = ()) -> str:
+    """`text` (one line or a fragment of one) highlighted by `lexer`, `marks` marked."""
+    return tokens_html(lexer.get_tokens(text), marks)
 
 
-def line_html(lexer: Lexer, line: str, folds: list[tuple[int, int]]) -> str:
-    """One line, highlighted, with each folded span hidden behind a marker."""
+def _shifted(marks: Marks, by: int) -> Marks:
+    return [(a - by, b - by) for a, b in marks]
+
+
+def line_html(lexer: Lexer, line: str, folds: list[tuple[int, int]], marks: Marks = ()) -> str:
+    """One line, highlighted, with each folded span hidden behind a marker and each range
+    of `marks` (a search's matches) in a <mark>."""
     cut = ""
     if len(line) > MAX_LINE_CHARS:
         rest = len(line) - MAX_LINE_CHARS
@@ -89,13 +118,13 @@ def line_html(lexer: Lexer, line: str, folds: list[tuple[int, int]]) -> str:
         folds = [(a, min(b, MAX_LINE_CHARS)) for a, b in folds if a < MAX_LINE_CHARS]
         cut = f'<span class="cut"> … {rest:,} more characters (in the download)</span>'
     if not folds:
-        return highlight(lexer, line) + cut
+        return highlight(lexer, line, marks) + cut
     out: list[str] = []
     pos = 0
     for start, end in folds:
-        out.append(highlight(lexer, line[pos:start]))
-        hidden = highlight(lexer, line[start:end])
+        out.append(highlight(lexer, line[pos:start], _shifted(marks, pos)))
+        hidden = highlight(lexer, line[start:end], _shifted(marks, start))
         out.append(f'<span class="fm" aria-hidden="true">…</span><span class="fd">{hidden}</span>')
         pos = end
-    out.append(highlight(lexer, line[pos:]))
+    out.append(highlight(lexer, line[pos:], _shifted(marks, pos)))
     return "".join(out) + cut

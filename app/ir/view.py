@@ -8,6 +8,7 @@ place and the next page loads when it scrolls into view.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from html import escape
@@ -214,7 +215,9 @@ def build_view(
         for i in found[:MAX_HITS]:
             key = line_keys.get(i)
             href = view.url(q="", start=page_of(i) + 1) + f"#L{i + 1}"
-            body = line_html(lexer, all_lines[i], inline_folds(name, all_lines[i]))
+            line = all_lines[i]
+            marks = [(m.start(), m.end()) for m in re.finditer(re.escape(q), line, re.IGNORECASE)]
+            body = line_html(lexer, line, inline_folds(name, line), marks)
             rows.append(_line_div(view, i + 1, body, key, extra="hit", href=href))
         view.start, view.end = 0, total
     else:

@@ -40,6 +40,7 @@ def job_summary(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
         "stages": spec.get("stages", []),
         "measure": spec.get("measure", {}),
         "target": spec.get("target"),
+        "compiler_options": spec.get("compiler_options") or {},
         "created_at": iso(job.created_at),
         "updated_at": iso(job.updated_at),
         "worker_id": job.worker_id,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 from typing import Any
 
 from app.dispatch import Dispatcher
@@ -17,7 +19,7 @@ from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
-from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus
+from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus, hlo
 
 NEVER_A_SPEED_NOTE = (
     "host-dispatch times the call returning, not the work finishing: a teaching demo of "
@@ -103,16 +105,42 @@ def cell_public(cell: CellRow, dispatcher: Dispatcher, boundary: str) -> dict[st
     return out
 
 
+_IOTA = re.compile(r"^\[(\d+),(\d+)\]<=\[")
+
+
+def group_size(collective: dict[str, Any]) -> str:
+    """How many devices each replica group of a collective holds, in words: "groups of
+    4", or "all devices" when the HLO names no groups."""
+    parsed = collective.get("groups")
+    if parsed:
+        return f"groups of {len(parsed[0])}"
+    groups = str(collective.get("replica_groups") or "").strip()
+    if groups in ("", "{}", "{{}}"):
+        return "all devices"
+    iota = _IOTA.match(groups)  # [2,4]<=[8]: 2 groups of 4
+    if iota is not None:
+        return f"groups of {iota.group(2)}"
+    mesh = hlo.MESH_GROUPS.match(groups)  # mesh['x'=2,'y'=4] {'y'}: groups of 4
+    if mesh is not None:
+        sizes = {}
+        for part in mesh[1].split(","):
+            axis = hlo.MESH_AXIS.match(part.strip())
+            if axis is None:
+                return "groups not stated"
+            sizes[axis[1]] = int(axis[2])
+        chosen = [name.strip().strip("'") for name in mesh[2].split(",") if name.strip()]
+        if not chosen or any(name not in sizes for name in chosen):
+            return "groups not stated"
+        return f"groups of {math.prod(sizes[name] for name in chosen)}"
+    first = groups.split("},{", maxsplit=1)[0].strip("{} ")
+    return f"groups of {len(first.split(','))}" if first else "groups not stated"
+
+
 def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
     """What the compiler produced, per cell: fusions, library calls, collectives (with the
     size of their replica groups) and memory per device against the target's HBM."""
     summary = run.get("hlo_summary") or {}
-    collectives = []
-    for c in summary.get("collectives") or []:
-        groups = str(c.get("replica_groups") or "")
-        first = groups.split("},{", maxsplit=1)[0].strip("{} ")
-        size = len(first.split(",")) if first and "[" not in first else None
-        collectives.append(f"{c['kind']} (groups of {size})" if size else str(c["kind"]))
+    collectives = [f"{c['kind']} ({group_size(c)})" for c in summary.get("collectives") or []]
     target = run.get("target") or {}
     memory = target.get("memory") or {}
     needed = needed_bytes(memory) if memory else None
@@ -208,6 +236,26 @@ def matrix_csv(public: dict[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
+
+
+EXAMPLE_ROWS: dict[str, tuple[str, str]] = {
+    "matmul": ("shape", "m=256, n=256, k=256; m=512, n=512, k=512"),
+    "elementwise": ("n", "65536, 262144"),
+    "reduction": ("shape", "rows=512, cols=512; rows=1024, cols=1024"),
+    "gather": ("count", "4096, 16384"),
+    "attention": ("seq_len", "128, 256"),
+    "ffi": ("n", "262144, 1048576"),
+    "sharded-matmul": ("shape", "m=256, n=256, k=256; m=512, n=512, k=512"),
+    "collective": ("bytes", "262144, 1048576"),
+    "shape-sweep": ("count", "12, 24"),
+    "exported": ("artifact", ""),
+}
+"""What the matrix form starts with for each workload: rows in its own parameters."""
+
+
+def example_rows(workload: str) -> tuple[str, str]:
+    """The row parameter and example values the matrix form offers for `workload`."""
+    return EXAMPLE_ROWS.get(workload, ("shape", ""))
 
 
 def cell_view(cell: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,9 @@ MAX_VALUES = 24
 MAX_CELLS = 96
 SHAPE = "shape"
 """The row axis whose values are whole shapes: objects of parameter values."""
+OPTIONS = "compiler_options"
+"""The axis whose values are compiler options (objects of XLA options; {} for none)."""
+OBJECT_AXES = (SHAPE, OPTIONS)
 
 Scalar = int | float | str | bool
 Value = Scalar | dict[str, Scalar]
@@ -49,12 +52,14 @@ class MatrixAxis(StrictModel):
     @model_validator(mode="after")
     def _values_fit_the_name(self) -> MatrixAxis:
         for value in self.values:
-            if isinstance(value, dict) != (self.name == SHAPE):
+            if isinstance(value, dict) != (self.name in OBJECT_AXES):
                 raise ValueError(
                     "values of the 'shape' axis are objects of parameters (e.g. "
-                    '{"m": 512, "k": 512}); any other axis takes plain values'
+                    '{"m": 512, "k": 512}), of the \'compiler_options\' axis objects of XLA '
+                    'options (e.g. {"xla_gpu_enable_triton_gemm": false}, or {} for none); '
+                    "any other axis takes plain values"
                 )
-            if isinstance(value, dict) and not value:
+            if isinstance(value, dict) and not value and self.name == SHAPE:
                 raise ValueError("a shape names at least one parameter")
         if len(
             {repr(sorted(v.items())) if isinstance(v, dict) else repr(v) for v in self.values}
@@ -168,6 +173,8 @@ class Cell:
 
 def row_label(axis: MatrixAxis, value: Value, store: Store | None = None) -> str:
     """How a row is titled, e.g. 'm=512' or 'm=512, k=256' (an artifact: its arguments)."""
+    if axis.name == OPTIONS:
+        return _column_label(axis, value)
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     if axis.name == "artifact" and isinstance(value, str) and store is not None:
@@ -182,6 +189,20 @@ def row_label(axis: MatrixAxis, value: Value, store: Store | None = None) -> str
     return f"{axis.name}={value}"
 
 
+def _column_label(axis: MatrixAxis, value: Value | None) -> str:
+    """How a column's parameter value reads in its heading ("dtype=bfloat16",
+    "xla_gpu_enable_triton_gemm=false", "no compiler options")."""
+    if axis.name == OPTIONS and isinstance(value, dict):
+        return "no compiler options" if not value else _options_text(value)
+    return f"{axis.name}={value}"
+
+
+def _options_text(value: dict[str, Scalar]) -> str:
+    return ", ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in value.items()
+    )
+
+
 def columns_of(spec: MatrixSpec) -> list[Column]:
     out = []
     for text in spec.targets or []:
@@ -189,7 +210,7 @@ def columns_of(spec: MatrixSpec) -> list[Column]:
         for value in spec.column_values():
             label = f"{text} ({path.value})"
             if spec.columns is not None:
-                label = f"{label} · {spec.columns.name}={value}"
+                label = f"{label} · {_column_label(spec.columns, value)}"
             out.append(Column(path, value, label, target))
     if spec.targets:
         return out
@@ -197,18 +218,22 @@ def columns_of(spec: MatrixSpec) -> list[Column]:
         for value in spec.column_values():
             label = path.value
             if spec.columns is not None:
-                label = f"{path.value} · {spec.columns.name}={value}"
+                label = f"{path.value} · {_column_label(spec.columns, value)}"
             out.append(Column(path, value, label))
     return out
 
 
-def _assign(params: dict[str, Any], axis: MatrixAxis | None, value: Value | None) -> None:
+def _assign(body: dict[str, Any], axis: MatrixAxis | None, value: Value | None) -> None:
+    """Put an axis's value in a cell's job: its parameters, or its compiler options."""
     if axis is None or value is None:
         return
-    if isinstance(value, dict):
-        params.update(value)
+    if axis.name == OPTIONS:
+        if value:
+            body["compiler_options"] = value
+    elif isinstance(value, dict):
+        body["params"].update(value)
     else:
-        params[axis.name] = value
+        body["params"][axis.name] = value
 
 
 def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
@@ -216,16 +241,15 @@ def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
     cells = []
     for i, row_value in enumerate(spec.axis.values):
         for j, column in enumerate(columns_of(spec)):
-            params = dict(spec.base_params)
-            _assign(params, spec.axis, row_value)
-            _assign(params, spec.columns, column.value)
-            body = {
+            body: dict[str, Any] = {
                 "workload": spec.workload,
                 "path": column.path.value,
-                "params": params,
+                "params": dict(spec.base_params),
                 "stages": [s.value for s in spec.stages],
                 "measure": spec.measure.model_dump(mode="json"),
             }
+            _assign(body, spec.axis, row_value)
+            _assign(body, spec.columns, column.value)
             if column.target is not None:
                 body["target"] = column.target
             cell = Cell(i, j)

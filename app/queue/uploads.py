@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.store import Store
-from workers.catalog import WORKLOADS
+from workers.catalog import WORKLOADS, over_limit
 from workers.catalog.exported import EXPORT_MEDIA_TYPE, JAX_PLATFORM, NPZ_MEDIA_TYPE
 from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
 from workers.protocol import JobSpec
@@ -213,7 +213,5 @@ def _artifact_problems(
     except ArtifactError as exc:
         return [(field, str(exc))]
     if size > max_job_bytes:
-        return [
-            (field, f"inputs and outputs take {size:,} bytes, over the limit of {max_job_bytes:,}")
-        ]
+        return [(field, over_limit(size, max_job_bytes))]
     return []

@@ -54,7 +54,7 @@ class ClaimCheck:
     holds: bool | None
     """None when the run has no such artifact to check."""
     found: str | None
-    """The first matching text (a line's excerpt), when there is one."""
+    """The instruction (or line) that carries the claim, quoted, when there is one."""
 
 
 def check_claims(job: CardJob, artifacts: dict[str, str | None]) -> list[ClaimCheck]:
@@ -68,12 +68,24 @@ def check_claims(job: CardJob, artifacts: dict[str, str | None]) -> list[ClaimCh
             match = re.search(claim.pattern, text)
             holds = (match is None) if claim.absent else (match is not None)
             if match is not None:
-                start = text.rfind("\n", 0, match.start()) + 1
-                found = text[start : start + 200].split("\n", 1)[0].strip()
+                found = quote_line(text, match.start())
         out.append(
             ClaimCheck(claim.says, claim.artifact, claim.pattern, claim.absent, holds, found)
         )
     return out
+
+
+_METADATA = re.compile(r", metadata=\{[^{}]*\}")
+QUOTE_CHARS = 400
+
+
+def quote_line(text: str, at: int) -> str:
+    """The whole line of `text` that holds position `at` (an HLO instruction), without its
+    source metadata, cut at QUOTE_CHARS: what a claim's evidence is quoted as."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    line = _METADATA.sub("", text[start : end if end >= 0 else len(text)]).strip()
+    return line if len(line) <= QUOTE_CHARS else line[: QUOTE_CHARS - 1] + "…"
 
 
 def _same(value: Any, other: Any) -> bool:

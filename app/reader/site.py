@@ -15,6 +15,7 @@ from typing import Any
 from jinja2 import Environment
 
 from app.reader.content import READER_PATHS, READER_STAGES, Content
+from app.reader.tour import GPU_JOB, TPU_JOB, command, run_form_fields
 from app.reader.views import (
     embed_url,
     guide_context,
@@ -84,9 +85,19 @@ def render_site(
 
     def reader(path: PathId, stage: StageId, url: str) -> Rendered:
         ctx = reader_context(content, path, stage, public_base)
-        page = render("reader.html", url, ctx, nav="reader")
+        page = render(
+            "reader.html", url, ctx, nav="reader", tour=tour_context() if url == "/" else None
+        )
         fragment = render("_reader.html", url, ctx, nav="reader", fragment=True)
         return Rendered(url, page, HTML, fragment)
+
+    def tour_context() -> dict[str, Any]:
+        return {
+            "fields": run_form_fields(TPU_JOB),
+            "tpu": command(TPU_JOB),
+            "gpu": command(GPU_JOB),
+            "size": "8192³ bfloat16",
+        }
 
     def twin(path: PathId, stage: StageId, url: str) -> Rendered:
         return Rendered(url, dump_json(reader_json(reader_context(content, path, stage, ""))), JSON)

@@ -15,6 +15,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
+from app.ir.pipeline import PIPELINE_ARTIFACT
 from app.pages.jobs import PREFIX, iso, job_links, job_public, job_summary
 from app.queue.submission import read_json_body, validate_submission
 from app.routes.routing import reads
@@ -138,16 +139,19 @@ async def cancel_job(
     summary="Full text of an artifact",
 )
 async def get_artifact(job: ExistingJob, name: str, dispatcher: DispatcherDep) -> PlainTextResponse:
-    """The full IR text (jaxpr, stablehlo, hlo, ptx or sass) a run produced."""
-    found = dispatcher.store.get_artifact(job.id, name) if name in ARTIFACT_NAMES else None
+    """The full IR text (jaxpr, stablehlo, hlo, ptx or sass) a run produced; `pipeline`
+    is its pass pipeline and GPU compiler reports, as JSON (`PipelineCapture`)."""
+    known = (*ARTIFACT_NAMES, PIPELINE_ARTIFACT)
+    found = dispatcher.store.get_artifact(job.id, name) if name in known else None
     if found is None:
-        names = ", ".join(ARTIFACT_NAMES)
+        names = ", ".join(known)
         raise HTTPException(
             status_code=404, detail=f"the job has no artifact {name[:40]!r} (names: {names})"
         )
     text, cut = found
     headers = {"X-Boundary-Truncated": "true"} if cut else {}
-    return PlainTextResponse(text, headers=headers)
+    media = "application/json" if name == PIPELINE_ARTIFACT else "text/plain"
+    return PlainTextResponse(text, headers=headers, media_type=media)
 
 
 @router.get(

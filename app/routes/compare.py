@@ -25,6 +25,7 @@ from app.pages.compare.stats import MIN_RUNS
 from app.pages.compare.view import compare_context, json_twin
 from app.queue.admission import Admission
 from app.queue.submission import read_capped_body, validate_submission
+from app.reader.tour import TOUR_JOBS
 from app.routes.common import is_htmx, render
 from app.routes.forms import FormValueError, number
 from app.settings import Settings
@@ -161,6 +162,17 @@ def _record_context(
             status_code=422, detail=[{"field": "b", "message": "b: a record needs two sides"}]
         )
     ctx = _context(dispatcher, req)
+    if ctx.get("compile_only"):
+        raise HTTPException(
+            status_code=422,
+            detail=[
+                {
+                    "field": "b",
+                    "message": "b: both sides only compiled and nothing was timed, so there is "
+                    "no decision to record (a record sets measured times against prices)",
+                }
+            ],
+        )
     if not ctx["guard"]["comparable"]:
         raise HTTPException(
             status_code=422,
@@ -281,6 +293,23 @@ async def compare_repeat(
             sides[name] += queue_repeats(admission, state.settings, first, count, client)
     query = Comparison(sides["a"], sides["b"], req.boundary).query()
     return RedirectResponse(f"/compare?{query}", status_code=303)
+
+
+@router.post("/tour/compare", response_class=HTMLResponse)
+async def tour_compare(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
+) -> RedirectResponse:
+    """The landing page's second button: queue the tour's two compiles (v6e:2x4 and
+    h100:8) through the one admission and open their comparison, which fills in as they
+    finish."""
+    form = await _form(request)
+    _check_token(form, admission)
+    valid = [
+        validate_submission(job, dispatcher.store, state.settings.MAX_JOB_BYTES)
+        for job in TOUR_JOBS
+    ]
+    a, b = admission.queue(admission.client(request), valid)
+    return RedirectResponse(f"/compare?{Comparison([a.id], [b.id], None).query()}", 303)
 
 
 @router.post("/runs/{job_id}/repeat", response_class=HTMLResponse)

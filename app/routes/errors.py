@@ -135,6 +135,19 @@ def error_page(
     return render(request.app.state.boundary, "error.html", ctx, status_code)
 
 
+def bad_address_page(request: Request, problems: list[dict[str, str | None]]) -> HTMLResponse:
+    """422 as a site page: a query value the page cannot use (`?start=-5`, `?step=abc`),
+    each named in plain words, with a link to the page without them."""
+    path = request.url.path
+    section = section_of(path) or SITE
+    said = "; ".join(str(p["message"]) for p in problems) or "a value is not one it takes"
+    what = f"This page's address asks for something it cannot show: {said}."
+    back = replace(
+        section, hint="", links=(("The page without those values", path), *section.links)
+    )
+    return error_page(request, 422, "Not a value this page takes", what, back)
+
+
 def install(app: FastAPI, reader_not_found: Any) -> None:
     """The handlers: `reader_not_found(request)` answers 404s outside the bench sections."""
 

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.pages.matrices import cell_view, matrix_csv, matrix_public
+from app.pages.matrices import cell_view, example_rows, matrix_csv, matrix_public
 from app.queue.admission import Admission
 from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
@@ -38,6 +38,12 @@ from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
 router = APIRouter(tags=["matrices"])
 
 read_route = reads(router)
+
+FORM_FIELDS = frozenset(
+    {"title", "axis.name", "axis.values", "base_params", "columns.name", "columns.values"}
+    | {"mode", "samples", "cache"}
+)
+"""The matrix form's text fields, kept when the form is asked for again."""
 
 
 ERRORS = SUBMIT_ERRORS
@@ -219,23 +225,33 @@ def _form_context(
     "/matrices/new", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
 )
 async def new_matrix(
+    request: Request,
     state: StateDep,
     dispatcher: DispatcherDep,
+    *,
     workload: Annotated[str, Query(max_length=64)] = "matmul",
     artifact: Annotated[str | None, Query(max_length=64)] = None,
+    shown: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    """The matrix form; `?workload=exported&artifact=SHA` starts from an uploaded function."""
-    values: dict[str, Any] = {
-        "workload": workload if workload in WORKLOADS else "matmul",
-        "paths": ["jax-cpu"],
-    }
+    """The matrix form; `?workload=exported&artifact=SHA` starts from an uploaded function.
+
+    Choosing another workload asks for the form again (htmx, or a plain GET without
+    JavaScript) with what was typed; `shown` names the workload it showed, and rows that
+    belonged to it give way to the new workload's example rows."""
+    chosen = workload if workload in WORKLOADS else "matmul"
+    values: dict[str, Any] = {"workload": chosen, "paths": ["jax-cpu"]}
+    if shown is not None:  # the form itself asked: keep what was typed
+        query = request.query_params
+        values.update({k: v[:2000] for k, v in query.items() if k in FORM_FIELDS})
+        values["paths"] = query.getlist("paths")
+        values["targets"] = query.getlist("targets")
     if artifact:
         values.update({"workload": "exported", "axis.name": "artifact", "axis.values": artifact})
-    else:
-        values.update(
-            {"axis.name": SHAPE, "axis.values": "m=256, n=256, k=256; m=512, n=512, k=512"}
-        )
-    return render(state, "matrix_new.html", _form_context(state, dispatcher, values, {}))
+    elif shown != chosen:
+        name, rows = example_rows(chosen)
+        values.update({"axis.name": name, "axis.values": rows, "base_params": ""})
+    ctx = _form_context(state, dispatcher, values, {})
+    return render(state, "_matrix_form.html" if is_htmx(request) else "matrix_new.html", ctx)
 
 
 @router.post("/matrices", response_class=HTMLResponse, include_in_schema=False)

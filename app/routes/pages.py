@@ -87,8 +87,13 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         # FastAPI's own answer echoes the input; ours names the field and says what is
-        # allowed, like every other 422 of this app.
-        return JSONResponse({"detail": request_problems(exc.errors())}, status_code=422)
+        # allowed, like every other 422 of this app. A browser asking for a page gets a
+        # site page saying the same.
+        problems = request_problems(exc.errors())
+        path = request.url.path
+        if request.method in ("GET", "HEAD") and errors.wants_html(path):
+            return errors.bad_address_page(request, problems)
+        return JSONResponse({"detail": problems}, status_code=422)
 
     @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -3,6 +3,7 @@ fusions, library calls, collectives and copies came from, and the GPU compiler r
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
@@ -11,19 +12,35 @@ from fastapi.responses import HTMLResponse
 from app.deps import DispatcherDep, StateDep
 from app.ir.fusion_decisions import fusion_decisions
 from app.ir.pipeline import (
+    PASS_PIPELINE,
     PIPELINE_ARTIFACT,
     align,
     load_pipeline,
     origins,
     pass_groups,
+    pipeline_title,
     step_diff,
 )
+from app.ir.thunks import thunk_sequence
 from app.ir.view import build_view
 from app.routes.common import render
+from app.routes.errors import MissingPart
 from app.routes.routing import reads
 
 router = APIRouter(include_in_schema=False)
+INSTRUCTION_NAME = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ", re.M)
+"""An instruction's name where the HLO defines it."""
 read_route = reads(router)
+
+
+def _final_names(hlo: str) -> dict[str, str]:
+    """Each instruction name of the final HLO, also under the name XLA:GPU gives its kernel
+    (dots made underscores: gemm_fusion_dot_general_1 is %gemm_fusion_dot_general.1)."""
+    names: dict[str, str] = {}
+    for name in INSTRUCTION_NAME.findall(hlo):
+        names.setdefault(name.replace(".", "_").replace("-", "_"), name)
+        names[name] = name
+    return names
 
 
 @read_route("/runs/{job_id}/pipeline", response_class=HTMLResponse)
@@ -38,7 +55,7 @@ async def run_pipeline(
     if found is None:
         if dispatcher.store.get_job(job_id[:64]) is None:
             raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
-        missing = {"job_id": job_id, "capture": None, "nav": "runs"}
+        missing = {"job_id": job_id, "capture": None, "title": PASS_PIPELINE, "nav": "runs"}
         return render(state, "pipeline.html", missing, 404)
     capture = load_pipeline(found[0])
     base = f"/runs/{job_id}/pipeline"
@@ -46,7 +63,12 @@ async def run_pipeline(
     final = capture.final or (hlo[0] if hlo else "")
     diff = step_diff(capture, step) if step is not None else None
     if step is not None and diff is None:
-        raise HTTPException(status_code=404, detail=f"no changed step {step} in this pipeline")
+        raise MissingPart(
+            f"run {job_id} has no changed step {step} in its pass pipeline (the page lists "
+            "the steps it has)",
+            "No such step",
+            ("Back to the pass pipeline", base),
+        )
     chosen = next((s for s in capture.steps if s.order == step), None)
     reports: dict[str, Any] = {
         name: build_view("hlo", text, f"{base}#{name}") for name, text in capture.files.items()
@@ -62,6 +84,9 @@ async def run_pipeline(
         "diff": diff,
         "reports": reports,
         "decisions": fusion_decisions(capture.files.get("priority_fusion_dump.txt", "")),
+        "thunks": thunk_sequence(capture.files.get("thunk_sequence.txt", "")),
+        "final_names": _final_names(final),
+        "title": pipeline_title(capture),
         "nav": "runs",
     }
     return render(state, "pipeline.html", ctx)

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
+from app.pages.compiler_options import options_context
 from app.pages.runs.form import (
     PATH_ONLY_PARAMS,
     FormState,
@@ -21,6 +22,7 @@ from app.pages.runs.form import (
     param_fields,
     target_note,
     target_options,
+    wider_targets_note,
 )
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.routes.common import connected_paths, is_htmx, render
@@ -29,6 +31,13 @@ from app.routes.routing import reads
 from app.state import AppState
 from workers.catalog import WORKLOADS
 from workers.protocol import PathId, StageId
+from workers.protocol.compiler_options import (
+    PATH_COMPILER,
+    OptionError,
+    allowed_table,
+    check_options,
+    compiler_for,
+)
 
 router = APIRouter(include_in_schema=False)
 """Included before the run pages' router, so `/runs/new` is never read as a run id."""
@@ -54,8 +63,15 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
         if f.kind == "checkbox":
             params[f.name] = raw is not None
             continue
-        if raw is None or raw.strip() == "":
-            continue  # the workload's default applies
+        if raw is None:
+            continue  # not on the form: the workload's default applies
+        if raw.strip() == "":
+            if f.default not in (None, ""):
+                # An emptied box is not a request for the default: say which it would be.
+                state.errors[f"params.{f.name}"] = (
+                    f"{f.name} is required; the default is {f.default}"
+                )
+            continue
         try:
             if f.kind == "integer":
                 params[f.name] = whole_number(f.name, raw)
@@ -84,6 +100,16 @@ def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], 
     }
     if state.target:
         body["target"] = state.target
+    lines = [
+        line
+        for line in form.get("compiler_options", "").splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    if lines:
+        try:
+            body["compiler_options"] = check_options(lines, compiler_for(state.path))
+        except OptionError as exc:
+            state.errors["compiler_options"] = exc.message
     if not body["stages"]:
         state.errors["stages"] = "choose at least one stage"
     return body, state
@@ -97,8 +123,12 @@ def _form_context(
     workers = [w.capabilities for w in dispatcher.recent_workers()]
     options = target_options(form.workload, form.path, workers)
     chosen = next((o for o in options if o.id == form.target), None)
+    compiler = PATH_COMPILER.get(form.path)
     return {
+        "compiler": compiler,
+        "allowed_options": allowed_table(compiler) if compiler is not None else [],
         "targets": options,
+        "wider_targets": wider_targets_note(form.workload, form.path, options),
         "target_note": target_note(chosen.id, chosen.real) if chosen else None,
         "form": form,
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
@@ -153,6 +183,8 @@ async def new_run(
     for key, value in request.query_params.multi_items():
         if key.startswith("measure.") or (key.startswith("param.") and shown == workload):
             form.values[key] = value[:200]
+        elif key == "compiler_options":
+            form.values[key] = value[:4000]
     if shown == workload and shown_path == choice.path:
         form.stages = request.query_params.getlist("stages")  # nothing changed them
     # A target goes with some paths only (jax-cpu takes none): another path clears it.
@@ -166,6 +198,18 @@ async def new_run(
         form.stages = choice.stages  # the target was cleared: the path's usual stages
     ctx = _form_context(state, dispatcher, form, choice.note)
     return render(state, "_run_form.html" if is_htmx(request) else "run_new.html", ctx)
+
+
+@reads(router)("/compiler-options", response_class=HTMLResponse)
+async def compiler_options_page(state: StateDep) -> HTMLResponse:
+    """The options each compiler takes, and worked examples of what one option changes."""
+    return render(state, "compiler_options.html", {**options_context(), "nav": "runs"})
+
+
+@reads(router)("/compiler-options.json")
+async def compiler_options_json() -> dict[str, Any]:
+    """The same as JSON."""
+    return options_context()
 
 
 @router.post("/runs", response_class=HTMLResponse)

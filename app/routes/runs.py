@@ -16,10 +16,12 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
+from app.ir.pipeline import GPU_REPORTS, PASS_PIPELINE
 from app.ir.view import SourceText, build_view
 from app.pages.jobs import job_public
-from app.pages.runs.profile import profile_response
-from app.pages.runs.views import run_context, samples_csv, shape_and_dtype
+from app.pages.runs.profile import chrome_trace, profile_response, profile_view
+from app.pages.runs.timeline import KEYS_HELP, TraceTooLarge, timeline_urls, viewer_trace
+from app.pages.runs.views import run_context, samples_csv, shape_and_dtype, variant_of
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import is_htmx, render
@@ -47,6 +49,13 @@ def _job_json(job_id: str, dispatcher: Dispatcher) -> dict[str, Any]:
     return job_public(job, dispatcher)
 
 
+def _pipeline_label(pipeline: Any) -> str | None:
+    """What the run's /pipeline page is called in links to it; None when it has none."""
+    if not pipeline:
+        return None
+    return PASS_PIPELINE if pipeline.get("steps") else GPU_REPORTS
+
+
 def _public_base(state: AppState, request: Request) -> str:
     return (state.settings.PUBLIC_BASE_URL or str(request.base_url)).rstrip("/")
 
@@ -66,6 +75,37 @@ async def run_profile(job_id: str, state: StateDep, dispatcher: DispatcherDep) -
 async def run_profile_perfetto(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
     """The trace's Chrome-format .json.gz alone, which ui.perfetto.dev opens directly."""
     return profile_response(dispatcher.store, job_id, True, state.settings.PROFILE_MAX_BYTES)
+
+
+@page_route("/runs/{job_id}/profile/timeline")
+async def run_timeline(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
+    """The run's profiler trace as a timeline, in the viewer this server vendors."""
+    job = _job_json(job_id, dispatcher)
+    view = profile_view(job_id, job.get("run") or {})
+    if view is None or view["timeline"] is None:
+        raise MissingPart(
+            f"run {job_id} has no profiler trace to show (a run has one when it was asked "
+            'for with --profile, or "measure": {"profile": true})',
+            "This run has no trace",
+            ("Back to the run", f"/runs/{job_id}"),
+        )
+    ctx = {"job": job, "profile": view, "urls": timeline_urls(job_id), "keys": KEYS_HELP}
+    return render(state, "run_timeline.html", {**ctx, "nav": "runs"})
+
+
+@router.api_route("/runs/{job_id}/profile/trace.json", methods=["GET", "HEAD"])
+async def run_timeline_trace(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
+    """The trace as the timeline viewer reads it (Chrome JSON, sent gzip-encoded); the
+    download at /profile/perfetto.json.gz is the profiler's file unchanged."""
+    stored = chrome_trace(dispatcher.store, job_id, state.settings.PROFILE_MAX_BYTES)
+    try:
+        data = viewer_trace(stored)
+    except TraceTooLarge as exc:
+        raise HTTPException(status_code=413, detail=f"{exc}; download it instead") from None
+    except ValueError as exc:
+        raise HTTPException(422, f"the stored trace is unreadable: {exc}") from None
+    headers = {"Content-Encoding": "gzip", "Cache-Control": "no-store"}
+    return Response(data, media_type="application/json", headers=headers)
 
 
 @router.api_route("/runs/{job_id}/samples.csv", methods=["GET", "HEAD"])
@@ -132,7 +172,7 @@ async def run_ir(
         "view": view,
         "src": src,
         "source_sha": source.sha256 if source else "",
-        "has_pipeline": bool((run or {}).get("pipeline")),
+        "pipeline_label": _pipeline_label((run or {}).get("pipeline")),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
         "job_id": job_id,
         "nav": "runs",
@@ -249,7 +289,7 @@ async def run_live(
 
 def _history_row(job: dict[str, Any]) -> dict[str, Any]:
     shape, dtype = shape_and_dtype(job)
-    return {**job, "shape": shape, "dtype": dtype}
+    return {**job, "shape": shape, "dtype": dtype, "variant": variant_of(job)}
 
 
 @page_route("/runs")

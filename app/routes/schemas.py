@@ -113,6 +113,11 @@ class JobSummary(BaseModel):
     target: str | None = Field(
         default=None, description="What the compiler compiles for, e.g. v6e:2x4 or b200:1."
     )
+    compiler_options: dict[str, bool | int | str] = Field(
+        default_factory=dict,
+        description="XLA options every compile of the job had, e.g. "
+        '{"xla_gpu_enable_triton_gemm": false}; {} for none.',
+    )
     created_at: str
     updated_at: str
     worker_id: str | None = Field(description="The worker that last held the job.")

@@ -17,6 +17,7 @@ _TYPES = {
     ".css": "text/css; charset=utf-8",
     ".txt": "text/plain; charset=utf-8",
     ".svg": "image/svg+xml",
+    ".html": "text/html; charset=utf-8",
 }
 
 

@@ -49,8 +49,9 @@ _PLAIN: dict[str, str] = {
     "string_type": "must be text",
     "string_too_short": "must be at least {min_length} characters",
     "string_too_long": "must be at most {max_length} characters",
-    "too_short": "needs at least {min_length} items",
-    "too_long": "takes at most {max_length} items",
+    "too_short": "needs at least {min_length} values",
+    "too_long": "takes at most {max_length} values",
+    "string_pattern_mismatch": "is not in the form it takes",
     "missing": "is required",
     "extra_forbidden": "unknown field",
     "literal_error": "must be one of {expected}",
@@ -59,9 +60,22 @@ _PLAIN: dict[str, str] = {
 """Pydantic's error types, said in plain words after the field's name ("m must be at least 1")."""
 
 
+_PATTERN_WORDS: dict[str, str] = {
+    "^[A-Za-z_][A-Za-z0-9_]*$": "must be letters, digits and _, not starting with a digit",
+    "^[0-9a-f]{64}$": "must be a SHA-256: 64 lowercase hexadecimal digits",
+}
+"""Patterns the checks use (a name, a stored file's digest), said in words rather than as
+a regular expression; any other reads "is not in the form it takes"."""
+
+
 def _plain(err: Any, loc: str) -> str:
     template = _PLAIN.get(err["type"])
     ctx = err.get("ctx") or {}
+    pattern = ctx.get("pattern") if err["type"] == "string_pattern_mismatch" else None
+    if pattern is not None and pattern in _PATTERN_WORDS:
+        template = _PATTERN_WORDS[pattern]
+    elif err["type"] == "too_short" and ctx.get("min_length") == 1:
+        template = "must not be empty"
     if template is None:
         return str(err["msg"])
     try:
@@ -103,4 +117,14 @@ def pydantic_problems(exc: ValidationError, prefix: str = "") -> list[tuple[str 
         messages = by_field.setdefault(field, [])
         if message not in messages:
             messages.append(message)
-    return [(field, "; or ".join(messages)) for field, messages in by_field.items()]
+    return [(field, _joined(field, messages)) for field, messages in by_field.items()]
+
+
+def _joined(field: str | None, messages: list[str]) -> str:
+    """A union's alternatives as one sentence: "samples must be at least 1, or 'auto'"."""
+    name = (field or "").rsplit(".", 1)[-1] or "the value"
+    lead = f"{name} must be "
+    if len(messages) > 1 and all(m.startswith(lead) for m in messages):
+        rest = [m.removeprefix(lead).removeprefix("one of ") for m in messages]
+        return lead + ", or ".join(rest)
+    return "; or ".join(messages)

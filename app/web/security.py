@@ -1,7 +1,9 @@
 """Response headers that keep pages safe: a strict CSP and framing only where allowed.
 
 Only `/embed/` routes may be framed, by the origins the FRAME_ANCESTORS setting names;
-every other response allows framing by the site itself alone.
+every other response allows framing by the site itself alone. The vendored trace viewer's
+own files (speedscope, under VIEWER_PREFIX) get the one loosening it needs, and no other
+path does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,20 @@ _BASE_CSP = (
 )
 
 
+VIEWER_PREFIX = "/static/vendor/speedscope/"
+"""The vendored trace timeline viewer (scripts/vendor-speedscope)."""
+
+EMPTY_STYLE_HASH = "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"
+"""The CSP hash of empty text. speedscope's styling library adds one empty <style>
+element and fills it through the CSSOM (`insertRule`), which CSP does not govern."""
+
+VIEWER_CSP = _BASE_CSP.replace("script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'").replace(
+    "style-src 'self'", f"style-src 'self' {EMPTY_STYLE_HASH}"
+)
+"""The viewer's policy: it also compiles a small WebAssembly name demangler carried in its
+own script. Still no inline script or style text, no eval, no other origin."""
+
+
 def is_embed(path: str) -> bool:
     return path.startswith(EMBED_PREFIX)
 
@@ -25,8 +41,9 @@ def security_headers(path: str, frame_ancestors: str) -> list[tuple[bytes, bytes
     """The security headers for a response to `path`."""
     embed = is_embed(path)
     ancestors = frame_ancestors if embed else "'self'"
+    policy = VIEWER_CSP if path.startswith(VIEWER_PREFIX) else _BASE_CSP
     headers = [
-        (b"content-security-policy", (_BASE_CSP + ancestors).encode()),
+        (b"content-security-policy", (policy + ancestors).encode()),
         (b"x-content-type-options", b"nosniff"),
         (b"referrer-policy", b"strict-origin-when-cross-origin"),
     ]

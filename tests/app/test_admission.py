@@ -66,6 +66,7 @@ QUEUEING_ROUTES = (
     "/artifacts/{sha256}/runs",
     "/compare/repeat",
     "/runs/{job_id}/repeat",
+    "/tour/compare",
 )
 """Every POST route that queues work, each driven below."""
 OTHER_POSTS = (
@@ -164,10 +165,12 @@ async def test_every_job_the_store_inserts_went_through_admission(
         assert repeats.status_code in (200, 303), repeats.text
         again = await client.post(f"/runs/{done}/repeat", data={"profile": "on"})
         assert again.status_code in (200, 303), again.text
+        tour = await client.post("/tour/compare", content="", headers=FORM)
+        assert tour.status_code == 303, tour.text
 
     assert inserts and all(through for _, through in inserts), inserts
     assert len(inserts) == sum(admitted)
-    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 1  # each route queued its jobs
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 1 + 2  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(

@@ -140,7 +140,7 @@ async def test_a_job_naming_files_is_checked_before_it_is_queued(
         ({"artifact": "a" * 64}, "no uploaded file aaaaaaaaaaaa"),
         ({"artifact": tpu}, "exported for tpu only; path jax-cpu needs cpu"),
         ({"artifact": archive}, "is not of kind exported"),
-        ({"artifact": "not-a-digest"}, "String should match pattern"),
+        ({"artifact": "not-a-digest"}, "artifact must be a SHA-256: 64 lowercase hexadecimal"),
     ]
     for params, message in cases:
         r = await bench_client.post(

@@ -274,6 +274,13 @@ async def test_missing_repeats_are_queued_with_the_same_spec(
     assert all(j["params"] == SPEC["params"] for j in queued)
     pending = await bench_client.get(location)
     assert 'hx-trigger="every 3s"' in pending.text and "2 pending" in pending.text
+    # While the repeats wait, the page waits: a queued run has no device yet, which is no
+    # mixed side and no reason to refuse the comparison.
+    assert "Waiting for 4 repeats to finish" in pending.text
+    assert "Not comparable" not in pending.text and "mixes configurations" not in pending.text
+    # The heading counts side A first: 3 runs of A against 1 of B.
+    uneven = await bench_client.get(f"/compare?a={side_a}&b={b}")
+    assert "matmul: 3 runs against 1</h1>" in uneven.text
 
 
 async def test_a_run_can_be_repeated_with_the_profiler_on(
@@ -324,6 +331,9 @@ async def test_the_decision_record_round_trips(
         if isinstance(value, str):
             assert value in md, name
     assert "Recorded 20" in md
+    # Calls an hour in whole calls with separators, never "1.24183e+06".
+    row = next(line for line in md.splitlines() if line.startswith("| A |"))
+    assert f"{side_a.calls_per_hour:,.0f}" in row and "e+" not in row
     for key, value in record.controlled.items():
         assert f"{key}: {value}" in md
     for run in record.runs:

@@ -127,7 +127,7 @@ async def test_cells_that_cannot_run_or_must_wait_say_why(bench_client: httpx.As
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"axis": {"name": "m", "values": []}}, "axis.values", "at least 1 item"),
+        ({"axis": {"name": "m", "values": []}}, "axis.values", "values must not be empty"),
         ({"axis": {"name": "m", "values": [{"m": 1}]}}, "axis", "plain values"),
         ({"axis": {"name": "m", "values": [1, 1]}}, "axis", "given twice"),
         ({"paths": ["jax-cpu", "jax-cpu"]}, None, "a path is named twice"),

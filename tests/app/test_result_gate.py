@@ -194,6 +194,11 @@ def worker_auth() -> dict[str, str]:
         ({"job": {"stages": ["compile"]}}, "result.job.stages"),
         ({"job": {"measure": {"samples": 500}}}, "result.job.measure"),
         ({"job": {"target": "b200:1"}}, "result.job.target"),
+        # A run compiled with options its job did not ask for is another program.
+        (
+            {"job": {"compiler_options": {"xla_cpu_enable_fast_math": True}}},
+            "result.job.compiler_options",
+        ),
     ],
 )
 async def test_a_result_for_another_job_than_its_lease_is_refused(

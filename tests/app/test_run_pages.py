@@ -80,7 +80,7 @@ async def test_form_is_built_from_the_catalog(bench_client: httpx.AsyncClient) -
     html = r.text
     for name in ("m", "n", "k", "dtype", "precision"):
         assert f'name="param.{name}"' in html
-    assert "Allowed: 1–16384" in html
+    assert "Allowed: 1–16,384" in html
     assert '<option value="jax-gpu" selected>jax-gpu (no worker connected)' in html
     frag = await bench_client.get("/runs/new?workload=attention", headers={"HX-Request": "true"})
     assert frag.text.startswith("<form")

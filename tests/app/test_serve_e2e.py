@@ -64,3 +64,39 @@ def test_local_workers_start_with_the_server_and_stop_with_it(
             proc.kill()
         for pid in worker_pids(port):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_serve_does_not_log_every_request_its_worker_makes(tmp_path: Path) -> None:
+    """A worker polls for leases and beats its heart: `serve`'s log used to carry one
+    "HTTP Request: POST …" line for each (httpx at INFO). Starting, a job and stopping
+    are still said."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "BOUNDARY_WORKER_TOKEN"}
+    env["BOUNDARY_DB"] = str(tmp_path / "db.sqlite3")
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "1"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_until_up(url, proc)
+            assert wait_for(lambda: httpx.get(url + "/api/v1/workers").json()["count"] == 1, 60)
+            body = {
+                "workload": "matmul",
+                "params": {"m": 16, "n": 16, "k": 16},
+                "stages": ["compile"],
+            }
+            job = httpx.post(url + "/api/v1/jobs", json=body).json()["id"]
+            done = lambda: httpx.get(f"{url}/api/v1/jobs/{job}").json()["status"] == "done"  # noqa: E731
+            assert wait_for(done, 60)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = log.read_text(errors="replace")
+    assert "registered as" in text  # the worker still says what it is
+    requests = [line for line in text.splitlines() if "HTTP Request:" in line]
+    assert not requests, requests[:3]

@@ -213,7 +213,7 @@ async def test_a_compile_only_target_job_has_no_byte_cap(bench_client: httpx.Asy
     assert (await bench_client.post("/api/v1/jobs", json=spec)).status_code == 202
     executes = {**spec, "stages": ["compile", "execute"]}
     r = await bench_client.post("/api/v1/jobs", json=executes)
-    assert r.status_code == 422 and "over the limit" in r.text
+    assert r.status_code == 422 and "over this server's limit" in r.text
     r = await bench_client.post("/api/v1/jobs", json={**spec, "target": None})
     assert r.status_code == 422
 

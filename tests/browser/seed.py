@@ -104,6 +104,7 @@ class Site:
     runs: dict[str, str] = field(default_factory=dict)  # state -> job id
     compare: str = ""
     compare_targets: str = ""
+    compare_options: str = ""
     matrix: str = ""
     played: PlayedWorker | None = None
 
@@ -142,6 +143,29 @@ def seed(url: str) -> Site:
         pipeline = _submit(
             http, {**_job("jax-cpu", stages=["compile"]), "measure": {"pipeline": True}}
         )
+        # What a new user met (issue 27): a B200 compile with one XLA option, to compare
+        # with the plain one; a TPU program too big for its chip; a profiled run (its
+        # timeline); twenty samples to plot on a phone.
+        b200_options = _submit(
+            http,
+            {
+                **_job("jax-gpu"),
+                "target": "b200:1",
+                "compiler_options": {"xla_gpu_enable_triton_gemm": False},
+            },
+        )
+        misfit = _submit(
+            http,
+            {
+                "workload": "attention",
+                "path": "jax-tpu",
+                "target": "v6e:1x1",
+                "params": {"batch": 16, "heads": 32, "seq_len": 8192, "head_dim": 128},
+            },
+        )
+        profiled = _submit(
+            http, {**_job("jax-cpu", samples=20), "measure": {"samples": 20, "profile": True}}
+        )
         matrix = http.post(
             "/api/v1/matrices",
             json={
@@ -172,7 +196,9 @@ def seed(url: str) -> Site:
             second.stop()
         queued = _submit(http, _job("jax-tpu"))
 
-        _wait_final(http, [done, again, compile_only, b200, v6e, pipeline])
+        _wait_final(
+            http, [done, again, compile_only, b200, v6e, pipeline, b200_options, misfit, profiled]
+        )
         for job_id in (b200, v6e, pipeline):
             assert http.get(f"/api/v1/jobs/{job_id}").json()["status"] == "done", job_id
         cells = http.get(f"/matrices/{site.matrix}.json").json()
@@ -188,7 +214,11 @@ def seed(url: str) -> Site:
         "b200": b200,
         "v6e": v6e,
         "pipeline": pipeline,
+        "b200-options": b200_options,
+        "misfit": misfit,
+        "profiled": profiled,
     }
     site.compare = f"/compare?a={done}&b={again}"
     site.compare_targets = f"/compare?a={v6e}&b={b200}"
+    site.compare_options = f"/compare?a={b200}&b={b200_options}"
     return site

@@ -27,8 +27,8 @@ def test_submit_from_the_page_and_read_the_run(page: Page, bench_server: str) ->
     expect(page.locator("#run")).to_have_attribute("data-status", "done", timeout=90000)
     assert page.evaluate("window.__marker") == "no reload"
     expect(page.get_by_text("Correct within tolerance")).to_be_visible()
-    expect(page.locator("svg.samples")).to_have_count(1)
-    expect(page.locator("svg.samples circle.sample")).to_have_count(15)
+    expect(page.locator(".chart-wide svg.samples")).to_have_count(1)
+    expect(page.locator(".chart-wide svg.samples circle.sample")).to_have_count(15)
     expect(page.get_by_text("host-sync").first).to_be_visible()
     # The optimized HLO loads into the IR view; the StableHLO tab swaps it.
     expect(page.locator(".ir-view[data-artifact='hlo'] .ir-lines .l").first).to_be_visible(

@@ -102,11 +102,39 @@ def test_gpu_cards_compile_for_a_b200() -> None:
         assert run.job.path is PathId.JAX_GPU
 
 
-def test_a_tpu_program_that_does_not_fit_is_refused_plainly() -> None:
-    """libtpu refuses temporaries past a chip's HBM; the run says so instead of crashing:
-    16 × 32 × 8192² float32 scores are 137 GB against a v6e chip's 32 GB."""
-    from workers.run.engine import PathUnavailable
+@pytest.mark.parametrize(
+    ("key", "says", "carrier"),
+    [
+        (
+            "jax-gpu.scale",
+            "The result is replicated",
+            r"^ROOT %\S+ = f32\[4096,1024\]\S* all-reduce-done\(",
+        ),
+        (
+            "jax-tpu.scale",
+            "The result stays sharded",
+            r"^ROOT %\S+ = bf16\[512,2048\]\S* all-reduce\(",
+        ),
+    ],
+)
+def test_a_sharding_claim_quotes_the_instruction_that_carries_it(
+    key: str, says: str, carrier: str
+) -> None:
+    """Not a computation's signature that happens to have the shape (the GEMM's own
+    `-> f32[4096,1024]` once made "replicated" hold): the entry's last instruction, the
+    all-reduce that leaves each device its output, quoted whole without its metadata."""
+    run = compiled(key)
+    job = CARDS[key].job
+    assert job is not None and run.artifacts.hlo is not None
+    (check,) = [c for c in check_claims(job, {"hlo": run.artifacts.hlo}) if c.says.startswith(says)]
+    assert check.holds and check.found is not None
+    assert re.search(carrier, check.found), check.found
+    assert "metadata=" not in check.found and "fusion" not in check.found.split("(")[0]
 
+
+def test_a_tpu_program_that_does_not_fit_is_a_finished_run_that_shows_the_misfit() -> None:
+    """libtpu refuses temporaries past a chip's HBM; the run is a valid compile-only run, as
+    on a GPU target: 16 × 32 × 8192² float32 scores are 137 GB against a v6e chip's 32 GB."""
     job = JobSpec.model_validate(
         {
             "workload": "attention",
@@ -115,5 +143,10 @@ def test_a_tpu_program_that_does_not_fit_is_refused_plainly() -> None:
             "params": {"batch": 16, "heads": 32, "seq_len": 8192, "head_dim": 128},
         }
     )
-    with pytest.raises(PathUnavailable, match=r"does not fit: libtpu \(XLA:TPU\) refused"):
-        run_job(job)
+    run = run_job(job)
+    assert run.valid and run.target is not None and run.artifacts.hlo is None
+    assert run.target.refused is not None and "exceeds available HBM" in run.target.refused
+    memory = run.target.memory
+    assert memory is not None and memory.temp_bytes is not None
+    assert memory.temp_bytes > memory.hbm_bytes  # libtpu's own 136.00G, read as GiB
+    assert any(w.startswith("Does not fit: libtpu (XLA:TPU) refused") for w in run.warnings)

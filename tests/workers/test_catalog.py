@@ -71,7 +71,7 @@ def test_unknown_fields_and_coercion_are_refused() -> None:
 
 
 def test_total_bytes_are_capped_by_the_setting() -> None:
-    with pytest.raises(CatalogError, match="over the limit of 1,000"):
+    with pytest.raises(CatalogError, match=r"over this server's limit of 1 kB \(1,000 bytes\)"):
         parse_params("matmul", {"m": 64, "n": 64, "k": 64}, max_bytes=1000)
     big = parse_params("attention", {"seq_len": 8192, "batch": 4, "heads": 8}, 10**12)
     assert big.input_bytes() > 8192 * 8192 * 4 * 8 * 4  # the score matrix counts

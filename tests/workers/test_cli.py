@@ -79,7 +79,7 @@ def test_settings_come_from_the_environment(
 ) -> None:
     monkeypatch.setenv("BOUNDARY_MAX_JOB_BYTES", "100")
     assert run_command(["matmul", *SMALL]) == 2
-    assert "over the limit of 100" in capsys.readouterr().err
+    assert "over this server's limit of 100 bytes" in capsys.readouterr().err
     monkeypatch.setenv("BOUNDARY_MAX_JOB_BYTES", "lots")
     assert run_command(["matmul", *SMALL]) == 2
     assert "BOUNDARY_MAX_JOB_BYTES" in capsys.readouterr().err

@@ -118,11 +118,26 @@ def parse_params(
         raise CatalogError(message, field) from None
     size = parsed.input_bytes()
     if size > max_bytes:
-        raise CatalogError(
-            f"params: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            "params",
-        )
+        raise CatalogError(f"params: {over_limit(size, max_bytes)}", "params")
     return parsed
+
+
+def _size(size: int) -> str:
+    """Bytes in decimal units with the exact count: "3.22 GB (3,221,225,472 bytes)"."""
+    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit} ({size:,} bytes)"
+    return f"{size:,} bytes"
+
+
+def over_limit(size: int, max_bytes: int) -> str:
+    """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
+    return (
+        f"inputs and outputs take {_size(size)}, over this server's limit of "
+        f"{_size(max_bytes)}, set by BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running "
+        "(a target, stages compile only) the job places no array, has no such limit, and "
+        "shows whether the program fits the chip"
+    )
 
 
 def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:

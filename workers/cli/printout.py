@@ -16,6 +16,7 @@ from workers.protocol import (
     Measurement,
     PipelineCapture,
     RunResult,
+    TargetReport,
 )
 
 EXIT_OK = 0
@@ -105,6 +106,24 @@ def _hlo_lines(summary: HloSummary) -> list[str]:
     return lines
 
 
+def target_lines(target: TargetReport) -> list[str]:
+    """What the run was compiled for and, from the compiler's figures, whether it fits."""
+    how = "compiled without the hardware" if target.deviceless else "run on it"
+    version = f" {target.compiler_version}" if target.compiler_version else ""
+    lines = [f"target    {target.id}: {how}, by {target.compiler}{version}"]
+    memory = target.memory
+    if memory is not None and memory.peak_bytes is not None:
+        needed = memory.peak_bytes + (memory.generated_code_bytes or 0)
+        least = "at least " if target.refused else ""
+        over = needed - memory.hbm_bytes
+        verdict = f"does not fit by {byte_size(over)}" if over > 0 else "fits"
+        lines.append(
+            f"memory    {verdict}: one device needs {least}{byte_size(needed)} of "
+            f"{byte_size(memory.hbm_bytes)} ({memory.hbm_label})"
+        )
+    return lines
+
+
 def format_report(run: RunResult) -> str:
     """The whole run as text: job, environment, stages, samples, correctness, HLO."""
     job, env = run.job, run.environment
@@ -180,6 +199,8 @@ def format_report(run: RunResult) -> str:
                 f"peak {byte_size(ma.peak_bytes)}"
             )
         lines.append(f"XLA       {'; '.join(xla)}")
+    if run.target is not None:
+        lines.extend(target_lines(run.target))
     if run.hlo_summary is not None:
         lines.append("HLO")
         lines.extend(_hlo_lines(run.hlo_summary))

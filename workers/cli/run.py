@@ -35,6 +35,13 @@ from workers.protocol import (
     ProgressEvent,
     StageId,
 )
+from workers.protocol.compiler_options import (
+    OptionError,
+    OptionValue,
+    allowed_table,
+    check_options,
+    compiler_for,
+)
 
 EXIT_BAD_JOB = 2
 
@@ -128,11 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
     )
+    parser.add_argument(
+        "--xla-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an XLA option for this job's compiles, e.g. xla_gpu_enable_triton_gemm=false "
+        "(repeatable; only options on the allow-list of the path's compiler)",
+    )
     parser.add_argument("--server", metavar="URL", help="submit to this server instead")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the run result as JSON")
     output.add_argument("--ir", choices=list(ARTIFACT_NAMES), help="print one artifact")
     return parser
+
+
+def xla_options(path: str, texts: list[str]) -> dict[str, OptionValue]:
+    """`--xla-option NAME=VALUE` words, checked for the path's compiler; UsageError naming
+    the first problem (and, for a name that is not allowed, every name that is)."""
+    try:
+        compiler = compiler_for(path)
+        return check_options(texts, compiler)
+    except OptionError as exc:
+        message = f"--xla-option {exc.message}"
+        if exc.name is not None and " is not allowed: " in exc.message:
+            names = [name for name, _, _ in allowed_table(compiler)]
+            message += f"\nallowed for {compiler}: {', '.join(names)}"
+        raise UsageError(message) from None
 
 
 def build_job(args: argparse.Namespace) -> JobSpec:
@@ -158,6 +187,8 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         raw["stages"] = args.stages
     if args.target is not None:
         raw["target"] = args.target
+    if args.xla_option:
+        raw["compiler_options"] = xla_options(args.path, args.xla_option)
     try:
         job = JobSpec.model_validate(raw)
     except ValidationError as exc:

@@ -57,6 +57,10 @@ def worker_command(argv: list[str]) -> int:
         format="%(asctime)s worker %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        # httpx logs every request at INFO: a worker's lease polls and heartbeats would
+        # fill `serve`'s log. Its warnings and errors still show.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     token = args.token or os.environ.get(TOKEN_ENV)
     if not token:
         print(f"boundary worker: give --token or set {TOKEN_ENV}", file=sys.stderr)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workers.compiler.options import CompileOptions, compile_options
 from workers.protocol import PipelineCapture, PipelineStep
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -42,13 +43,18 @@ def max_bytes_from_env() -> int:
     return int(raw)
 
 
-def capture_pipeline(lowered: Any, max_bytes: int) -> PipelineCapture:
-    """Compile `lowered` again with the per-pass dump and read the dump back."""
+def capture_pipeline(
+    lowered: Any, max_bytes: int, job_options: CompileOptions | None = None
+) -> PipelineCapture:
+    """Compile `lowered` again, with the job's own compiler options and the per-pass dump,
+    and read the dump back."""
     from workers.compiler.jaxtyped import config_update, config_value
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="boundary-pipeline-") as folder:
-        options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": ".*"}
+        options = compile_options(
+            job_options or {}, {"xla_dump_to": folder, "xla_dump_hlo_pass_re": ".*"}
+        )
         cached = config_value("jax_enable_compilation_cache")
         config_update("jax_enable_compilation_cache", False)  # a cache hit dumps nothing
         try:

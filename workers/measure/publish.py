@@ -61,6 +61,7 @@ from workers.protocol import (
     SweepResult,
     TargetReport,
 )
+from workers.protocol.compiler_options import as_text
 from workers.protocol.gate import WITHHELD, WITHHELD_FIELDS, gate
 
 __all__ = [
@@ -164,6 +165,10 @@ class Checked:
             extra["baselines"] = {k: v.model_dump(mode="json") for k, v in self.subjects.items()}
         warnings = list(m.warnings) + _cache_notes(m.environment)
         c = self.correctness
+        environment = m.environment
+        if m.job.compiler_options:  # every run names the options its compiles had
+            recorded = {**environment.extra, "compiler_options": as_text(m.job.compiler_options)}
+            environment = environment.model_copy(update={"extra": recorded})
         run = RunResult(
             job=m.job,
             params=m.params,
@@ -178,7 +183,7 @@ class Checked:
             rates=Rates(flops=m.work.flops, bytes=m.work.bytes, source=m.work.source)
             if m.work is not None
             else None,
-            environment=m.environment,
+            environment=environment,
             warnings=warnings,
             valid=False,  # the gate decides
             harness_seconds=harness_s,

@@ -58,7 +58,15 @@ WITHHELD_FIELDS: tuple[str, ...] = (
 SPEED_EXTRA_KEYS = frozenset({"comparison", "unreported_s", "warmed"})
 """`extra` entries that hold times, or counts of timed calls."""
 
-LEASE_FIELDS: tuple[str, ...] = ("workload", "path", "target", "stages", "measure", "params")
+LEASE_FIELDS: tuple[str, ...] = (
+    "workload",
+    "path",
+    "target",
+    "stages",
+    "measure",
+    "params",
+    "compiler_options",
+)
 """What a posted result's job must share with the job that was leased."""
 
 EXECUTING = frozenset({StageId.EXECUTE})
@@ -293,7 +301,8 @@ def lease_mismatches(
     `leased` is the job as the runner sees it (its target's defaults applied) and
     `leased_params` its parameters after validation and defaults (the catalog's parse,
     as JSON), so a genuine result always matches: a runner publishes exactly these.
-    Compiler options join `LEASE_FIELDS` when jobs have them.
+    Compiler options are compared as checked (sorted, each of its compiler's type), as
+    both sides read them through the same `JobSpec`.
     """
     problems: list[tuple[str, str]] = []
     mine, theirs = posted.job, leased
@@ -304,6 +313,7 @@ def lease_mismatches(
         "stages": (_stages(mine), _stages(theirs)),
         "measure": (mine.measure.model_dump(mode="json"), theirs.measure.model_dump(mode="json")),
         "params": (mine.params, theirs.params),
+        "compiler_options": (mine.compiler_options, theirs.compiler_options),
     }
     for name in LEASE_FIELDS:
         sent, wanted = pairs[name]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from workers.protocol.base import (
@@ -15,6 +15,13 @@ from workers.protocol.base import (
     PathId,
     StageId,
     StrictModel,
+)
+from workers.protocol.compiler_options import (
+    MAX_OPTIONS,
+    OptionError,
+    OptionValue,
+    check_options,
+    compiler_for,
 )
 from workers.protocol.targets import TargetError, parse_target
 
@@ -80,6 +87,13 @@ class JobSpec(StrictModel):
         description="What the compiler compiles for: v6e:1x1 … v6e:16x16, b200:N, h100:N, "
         "h200:N (N in 1, 2, 4, 8). Without the hardware, a target is compiled, never run.",
     )
+    compiler_options: dict[str, Any] = Field(
+        default_factory=dict,
+        max_length=MAX_OPTIONS,
+        description="XLA options for this job's compiles, e.g. "
+        '{"xla_gpu_enable_triton_gemm": false}: only those on the allow-list of the path\'s '
+        "compiler (XLA:CPU, XLA:GPU, libtpu), each of its own type; none on the cuda path.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -88,6 +102,23 @@ class JobSpec(StrictModel):
         if isinstance(data, dict) and data.get("target") and "stages" not in data:
             return {**data, "stages": [StageId.COMPILE.value]}
         return data
+
+    @field_validator("compiler_options")
+    @classmethod
+    def _allowed_options(
+        cls, value: dict[str, Any], info: ValidationInfo
+    ) -> dict[str, OptionValue]:
+        if not value:
+            return {}
+        path = info.data.get("path")
+        if path is None:
+            return value  # the path itself is refused; its options cannot be checked
+        try:
+            return check_options(value, compiler_for(PathId(path).value))
+        except OptionError as exc:
+            raise PydanticCustomError(
+                "compiler_options", "{message}", {"message": exc.message}
+            ) from None
 
     @field_validator("target")
     @classmethod

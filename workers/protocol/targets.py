@@ -206,3 +206,8 @@ class TargetReport(OpenModel):
         default=None, description="What the reported compile time includes and excludes."
     )
     notes: list[str] = Field(default_factory=list)
+    refused: str | None = Field(
+        default=None,
+        description="The compiler's own refusal of a program too big for the chip (libtpu "
+        "refuses what XLA:GPU compiles): the run then shows the misfit and has no optimized HLO.",
+    )

@@ -20,6 +20,7 @@ from workers.catalog.base import WorkloadParams
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, Work
@@ -38,11 +39,13 @@ from workers.protocol import (
     TargetMemory,
     TargetReport,
 )
+from workers.protocol.compiler_options import as_text
 from workers.run.base import PathUnavailable, Progress, emitter
 from workers.run.stages import single_device_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
 from workers.workloads import get_workload
+from workers.xla_targets.misfit import Misfit, hbm_misfit
 from workers.xla_targets.ptx_dump import kernels_ptx
 from workers.xla_targets.topology import compiler_of, target_devices
 
@@ -70,6 +73,11 @@ TPU_ESTIMATES_NOTE = (
 GPU_COUNTS_NOTE = (
     "cost_analysis() gives nothing for a GPU compile without the device: the FLOP and "
     "byte counts are the catalog's analytic ones."
+)
+MISFIT_NOTE = (
+    "memory: the compiler refused the program, so memory_analysis() has nothing to read; "
+    "the temporaries are the figure in its refusal (it writes G for 2^30 bytes), a lower "
+    "bound of what one device needs"
 )
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
 
@@ -116,6 +124,20 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             argument_bytes=argument, output_bytes=output, temp_bytes=temp, peak_bytes=peak
         )
     return analysis, memory, note
+
+
+def misfit_memory(misfit: Misfit, target: Target) -> TargetMemory:
+    """What a refused program's device needs, as far as the refusal says: its temporaries."""
+    chip = target.chip
+    temp = misfit.temp_bytes
+    return TargetMemory(
+        peak_bytes=temp,
+        temp_bytes=temp,
+        hbm_bytes=chip.hbm_bytes,
+        hbm_label=chip.hbm_label,
+        source=chip.source,
+        fraction=temp / chip.hbm_bytes if temp is not None else None,
+    )
 
 
 def refuse_execution(job: JobSpec, target: Target) -> str | None:
@@ -186,28 +208,25 @@ def run_deviceless(
     staged = trace_and_lower(jitted, abstract, emit)
     traced, lowered = staged.traced, staged.lowered
     t0 = clock()
+    misfit: Misfit | None = None
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=compile_options(job))
     except Exception as exc:
         # libtpu refuses a program whose temporaries pass the chip's HBM: that is the
-        # answer to "does it fit?", said plainly rather than as a crash.
-        if "RESOURCE_EXHAUSTED" in str(exc):
-            message = str(exc).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
-            raise PathUnavailable(
-                f"does not fit: {target.compiler_phrase()} refused to compile for "
-                f"{target.id}: {message[:300]} (memory per device is what the compiler "
-                "reports; compare a larger slice, or smaller shapes)"
-            ) from None
-        raise
+        # answer to "does it fit?", a finished run that shows it, as on a GPU target.
+        misfit = hbm_misfit(exc)
+        if misfit is None:
+            raise
+        compiled = None
     compile_s = clock() - t0
     emit("compiled", message=f"for {target.id}, without the hardware")
-    hlo = compiled.as_text()
+    hlo = compiled.as_text() if compiled is not None else None
     artifacts = Artifacts(
         jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
         stablehlo=lowered.as_text(debug_info=True),
         hlo=hlo,
     )
-    gpu = target.platform is Platform.GPU
+    gpu = target.platform is Platform.GPU and compiled is not None
     reports: dict[str, str] = {}
     notes: list[str] = []
     unreported: dict[str, float] = {}
@@ -217,8 +236,8 @@ def run_deviceless(
         t0 = clock()
         with tempfile.TemporaryDirectory(prefix="boundary-xla-dump-") as folder:
             # The fusion pass writes its decisions only when its own pass is dumped.
-            options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
-            lowered.compile(compiler_options=options)
+            dump = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "priority-fusion"}
+            lowered.compile(compiler_options=compile_options(job, dump))
             artifacts.ptx = kernels_ptx(Path(folder))
             # The same dump holds the fusion pass's decisions and the launch order.
             reports = read_reports(Path(folder), max_bytes_from_env())
@@ -228,12 +247,21 @@ def run_deviceless(
         )
         notes.append(GPU_COUNTS_NOTE)
         cost = None
-    else:
+    elif compiled is not None:
         timing = COMPILE_TIMING.format(extra="no dump was written")
         notes.append(TPU_ESTIMATES_NOTE)
         cost = compiled_costs(compiled)
-    analysis, memory, memory_note = memory_of(compiled, target)
+    else:
+        timing = COMPILE_TIMING.format(extra="it ended in the compiler's refusal")
+        cost = None
+    if compiled is not None:
+        analysis, memory, memory_note = memory_of(compiled, target)
+    else:
+        assert misfit is not None
+        analysis, memory, memory_note = None, misfit_memory(misfit, target), MISFIT_NOTE
     notes.append(memory_note)
+    if job.compiler_options:
+        notes.append(f"compiled with {as_text(job.compiler_options)}")
     name, version = compiler_of(target)
     report = TargetReport(
         id=target.id,
@@ -246,16 +274,24 @@ def run_deviceless(
         memory=memory,
         compile_timing=timing,
         notes=notes,
+        refused=misfit.message if misfit is not None else None,
     )
     warnings = [DEVICELESS_WARNING.format(id=target.id, count=target.count, name=target.chip.name)]
+    if misfit is not None:
+        remedy = "smaller shapes" if scaled is None else "a larger slice, or smaller shapes"
+        warnings.append(
+            f"Does not fit: {target.compiler_phrase()} refused to compile for {target.id}: "
+            f"{misfit.message} The run shows the compiler's own figures and has no optimized "
+            f"HLO; {remedy} would fit."
+        )
     if gpu:
         warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
     if job.measure.cache is not CachePolicy.COLD:
         warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
     pipeline = PipelineCapture(files=reports) if gpu and reports else None
-    if job.measure.pipeline:  # its own compile with the per-pass dump, after the timed one
+    if job.measure.pipeline and compiled is not None:  # its own compile, with the per-pass dump
         t0 = clock()
-        pipeline = capture_pipeline(lowered, max_bytes_from_env())
+        pipeline = capture_pipeline(lowered, max_bytes_from_env(), job.compiler_options)
         unreported["pipeline_compile"] = clock() - t0
     host = devices_by_platform().get("cpu") or jax.devices()
     environment = detect_environment(host[0], CachePolicy.COLD, None, list(host))
@@ -279,7 +315,7 @@ def run_deviceless(
         source=workload_source(workload),
         pipeline=pipeline,
     )
-    if scaled is not None:
+    if scaled is not None and compiled is not None:
         t0 = clock()
         measured.placement = placement_report(scaled, compiled, hlo)
         unreported["placement_report"] = clock() - t0

@@ -22,6 +22,7 @@ from workers.compiler.compile_cache import (
     events_between,
 )
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.measure.publish import Work
 from workers.protocol import (
@@ -105,7 +106,7 @@ def compile_program(
     before = cache_counts()
     staged = trace_and_lower(jitted, abstract, emit)
     t0 = clock()
-    compiled = staged.lowered.compile()
+    compiled = staged.lowered.compile(compiler_options=compile_options(job))
     compile_s = clock() - t0
     cache_events = events_between(before, cache_counts())
     emit("compiled")
@@ -122,7 +123,7 @@ def compile_program(
     artifacts_s = clock() - t0
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
-        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env())
+        pipeline = capture_pipeline(staged.lowered, max_bytes_from_env(), job.compiler_options)
         emit("compiled", message="pass pipeline captured")
     return Program(
         compiled=compiled,

@@ -33,6 +33,7 @@ from workers.compiler.compile_cache import (
 )
 from workers.compiler.environment import detect_environment
 from workers.compiler.hlo_summary import summarize_hlo
+from workers.compiler.options import CompileOptions, compile_options
 from workers.measure import harness
 from workers.measure.correctness import check_output
 from workers.measure.publish import Measured, RateBasis, Work
@@ -137,7 +138,7 @@ def _run_policy(policy: str, sweep: _Sweep) -> _PolicyRun:
     options = job.measure
     padded = [bucket(n, policy) for n in sizes]
     apply_cache_policy(options.cache, policy_cache_dir(sweep.cache_dir, policy))
-    jitted = jax.jit(op.function(params))
+    jitted = jax.jit(op.function(params), compiler_options=compile_options(job))
     extra = [w] if w is not None else []
     # One placed (padded) input per distinct size: calls of the same size reuse it.
     placed = {
@@ -274,7 +275,9 @@ def run_sweep(
     runs = [_run_policy(policy, sweep) for policy in params.policies()]
     cache_events = events_between(cache_before, cache_counts())
     first = runs[0].figures
-    artifacts, summary, shown = _artifacts(params, runs[-1].figures, inputs, w, device)
+    artifacts, summary, shown = _artifacts(
+        params, runs[-1].figures, inputs, w, device, options=compile_options(job)
+    )
     measured = Measured(
         job=job,
         params=params.model_dump(mode="json"),
@@ -329,13 +332,19 @@ def run_sweep(
 
 
 def _artifacts(
-    params: ShapeSweepParams, figures: SweepPolicy, inputs: dict[int, Any], w: Any, device: Any
+    params: ShapeSweepParams,
+    figures: SweepPolicy,
+    inputs: dict[int, Any],
+    w: Any,
+    device: Any,
+    *,
+    options: CompileOptions | None,
 ) -> tuple[Artifacts, Any, int]:
     """The IR of the largest padded size, compiled after every timed part is over."""
     largest = max(figures.padded_sizes)
     x = np.zeros((largest, params.features), dtype=next(iter(inputs.values())).dtype)
     args = jax.device_put([x, *([w] if w is not None else [])], device)
-    traced = jax.jit(op.function(params)).trace(*args)
+    traced = jax.jit(op.function(params), compiler_options=options).trace(*args)
     lowered = traced.lower()
     hlo = lowered.compile().as_text()
     artifacts = Artifacts(jaxpr=str(traced.jaxpr), stablehlo=lowered.as_text(), hlo=hlo)

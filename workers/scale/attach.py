@@ -39,4 +39,5 @@ def attach_scale(
             job.measure,
             seed=seed,
             progress=progress,
+            compiler_options=dict(job.compiler_options),
         )

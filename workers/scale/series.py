@@ -16,6 +16,7 @@ import numpy as np
 
 from workers.catalog.mesh import MeshError, MeshParams, SeriesMode, series_counts, shard_shape
 from workers.compiler.hlo_summary import summarize_hlo
+from workers.compiler.options import CompileOptions
 from workers.measure.correctness import check_output
 from workers.protocol import MeasureOptions, ProgressEvent, ScalingPoint, ScalingSeries
 from workers.scale.prepare import prepare
@@ -59,8 +60,10 @@ def run_series(
     *,
     seed: int = 0,
     progress: Progress | None = None,
+    compiler_options: CompileOptions | None = None,
 ) -> ScalingSeries:
-    """Run the series `params.series` asks for over device counts 1, 2, 4, … devices."""
+    """Run the series `params.series` asks for over device counts 1, 2, 4, … devices,
+    each point compiled with the job's `compiler_options`."""
     platform = devices[0].platform
     wanted = options.sample_count() or 10
     per_point = max(MIN_POINT_SAMPLES, min(wanted, MAX_POINT_SAMPLES))
@@ -102,6 +105,7 @@ def run_series(
                     samples=per_point,
                     budget_s=budget,
                     seed=seed,
+                    compiler_options=compiler_options,
                 )
             )
     return series
@@ -116,10 +120,13 @@ def _point(
     samples: int,
     budget_s: float,
     seed: int,
+    compiler_options: CompileOptions | None,
 ) -> ScalingPoint:
     prepared = prepare(workload, params, devices)
     assert prepared is not None  # a ScaleWorkload with MeshParams always prepares
-    compiled = prepared.jitted.lower(*prepared.abstract).compile()
+    compiled = prepared.jitted.lower(*prepared.abstract).compile(
+        compiler_options=compiler_options or None
+    )
     host = workload.make_inputs(params, np.random.default_rng(seed))
     args = prepared.place(host)
     compiled(*args).block_until_ready()  # warm-up, not counted

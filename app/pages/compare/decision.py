@@ -222,6 +222,11 @@ def _number(value: float | None, unit: str = "") -> str:
     return "—" if value is None else f"{value:.6g}{unit}"
 
 
+def _count(value: float | None) -> str:
+    """A rate in whole calls with thousands separators ("1,241,830"), never 1.24e+06."""
+    return "—" if value is None else f"{value:,.0f}"
+
+
 def to_markdown(record: DecisionRecord) -> str:
     """The record as Markdown: every field, under headings a reviewer can scan."""
     out = [f"# {record.title}", "", f"Recorded {record.created_at} from {record.comparison}.", ""]
@@ -269,7 +274,7 @@ def to_markdown(record: DecisionRecord) -> str:
     for s in record.sides:
         out.append(
             f"| {s.name} | {s.path} | {s.device} | {s.runs} | {s.boundary or '—'} | "
-            f"{_number(s.median_s)} | {_number(s.calls_per_hour)} | {s.devices} | "
+            f"{_number(s.median_s)} | {_count(s.calls_per_hour)} | {s.devices} | "
             f"{_number(s.price_per_device_hour)} | {_number(s.cost_per_call)} | "
             f"{_number(s.cost_per_million_calls)} |"
         )

@@ -11,39 +11,15 @@ the ratio meaningless — the page then prints none.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
-from workers.protocol import MAIN_BOUNDARY, BoundaryId, Mode, PathId
+from app.pages.compare.facts import OPTIONS, RunFacts, label, run_facts
+from workers.protocol import BoundaryId
 
-IMPLEMENTATION_KEYS: tuple[str, ...] = ("kernel", "implementation", "variant")
-"""Parameters that choose an implementation rather than the problem: experimental."""
-UNCONTROLLED_MEASURE: frozenset[str] = frozenset(
-    {"samples", "max_seconds", "auto_max_samples", "auto_rel_iqr", "warmup"}
-)
-"""How long sampling goes on changes the precision of a median, not what it measures."""
+__all__ = ["OPTIONS", "Guarded", "Mismatch", "RunFacts", "guard", "run_facts"]
+
 DISPATCH = BoundaryId.HOST_DISPATCH.value
 EVENTS = BoundaryId.DEVICE_EVENTS.value
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """One run, reduced to what the guard compares."""
-
-    id: str
-    status: str
-    valid: bool | None
-    controlled: dict[str, str]
-    experimental: dict[str, str]
-    boundaries: tuple[str, ...]
-    """Every (boundary, subject) the run measured, as 'boundary' or 'boundary [subject]'."""
-    default_boundary: str | None
-    subject: str | None
-    compile_only: bool = False
-    """The job stopped after compile: it has compiler output and no time."""
-    target: str | None = None
-    """What it was compiled for: a target id, or the host's device and path."""
 
 
 @dataclass
@@ -79,109 +55,6 @@ class Guarded:
         return not self.mismatches and not self.problems
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True)
-
-
-def _label(boundary: str, subject: str | None) -> str:
-    return f"{boundary} [{subject}]" if subject else boundary
-
-
-def run_facts(job: dict[str, Any], subject: str | None = None) -> RunFacts:
-    """The facts of one job as `job_public` returns it; `subject` picks a measurement set."""
-    run = job.get("run") or {}
-    params = dict(run.get("params") or job.get("params") or {})
-    measure = dict((run.get("job") or {}).get("measure") or job.get("measure") or {})
-    env = run.get("environment") or {}
-    mode = str(measure.get("mode", Mode.LATENCY.value))
-    controlled = {"workload": str(job.get("workload"))}
-    for key in sorted(params):
-        if key not in IMPLEMENTATION_KEYS and key not in ("dtype", "precision"):
-            controlled[f"params.{key}"] = _text(params[key])
-    controlled["dtype"] = _text(params.get("dtype"))
-    controlled["precision"] = _text(params.get("precision"))
-    controlled["mode"] = mode
-    controlled["cache policy"] = _text(measure.get("cache", "cold"))
-    for key in sorted(measure):
-        if key in UNCONTROLLED_MEASURE or key in ("mode", "cache"):
-            continue
-        if key == "calls_per_sample" and mode != Mode.THROUGHPUT.value:
-            continue  # K only shapes throughput samples
-        controlled[f"measure.{key}"] = _text(measure[key])
-    measurements = run.get("measurements") or []
-    subjects = [m.get("subject") for m in measurements]
-    chosen = subject if subject is not None else (subjects[0] if subjects else None)
-    boundaries = tuple(
-        _label(m["boundary"], m.get("subject")) for m in measurements if "boundary" in m
-    )
-    rates = run.get("rates") or {}
-    main = MAIN_BOUNDARY.get(Mode(mode)) if mode in set(Mode) else None
-    default = rates.get("boundary") or (main.value if main is not None else None)
-    path = str(job.get("path"))
-    # `kernel` picks a hand-written CUDA kernel; on a JAX path it means nothing: XLA chose.
-    implementation = [
-        f"{k}={_text(params[k])}"
-        for k in IMPLEMENTATION_KEYS
-        if k in params and (k != "kernel" or path == PathId.CUDA.value)
-    ]
-    if not implementation and path != PathId.CUDA.value:
-        implementation.append("XLA")
-    if chosen:
-        implementation.append(f"measurement {chosen}")
-    experimental = {
-        "path": path,
-        "device": _device(env),
-        "implementation": ", ".join(implementation) or "—",
-        "version": _versions(env),
-    }
-    stages = job.get("stages") or []
-    compile_only = bool(stages) and all(s == "compile" for s in stages)
-    target = job.get("target") or f"{experimental['device']} ({path})"
-    return RunFacts(
-        compile_only=compile_only,
-        target=target,
-        id=str(job.get("id")),
-        status=str(job.get("status")),
-        valid=run.get("valid") if run else None,
-        controlled=controlled,
-        experimental=experimental,
-        boundaries=boundaries,
-        default_boundary=default,
-        subject=chosen,
-    )
-
-
-def _device(env: dict[str, Any]) -> str:
-    """The devices a run used, as a reader names them: "1 × CPU", "8 × NVIDIA H200"."""
-    if not env:
-        return "—"
-    platform = str(env.get("platform") or "?")
-    kind = str(env.get("device_kind") or "").strip()
-    count = env.get("device_count")
-    if not count:
-        # Compiled without executing (e.g. CUDA C++ with no GPU): the kind says for what.
-        kind = kind.removeprefix("no GPU used: ")
-        return f"no device ({kind})" if kind else "no device"
-    if not kind or kind.lower() == platform.lower():
-        kind = platform.upper()
-    elif platform.lower() not in kind.lower() and platform not in ("?", "none"):
-        kind = f"{kind} ({platform.upper()})"
-    return f"{count} × {kind}"
-
-
-def _versions(env: dict[str, Any]) -> str:
-    """The software that compiled and ran it: jax, jaxlib and the backend's own version."""
-    if not env:
-        return "—"
-    text = f"jax {env.get('jax_version', '?')}, jaxlib {env.get('jaxlib_version', '?')}"
-    backend = env.get("backend_platform_version")
-    return f"{text}, backend {backend}" if backend else text
-
-
 def _boundary_why(a: str, b: str, a_all: tuple[str, ...], b_all: tuple[str, ...]) -> str:
     """Why two different boundaries cannot be compared, in the guide's terms."""
     events_a = any(x.startswith(EVENTS) for x in a_all)
@@ -207,10 +80,12 @@ def _boundary_why(a: str, b: str, a_all: tuple[str, ...], b_all: tuple[str, ...]
 def _side_consistency(name: str, side: list[RunFacts], problems: list[str]) -> None:
     first = side[0]
     for other in side[1:]:
-        for kind, mine, theirs in (
-            ("controlled", first.controlled, other.controlled),
-            ("experimental", first.experimental, other.experimental),
-        ):
+        checks = [("controlled", first.controlled, other.controlled)]
+        if first.status == "done" and other.status == "done":
+            # A queued repeat has not run anywhere yet: its device and versions are not
+            # known, which is waiting, not a mixed side.
+            checks.append(("experimental", first.experimental, other.experimental))
+        for kind, mine, theirs in checks:
             for key in sorted(set(mine) | set(theirs)):
                 if mine.get(key) != theirs.get(key):
                     problems.append(
@@ -263,6 +138,7 @@ def guard(a: list[RunFacts], b: list[RunFacts], boundary: str | None = None) -> 
         va, vb = first_a.experimental[key], first_b.experimental[key]
         if va != vb:
             out.experimental.append((key, va, vb))
+    _options_as_experiment(out)
     names = [e[0] for e in out.experimental]
     extra = [n for n in names if n == "version"] if "path" in names else names[1:]
     if extra and len(names) > 1:
@@ -308,12 +184,32 @@ def _guard_compiled(a: list[RunFacts], b: list[RunFacts]) -> Guarded:
     impl_a, impl_b = first_a.experimental["implementation"], first_b.experimental["implementation"]
     if impl_a != impl_b:
         out.experimental.append(("implementation", impl_a, impl_b))
+    _options_as_experiment(out)
     if len(out.experimental) > 1:
         out.warnings.append(
             "more than one experimental variable differs (target, implementation): a "
             "difference in the output cannot be pinned on one"
         )
     return out
+
+
+def _options_as_experiment(out: Guarded) -> None:
+    """Different compiler options are the experiment when nothing else differs ("what
+    does XLA do if …"): they move from the mismatches to the experimental variables.
+    Beside another difference they stay a mismatch, since neither could take the blame."""
+    found = next((m for m in out.mismatches if m.variable == OPTIONS), None)
+    if found is None:
+        return
+    others = [m for m in out.mismatches if m is not found]
+    if others or out.experimental:
+        besides = ", ".join([m.variable for m in others] + [e[0] for e in out.experimental])
+        found.why = (
+            f"compiler options are the experiment only when nothing else differs; here "
+            f"{besides} differ{'s' if ',' not in besides else ''} too"
+        )
+        return
+    out.mismatches.remove(found)
+    out.experimental.append((OPTIONS, found.a, found.b))
 
 
 def _check_boundaries(
@@ -326,10 +222,10 @@ def _check_boundaries(
                 r.status == "done"
                 and r.valid
                 and wanted
-                and _label(wanted, subject) not in r.boundaries
+                and label(wanted, subject) not in r.boundaries
             ):
                 out.problems.append(
-                    f"side {name}: run {r.id} has no {_label(wanted, subject)} measurement "
+                    f"side {name}: run {r.id} has no {label(wanted, subject)} measurement "
                     f"(it has: {', '.join(r.boundaries) or 'none'})"
                 )
     if ba != bb:

@@ -137,6 +137,7 @@ def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
             str(target.get("model") or ""),
             int(target.get("count") or 1),
             chart_id=f"memory-bars-{name}",
+            refused=target.get("refused"),
         ),
         "host_memory": (run.get("memory_analysis") or {}).get("peak_bytes"),
     }

@@ -10,12 +10,13 @@ from typing import Any
 from app.dispatch import Dispatcher
 from app.ir.diff import ir_diff
 from app.pages.charts import Chart
-from app.pages.compare.guard import Guarded, guard, run_facts
+from app.pages.compare.guard import OPTIONS, Guarded, guard, run_facts
 from app.pages.compare.plot import RunSamples, distributions_svg
 from app.pages.compare.request import DIFFABLE, Comparison
 from app.pages.compare.sides import compiled_side, picker, side, side_jobs
 from app.pages.compare.stages import stage_rows
 from app.pages.compare.stats import MIN_RUNS, noise_floor, ratio_interval, verdict
+from workers.protocol.compiler_options import NONE
 
 
 def compare_context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
@@ -85,6 +86,16 @@ def _result(g: Guarded, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             ),
         }
     short = [s["name"] for s in (a, b) if len(s["medians"]) < MIN_RUNS]
+    waiting = a["pending"] + b["pending"]
+    if short and waiting:
+        return {
+            "ratio": None,
+            "reason": (
+                f"Waiting for {waiting} repeat{'' if waiting == 1 else 's'} to finish: a "
+                f"ratio needs at least {MIN_RUNS} finished, valid runs a side. This page "
+                "refreshes itself."
+            ),
+        }
     if short:
         return {
             "ratio": None,
@@ -129,9 +140,19 @@ def _diff(
     return {**asdict(found), "a": a_id, "b": b_id, "offered": both}
 
 
+def _named(variable: str, a: str, b: str) -> str:
+    """An experimental variable as the headline names it: compiler options by their value
+    ("compiler options: xla_gpu_enable_triton_gemm=false"), the rest by name."""
+    if variable != OPTIONS:
+        return variable
+    if NONE in (a, b):
+        return f"{variable}: {b if a == NONE else a}"
+    return f"{variable}: {a} against {b}"
+
+
 def page_verdict(g: Guarded) -> dict[str, str]:
     """The comparison's one verdict and headline; the page says nothing that contradicts it."""
-    names = [v for v, _, _ in g.experimental]
+    names = [_named(v, a, b) for v, a, b in g.experimental]
     if not g.comparable:
         return {"kind": "refused", "headline": "Not comparable: no ratio is printed"}
     if not names:

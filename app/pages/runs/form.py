@@ -10,6 +10,7 @@ from typing import Any
 
 from app.dispatch.requirements import Requirements, has_real, unmet
 from workers.catalog import WORKLOADS, CatalogError
+from workers.catalog.mesh import MeshParams
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     MAX_SAMPLES,
@@ -287,6 +288,26 @@ def target_options(workload: str, path: str, workers: list[Capabilities]) -> lis
         label = f"{target_id} — {target.chip.name}, {size} ({how})"
         options.append(TargetOption(target_id, label, real, offered))
     return options
+
+
+def wider_targets_note(workload: str, path: str, offered: list[TargetOption]) -> str | None:
+    """What a one-device workload's target list leaves out, and which workloads take it:
+    a slice or several GPUs need a workload that spans devices."""
+    wider = [
+        t
+        for t in TARGET_IDS
+        if PathId(path) in parse_target(t).chip.paths and parse_target(t).count > 1
+    ]
+    if not wider or any(o.id in wider for o in offered):
+        return None
+    spanning = ", ".join(
+        name for name, cls in WORKLOADS.items() if issubclass(cls, MeshParams) and name != workload
+    )
+    many = "slices of several chips" if path == PathId.JAX_TPU.value else "several GPUs"
+    return (
+        f"{workload} runs on one device, so only one-device targets are offered; "
+        f"{many} ({wider[0]} … {wider[-1]}) take a workload that spans devices: {spanning}."
+    )
 
 
 def target_note(target: str, real: bool) -> str:

@@ -16,6 +16,8 @@ from app.pages.charts import Chart, El, el
 GB = 10**9
 GIB = 2**30
 BAR_W, BAR_H = 640, 28
+BAR_Y = 22
+"""Room above the bars for the HBM line's label."""
 PAD = 4
 """Room right of the bars, so the HBM line's stroke is not clipped at full scale."""
 
@@ -28,7 +30,9 @@ PARTS: tuple[tuple[str, str], ...] = (
 
 
 def gb(value: float) -> str:
-    """Bytes in decimal units (GB, MB, kB: powers of 10), three significant digits."""
+    """Bytes in decimal units (TB, GB, MB, kB: powers of 10), three significant digits."""
+    if value >= 10**12:
+        return f"{value / 10**12:.3g} TB"
     if value >= GB:
         return f"{value / GB:.3g} GB"
     if value >= 10**6:
@@ -48,10 +52,17 @@ def needed_bytes(memory: dict[str, Any]) -> int | None:
 
 
 def memory_fit(
-    memory: dict[str, Any] | None, model: str, count: int, chart_id: str = "memory-bars"
+    memory: dict[str, Any] | None,
+    model: str,
+    count: int,
+    chart_id: str = "memory-bars",
+    *,
+    refused: str | None = None,
 ) -> dict[str, Any] | None:
     """The fit's figures, verdict and bar chart, or None without memory figures. `chart_id`
-    names the chart's title: give each fit on one page its own."""
+    names the chart's title: give each fit on one page its own. `refused` is the
+    compiler's refusal of a program too big for the chip (libtpu's): its figure is then
+    a lower bound of what a device needs."""
     if not memory:
         return None
     hbm = int(memory["hbm_bytes"])
@@ -72,6 +83,11 @@ def memory_fit(
         verdict = "Unknown: the compiler reported no peak"
     elif fits:
         verdict = f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+    elif refused:
+        verdict = (
+            f"Does not fit by at least {gb(needed - hbm)}: needs at least {gb(needed)}, has "
+            f"{gb(hbm)}; the compiler refused the program"
+        )
     else:
         verdict = f"Does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
     return {
@@ -86,6 +102,7 @@ def memory_fit(
         "source": memory.get("source"),
         "fits": fits,
         "verdict": verdict,
+        "refused": refused,
         "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
         "chart": _bars(memory, hbm, needed, model, count, chart_id=chart_id),
         "scale": gb(max(hbm, needed or 0)),
@@ -110,7 +127,7 @@ def _bars(
                 title=f"{label}: {gb(int(value))}",
                 class_=f"mem-part mem-{i}",
                 x=f"{x:.2f}",
-                y=8,
+                y=BAR_Y,
                 width=f"{max(width, 0.5):.2f}",
                 height=BAR_H,
             )
@@ -122,14 +139,26 @@ def _bars(
         f"Memory per device for {count} × {model}: "
         f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
     )
-    hbm_rect = el("rect", class_="mem-hbm", x=0, y=8, width=f"{line:.2f}", height=BAR_H)
+    hbm_rect = el("rect", class_="mem-hbm", x=0, y=BAR_Y, width=f"{line:.2f}", height=BAR_H)
     limit = el(
         "line",
         class_="mem-limit",
         x1=f"{line:.2f}",
         x2=f"{line:.2f}",
-        y1=2,
-        y2=8 + BAR_H + 6,
+        y1=BAR_Y - 6,
+        y2=BAR_Y + BAR_H + 6,
+    )
+    # The line's label sits at the line, on the side with room.
+    anchor = "end" if line > BAR_W / 2 else "start"
+    nudge = -4 if anchor == "end" else 4
+    hbm_label = el(
+        "text",
+        f"HBM {gb(hbm)}",
+        class_="axis mem-label",
+        x=f"{line + nudge:.2f}",
+        y=BAR_Y - 8,
+        text_anchor=anchor,
     )
     cls = "memory-bars over" if over else "memory-bars"
-    return Chart(cls, BAR_W + PAD, 44, chart_id, title, [hbm_rect, *parts, limit])
+    height = BAR_Y + BAR_H + 8
+    return Chart(cls, BAR_W + PAD, height, chart_id, title, [hbm_rect, *parts, limit, hbm_label])

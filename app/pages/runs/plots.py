@@ -11,6 +11,9 @@ from workers.protocol import Measurement
 __all__ = ["format_seconds", "samples_svg", "seconds_axis"]  # format_seconds: from app.web.units
 
 W, H = 640, 220
+NARROW_W = 300
+"""The width drawn for a phone (shown below 700 px instead of the wide one): the same
+text sizes, fewer pixels per sample."""
 PAD_L, PAD_R, PAD_T, PAD_B = 72, 16, 16, 36
 
 
@@ -39,8 +42,8 @@ def seconds_axis(
     ]
 
 
-def samples_svg(m: Measurement, *, title_id: str) -> Chart | None:
-    """Every sample in order, with the median line and the IQR band marked."""
+def samples_svg(m: Measurement, *, title_id: str, width: int = W) -> Chart | None:
+    """Every sample in order, with the median line and the IQR band marked, `width` wide."""
     samples = m.samples_s
     if not samples:
         return None
@@ -50,7 +53,7 @@ def samples_svg(m: Measurement, *, title_id: str) -> Chart | None:
     span = hi - lo
     lo, hi = max(0.0, lo - span * 0.05), hi + span * 0.05
     n = len(samples)
-    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+    plot_w, plot_h = width - PAD_L - PAD_R, H - PAD_T - PAD_B
 
     def x(i: int) -> float:
         return PAD_L + (plot_w * (i + 0.5) / n)
@@ -75,13 +78,13 @@ def samples_svg(m: Measurement, *, title_id: str) -> Chart | None:
                 height=max(1.0, y(q1) - y(q3)),
             )
         )
-        parts.append(el("line", class_="median", x1=PAD_L, x2=W - PAD_R, y1=y(med), y2=y(med)))
+        parts.append(el("line", class_="median", x1=PAD_L, x2=width - PAD_R, y1=y(med), y2=y(med)))
         parts.append(
             el(
                 "text",
                 f"median {format_seconds(med)}",
                 class_="median-label",
-                x=W - PAD_R - 4,
+                x=width - PAD_R - 4,
                 y=y(med) - 4,
                 text_anchor="end",
             )
@@ -91,5 +94,7 @@ def samples_svg(m: Measurement, *, title_id: str) -> Chart | None:
         el("circle", class_="sample", cx=x(i), cy=y(v), r=radius) for i, v in enumerate(samples)
     )
     caption = f"sample 1 … {n} in the order taken ({m.boundary.value})"
-    parts.extend(seconds_axis(y, lo, hi, caption))
-    return Chart("samples", W, H, title_id, label, parts)
+    if width < W:
+        caption = f"sample 1 … {n}, in order"
+    parts.extend(seconds_axis(y, lo, hi, caption, box=(width, H, PAD_L, PAD_R, PAD_T, PAD_B)))
+    return Chart("samples", width, H, title_id, label, parts)

@@ -18,6 +18,8 @@ ROOF_SLACK = 0.02
 """How far above a roof a point may sit before the roof is called wrong (timer noise)."""
 
 W, H = 760, 300
+NARROW_W = 300
+"""The width drawn for a phone (shown below 700 px instead of the wide one)."""
 PAD_L, PAD_R, PAD_T, PAD_B = 84, 24, 34, 44
 
 
@@ -106,13 +108,15 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
-    """The roofline as a chart, log-log, labelled with where its roofs came from."""
+def roofline_svg(r: Roofline, title_id: str = "roofline", width: int = W) -> Chart:
+    """The roofline as a chart, log-log, labelled with where its roofs came from, `width`
+    wide (a narrow one says less in its captions, at the same text size)."""
+    narrow = width < W
     x_lo = 10 ** math.floor(math.log10(min(r.intensity, r.ridge)) - 1)
     x_hi = 10 ** math.ceil(math.log10(max(r.intensity, r.ridge)) + 1)
     y_hi = 10 ** math.ceil(math.log10(max(r.peak, r.achieved) * 1.5))
     y_lo = 10 ** math.floor(math.log10(min(r.achieved, r.bandwidth * x_lo)))
-    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+    plot_w, plot_h = width - PAD_L - PAD_R, H - PAD_T - PAD_B
 
     def x(v: float) -> float:
         return PAD_L + plot_w * (math.log10(v) - math.log10(x_lo)) / math.log10(x_hi / x_lo)
@@ -126,7 +130,13 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         f"{r.intensity:.3g} FLOP/byte"
     )
     parts: list[El] = [
-        el("text", f"Roofs {r.label}; not datasheet peaks", class_="caption", x=PAD_L, y=18)
+        el(
+            "text",
+            "Roofs measured on this worker" if narrow else f"Roofs {r.label}; not datasheet peaks",
+            class_="caption",
+            x=PAD_L,
+            y=18,
+        )
     ]
     for exp in range(round(math.log10(x_lo)), round(math.log10(x_hi)) + 1):
         gx = x(10.0**exp)
@@ -143,7 +153,7 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         )
     for exp in range(round(math.log10(y_lo)), round(math.log10(y_hi)) + 1):
         gy = y(10.0**exp)
-        parts.append(el("line", class_="grid", x1=PAD_L, x2=W - PAD_R, y1=gy, y2=gy))
+        parts.append(el("line", class_="grid", x1=PAD_L, x2=width - PAD_R, y1=gy, y2=gy))
         parts.append(
             el(
                 "text",
@@ -164,7 +174,7 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         el("polyline", class_="roof", points=points),
         el(
             "text",
-            f"{r.dtype} matmul {_si(r.peak, 'FLOP/s')}",
+            f"{r.dtype} matmul" if narrow else f"{r.dtype} matmul {_si(r.peak, 'FLOP/s')}",
             class_="roof-label",
             x=x(x_hi) - 4,
             y=y(r.peak) - 6,
@@ -172,7 +182,7 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         ),
         el(
             "text",
-            f"copy {_si(r.bandwidth, 'B/s')}",
+            "copy" if narrow else f"copy {_si(r.bandwidth, 'B/s')}",
             class_="roof-label",
             x=x(mid) - 6,
             y=y(r.bandwidth * mid) - 6,
@@ -188,7 +198,9 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         ),
         el(
             "text",
-            "arithmetic intensity (analytic FLOPs per byte, log scale)",
+            "FLOP per byte (log)"
+            if narrow
+            else "arithmetic intensity (analytic FLOPs per byte, log scale)",
             class_="axis",
             x=PAD_L + plot_w / 2,
             y=H - 8,
@@ -196,7 +208,7 @@ def roofline_svg(r: Roofline, title_id: str = "roofline") -> Chart:
         ),
     ]
     data = {"bandwidth": repr(r.bandwidth), "peak": repr(r.peak)}
-    return Chart("roofline", W, H, title_id, title, parts, data)
+    return Chart("roofline", width, H, title_id, title, parts, data)
 
 
 def roofline_view(run: RunResult) -> dict[str, Any] | None:
@@ -206,6 +218,7 @@ def roofline_view(run: RunResult) -> dict[str, Any] | None:
         return None
     return {
         "chart": roofline_svg(r),
+        "narrow_chart": roofline_svg(r, "roofline-narrow", NARROW_W),
         "label": r.label,
         "dtype": r.dtype,
         "bandwidth": _si(r.bandwidth, "B/s"),

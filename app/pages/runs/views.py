@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.placement import placement_view
-from app.pages.runs.plots import format_seconds, samples_svg
+from app.pages.runs.plots import NARROW_W, format_seconds, samples_svg
 from app.pages.runs.profile import profile_view
 from app.pages.runs.roofline import roofline_view
 from app.pages.runs.sweep_plot import sweep_view
@@ -32,6 +32,7 @@ from workers.protocol import (
     ProgressPhase,
     RunResult,
 )
+from workers.protocol.compiler_options import as_arguments, as_text
 
 PHASES: tuple[str, ...] = tuple(p for p in get_args(ProgressPhase) if p != "failed")
 """The steps a job goes through, in order, as the progress panel lists them."""
@@ -101,6 +102,7 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
     for option in ("mode", "samples", "cache"):
         if option in measure:
             parts += [f"--{option}", str(measure[option])]
+    parts += as_arguments(job.get("compiler_options") or {})
     if server:
         parts += ["--server", server]
     return shlex.join(parts)
@@ -108,7 +110,7 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
 
 def job_request(job: dict[str, Any]) -> str:
     """The job as the JSON a client would POST to /api/v1/jobs."""
-    keys = ("workload", "path", "target", "params", "stages", "measure")
+    keys = ("workload", "path", "target", "params", "stages", "measure", "compiler_options")
     body = {k: job[k] for k in keys if job.get(k) is not None}
     return json.dumps(body, indent=2)
 
@@ -135,6 +137,9 @@ def measurement_view(m: Measurement, index: int, valid: bool) -> dict[str, Any]:
         "shape": m.shape,
         "shape_note": SHAPE_NOTES.get(m.shape or ""),
         "chart": samples_svg(m, title_id=f"samples-{index}") if valid else None,
+        "narrow_chart": (
+            samples_svg(m, title_id=f"samples-{index}-narrow", width=NARROW_W) if valid else None
+        ),
         "dispatch_only": m.boundary == BoundaryId.HOST_DISPATCH,
     }
 
@@ -199,19 +204,27 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                 ((run_json or {}).get("target") or {}).get("memory"),
                 run.target.model if run.target else "",
                 run.target.count if run.target else 0,
+                refused=run.target.refused if run.target else None,
             ),
         )
     return ctx
 
 
-def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
-    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
-    with the workload's defaults filled in for what the submission left out."""
+def filled_params(job: dict[str, Any]) -> dict[str, Any]:
+    """A job's parameters with its workload's defaults filled in (as submitted when they
+    do not validate)."""
     params: dict[str, Any] = dict(job.get("params") or {})
     cls = WORKLOADS.get(job.get("workload", ""))
     if cls is not None:
         with contextlib.suppress(ValidationError):  # else shown as submitted
             params = cls.model_validate(params).model_dump(mode="json", by_alias=True)
+    return params
+
+
+def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """What /runs shows of a job's parameters: its sizes ("k=64 m=64 n=64") and dtype,
+    with the workload's defaults filled in for what the submission left out."""
+    params = filled_params(job)
     sizes = [
         f"{k}={v}"
         for k, v in sorted(params.items())
@@ -219,6 +232,26 @@ def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
     ]
     dtype = params.get("dtype")
     return (" ".join(sizes) or None), (str(dtype) if dtype else None)
+
+
+def variant_of(job: dict[str, Any]) -> str | None:
+    """What else sets two runs of one shape apart in /runs: a scale workload's sharding
+    ("sharding=custom a_spec=x,- b_spec=-,x out_spec=-,x mesh=8") and the compiler
+    options the job set."""
+    params = filled_params(job)
+    words = []
+    if "sharding" in params:
+        keys = ["sharding", "devices", "mesh", "axes"]
+        if params.get("sharding") == "custom":
+            keys += ["a_spec", "b_spec", "out_spec"]
+        words += [f"{k}={params[k]}" for k in keys if params.get(k) not in (None, "")]
+    for key in ("kind", "over"):  # a collective's own choice
+        if key in params and job.get("workload") == "collective":
+            words.append(f"{key}={params[key]}")
+    options = job.get("compiler_options")
+    if options:
+        words.append(as_text(options))
+    return " ".join(words) or None
 
 
 def samples_csv(job: dict[str, Any]) -> str:

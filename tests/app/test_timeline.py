@@ -1,0 +1,118 @@
+"""A profiled run's timeline, on the server: the viewer's copy of a real trace, the
+download left byte for byte, and a content security policy loosened for the vendored
+viewer's own files only. (What a person sees in the viewer: tests/browser.)"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import tarfile
+from html import unescape
+from typing import Any
+
+import httpx
+import pytest
+
+from app.pages.runs.timeline import CALL, TraceTooLarge, viewer_trace
+from app.web.security import EMPTY_STYLE_HASH, VIEWER_PREFIX
+from tests.app.ir_runs import post_run
+
+pytestmark = pytest.mark.anyio
+
+PROFILED = {
+    "workload": "matmul",
+    "path": "jax-cpu",
+    "params": {"m": 128, "n": 128, "k": 128},
+    "measure": {"samples": 4, "profile": True},
+}
+
+
+@pytest.fixture(scope="module")
+def profiled() -> dict[str, Any]:
+    """A real run of the CPU path with the JAX profiler on, as a worker posts it."""
+    from workers.protocol import JobSpec
+    from workers.run.engine import run_job
+
+    return run_job(JobSpec.model_validate(PROFILED)).model_dump(mode="json")
+
+
+def chrome_member(run: dict[str, Any]) -> bytes:
+    """The profiler's own `.trace.json.gz`, out of the archive the worker sent."""
+    data = base64.b64decode(run["profile"]["data_b64"])
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        (name,) = [n for n in tar.getnames() if n.endswith(".trace.json.gz")]
+        handle = tar.extractfile(name)
+        assert handle is not None
+        return handle.read()
+
+
+async def test_the_timeline_reads_a_viewer_copy_and_the_download_is_untouched(
+    bench_client: httpx.AsyncClient, profiled: dict[str, Any]
+) -> None:
+    original = chrome_member(profiled)
+    job_id = await post_run(bench_client, profiled)
+    page = unescape((await bench_client.get(f"/runs/{job_id}")).text)
+    assert f'href="/runs/{job_id}/profile/timeline">Open the timeline' in page
+    timeline = (await bench_client.get(f"/runs/{job_id}/profile/timeline")).text
+    viewer = f"{VIEWER_PREFIX}index.html#profileURL=%2Fruns%2F{job_id}%2Fprofile%2Ftrace.json"
+    assert f'src="{viewer}"' in unescape(timeline)
+
+    download = await bench_client.get(f"/runs/{job_id}/profile/perfetto.json.gz")
+    assert download.content == original  # the profiler's file, byte for byte
+
+    copy = await bench_client.get(f"/runs/{job_id}/profile/trace.json")
+    assert copy.headers["content-type"] == "application/json"
+    events = copy.json()["traceEvents"]  # sent gzip-encoded; httpx inflates it as a browser does
+    before = json.loads(gzip.decompress(original))["traceEvents"]
+    assert any("ph" not in e for e in before) and all("ph" in e for e in events)
+    calls = [e for e in events if e.get("ph") == "X" and str(e.get("name")).startswith(CALL)]
+    assert calls and {e["tid"] for e in calls} == {0}  # the calling thread opens first
+    assert not any("run_id" in (e.get("args") or {}) for e in events)
+    last_call = max(e["ts"] + e["dur"] for e in calls)
+    assert all(e["ts"] <= last_call for e in events if e.get("ph") == "X")
+    # Every event kept is one of the profiler's, in its order, with its own times.
+    kept = [(e["name"], e.get("ts"), e.get("dur")) for e in events]
+    theirs = [(e["name"], e.get("ts"), e.get("dur")) for e in before if "ph" in e]
+    it = iter(theirs)
+    assert all(any(k == t for t in it) for k in kept)
+
+
+async def test_a_run_without_a_trace_has_no_timeline_page(bench_client: httpx.AsyncClient) -> None:
+    from tests.app.ir_runs import attention_result
+
+    job_id = await post_run(bench_client, attention_result())
+    page = await bench_client.get(f"/runs/{job_id}/profile/timeline")
+    assert page.status_code == 404
+    html = unescape(page.text)
+    assert "This run has no trace" in html and f'href="/runs/{job_id}">Back to the run' in html
+    missing = await bench_client.get("/runs/no-such-run/profile/timeline")
+    assert missing.status_code == 404 and "No such run" in missing.text
+
+
+def test_a_trace_too_large_for_the_viewer_is_refused_and_junk_is_not_a_trace() -> None:
+    trace = gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "name": "a"}] * 100}).encode())
+    with pytest.raises(TraceTooLarge):
+        viewer_trace(trace, max_bytes=200)
+    with pytest.raises(ValueError, match="not gzip"):
+        viewer_trace(b"not a trace")
+    with pytest.raises(ValueError, match="no traceEvents"):
+        viewer_trace(gzip.compress(b"[1, 2]"))
+
+
+async def test_only_the_viewers_own_files_get_its_loosened_policy(
+    client: httpx.AsyncClient,
+) -> None:
+    viewer = await client.get(f"{VIEWER_PREFIX}index.html")
+    assert viewer.status_code == 200 and "speedscope" in viewer.text
+    policy = viewer.headers["content-security-policy"]
+    assert "script-src 'self' 'wasm-unsafe-eval';" in policy
+    assert f"style-src 'self' {EMPTY_STYLE_HASH};" in policy
+    for never in ("unsafe-inline", "unsafe-eval'", "blob:", "http"):
+        assert never not in policy.replace("wasm-unsafe-eval", ""), never
+    licence = await client.get(f"{VIEWER_PREFIX}LICENSE")
+    assert "MIT License" in licence.text and "Jamie Wong" in licence.text
+    for other in ("/", "/static/app.css", "/guide"):
+        policy = (await client.get(other)).headers["content-security-policy"]
+        assert "wasm-unsafe-eval" not in policy and EMPTY_STYLE_HASH not in policy, other

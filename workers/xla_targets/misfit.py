@@ -1,0 +1,48 @@
+"""A program that does not fit its target, as libtpu says so.
+
+XLA:GPU compiles a program whatever its size, and its `memory_analysis()` shows by how
+much it does not fit. libtpu refuses instead: its compile fails with RESOURCE_EXHAUSTED,
+"Ran out of memory on HBM, the total memory required for HLO temporaries (136.00G)
+exceeds available HBM (31.25G)". Both answer the question a compile-only run asks
+("does it fit?"), so both become a finished run that shows the misfit; here the
+refusal's own figures are read back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_HBM = re.compile(
+    r"HLO temporaries \((?P<temp>[\d.]+)(?P<unit>[KMGT])\) exceeds available HBM "
+    r"\((?P<hbm>[\d.]+)(?P<hbm_unit>[KMGT])\)"
+)
+_SCALE = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+"""libtpu writes sizes with binary multiples (31.25G is what it keeps of a 32 GiB chip)."""
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """libtpu's refusal of a program too big for one chip's HBM."""
+
+    message: str
+    """The compiler's own sentence."""
+    temp_bytes: int | None
+    """The temporaries it said the program needs, in bytes, when it gave a figure."""
+    available_bytes: int | None
+    """The HBM it said it has for them, in bytes."""
+
+
+def hbm_misfit(exc: BaseException) -> Misfit | None:
+    """The misfit `exc` reports when it is libtpu's out-of-HBM refusal, else None (a
+    refusal for another reason, such as scoped VMEM, is no answer to "does it fit")."""
+    text = str(exc)
+    if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text:
+        return None
+    message = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0][:300]
+    found = _HBM.search(text)
+    if found is None:
+        return Misfit(message, None, None)
+    temp = round(float(found["temp"]) * _SCALE[found["unit"]])
+    hbm = round(float(found["hbm"]) * _SCALE[found["hbm_unit"]])
+    return Misfit(message, temp, hbm)
