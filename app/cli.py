@@ -43,6 +43,17 @@ def _serve(argv: list[str]) -> int:
     from app.state import AppState
 
     settings = get_settings()  # read once per process: only after the token is set
+    descriptors = _raise_open_files()
+    wanted = settings.MAX_CONNECTIONS
+    if wanted > descriptors - SPARE_DESCRIPTORS:
+        print(
+            f"boundary serve: BOUNDARY_MAX_CONNECTIONS={wanted:,} needs "
+            f"more open files than this process may have ({descriptors:,}, less "
+            f"{SPARE_DESCRIPTORS} for the store, workers and logs): lower it, or raise "
+            "the limit (ulimit -n)",
+            file=sys.stderr,
+        )
+        return 2
     failures: list[BaseException] = []
     states: list[AppState] = []
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -78,10 +89,16 @@ def _serve(argv: list[str]) -> int:
     # Building the app here (not through uvicorn's factory) loads the content once and
     # lets a content error stop the command with its own message.
     app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
+    from app.web.connections import ConnectionLimits, guarded_protocol
+
+    limits = ConnectionLimits(settings.HEADER_TIMEOUT_S, settings.MAX_CONNECTIONS)
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
+        # uvicorn's httptools protocol with a header deadline, a connection cap and a
+        # lingering close (app.web.connections; README, "Design notes").
+        http=guarded_protocol(limits),
         access_log=settings.ACCESS_LOG,
         log_level="info",
         # Workers hold long-polls open; do not wait the whole poll to shut down.
@@ -100,6 +117,23 @@ def _serve(argv: list[str]) -> int:
         print(f"boundary serve: the server failed to start: {failures[0]!r}", file=sys.stderr)
         return 1
     return 0
+
+
+SPARE_DESCRIPTORS = 256
+"""Open files kept for what is not a client connection: the store, workers, logs."""
+
+
+def _raise_open_files() -> int:
+    """Raise this process's soft limit on open files to its hard limit; the limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return soft
 
 
 def _export(argv: list[str]) -> int:

@@ -80,6 +80,8 @@ def build_api(state: AppState) -> Built:
     from app.routes.schemas import ValidationErrorPublic
     from app.store import Store, Timeouts
     from app.web.bodylimit import BodyLimit
+    from app.web.clients import parse_networks
+    from app.web.streams import StreamCap
 
     settings = state.settings
     store = Store.open(
@@ -136,6 +138,12 @@ def build_api(state: AppState) -> Built:
     ):
         api.include_router(router)
     api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
+    api.add_middleware(
+        StreamCap,
+        per_client=settings.MAX_STREAMS_PER_CLIENT,
+        total=settings.MAX_STREAMS,
+        trusted=parse_networks(settings.FORWARDED_ALLOW_IPS),
+    )
     return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
 
 

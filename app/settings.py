@@ -139,6 +139,27 @@ class Settings(BaseSettings):
         description="Largest uploaded file (an exported function or an .npz of arrays).",
     )
 
+    HEADER_TIMEOUT_S: float = Field(
+        default=10.0,
+        gt=0,
+        le=30,
+        description="A connection whose request headers are not complete by then is closed.",
+    )
+    BODY_TIMEOUT_S: float = Field(
+        default=30.0, gt=0, description="A request body that stops arriving this long: 408."
+    )
+    MAX_CONNECTIONS: int = Field(
+        default=2000,
+        ge=1,
+        description="Open connections; past it a new one displaces a stalled one, or gets 503.",
+    )
+    MAX_STREAMS_PER_CLIENT: int = Field(
+        default=100, ge=1, description="Open event streams per client; more get 429."
+    )
+    MAX_STREAMS: int = Field(
+        default=1000, ge=1, description="Open event streams in all; more get 503."
+    )
+
     @field_validator("DB", mode="before")
     @classmethod
     def _a_database(cls, value: object) -> str:

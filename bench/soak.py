@@ -1,5 +1,6 @@
 """Soak: many small jobs and uploads against a server with small retention caps, to show
-that its storage stays bounded.
+that its storage stays bounded; then thousands of half-open connections and event
+streams, to show that its memory, its open files and /healthz stay bounded.
 
 Starts a server (uvicorn, as `boundary serve` runs it, no local worker) on a fresh
 database with small caps, then, at once:
@@ -14,7 +15,13 @@ and the stored files' bytes against their bounds, and the finished jobs kept aga
 RETAIN_RUNS. The database's bound is the files' cap plus, per kept job, a budget of
 twice its IR text and 64 KiB of rows, plus the WAL's size limit.
 
-    .venv/bin/python bench/soak.py [--jobs 2000] [--uploads 100]
+Then (bench/netsoak.py) `--half-open` slowloris connections and `--streams` event
+streams from 20 client addresses (127.0.0.2 …) against `boundary serve` with its
+defaults, for `--seconds`: the server's memory, its open files, and /healthz's status
+and latency timed from another process. The soak raises its own RLIMIT_NOFILE.
+
+    .venv/bin/python bench/soak.py [--jobs 2000] [--uploads 100] [--half-open 5000]
+                                   [--streams 1000] [--seconds 30] [--only storage|connections]
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from netload import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "soak-worker-token-0123456789"
@@ -161,7 +169,41 @@ def main() -> None:
     parser.add_argument("--ir-kib", type=int, default=16)
     parser.add_argument("--retain-runs", type=int, default=100)
     parser.add_argument("--files-max-mib", type=int, default=4)
+    parser.add_argument("--half-open", type=int, default=5000)
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--only", choices=["storage", "connections"])
     args = parser.parse_args()
+    if args.only != "connections":
+        storage_soak(args)
+    if args.only != "storage":
+        connections(args)
+
+
+def connections(args: argparse.Namespace) -> None:
+    from netsoak import Load, connection_soak
+
+    load = Load(half_open=args.half_open, streams=args.streams, seconds=args.seconds)
+    found = connection_soak(load)
+    print(
+        f"{load.half_open:,} half-open connections and {load.streams:,} event streams from "
+        f"20 addresses, {load.seconds:g} s"
+    )
+    print(f"  streams answered     {found['streams']}")
+    print(f"  half-open held       {found['half_open_held_median']:,} (median)")
+    print(f"  half-open ended      {found['half_open_endings']}")
+    print(
+        f"  server RSS           {found['rss_idle_mib']} MiB idle, {found['rss_max_mib']} MiB max"
+    )
+    print(f"  server open files    {found['server_fds_max']:,} max")
+    healthz = found["healthz_s"]
+    print(
+        f"  /healthz             {found['healthz_status']}; median {healthz['median']} s, "
+        f"p95 {healthz['p95']} s, max {healthz['max']} s"
+    )
+
+
+def storage_soak(args: argparse.Namespace) -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="boundary-soak-"))
     db = tmp / "soak.sqlite3"
@@ -240,11 +282,7 @@ def main() -> None:
         if not ok:
             raise SystemExit(1)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, signal.SIGTERM)
         logs.close()
 
 

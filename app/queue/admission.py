@@ -22,7 +22,6 @@ several replicas share every limit (two replicas never each admit a client's quo
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from app.dispatch.requirements import job_requirements, unmet
 from app.queue.ratelimit import retry_after
 from app.settings import Settings
 from app.store import Gate, JobRow
+from app.web.clients import client_of, parse_networks
 from app.web.tokens import bearer_of, token_matches
 from workers.protocol import Capabilities
 
@@ -43,16 +43,6 @@ if TYPE_CHECKING:
 
 QUEUE_RETRY_S = 30
 """Retry-After when the queue, a client's share or the waiting cap is full."""
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_networks(text: str) -> list[Network] | None:
-    """FORWARDED_ALLOW_IPS as networks; None for "*" (every peer is trusted)."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if "*" in items:
-        return None
-    return [ipaddress.ip_network(item, strict=False) for item in items]
 
 
 def _busy(detail: str, retry_after: float) -> HTTPException:
@@ -74,27 +64,10 @@ class Admission:
 
     # --- who is asking ------------------------------------------------------------------
 
-    def _is_trusted(self, host: str) -> bool:
-        if self._trusted is None:
-            return True
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return False
-        return any(address in net for net in self._trusted)
-
     def client(self, request: Request) -> str:
         """The key jobs are counted under: the peer's address, or, when the peer is a
         trusted proxy, the last address in X-Forwarded-For that is not a trusted proxy."""
-        peer = request.client.host if request.client else "?"
-        forwarded = request.headers.get("x-forwarded-for")
-        if not forwarded or not self._is_trusted(peer):
-            return peer
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        for hop in reversed(hops):
-            if not self._is_trusted(hop):
-                return hop[:64]
-        return (hops[0] if hops else peer)[:64]
+        return client_of(request.scope, self._trusted)
 
     def check_bearer(self, request: Request, what: str) -> None:
         """`check_token` with the request's `Authorization: Bearer` token."""

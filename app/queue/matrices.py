@@ -178,11 +178,12 @@ def row_label(axis: MatrixAxis, value: Value, store: Store | None = None) -> str
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     if axis.name == "artifact" and isinstance(value, str) and store is not None:
-        found = store.get_file(value) if len(value) == 64 else None
+        found = store.open_file(value) if len(value) == 64 else None
         if found is not None:
             try:
-                header = read_header(found.data)
-            except ArtifactError:
+                with found:
+                    header = read_header(found)
+            except (ArtifactError, OSError):
                 return f"artifact {value[:12]}…"
             return f"{header.function_name}({', '.join(a.text() for a in header.in_avals)})"
         return f"artifact {value[:12]}…"

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.web.problems import problem_detail, pydantic_problems
-from workers.catalog import WORKLOADS, CatalogError, allowed_range, parse_params
+from workers.catalog import WORKLOADS, CatalogError, allowed_range, check_peak, parse_params
 from workers.catalog.target_rules import apply_target, byte_cap
 from workers.protocol import MAX_SAMPLES, JobSpec
 
@@ -83,6 +83,9 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
         # scale workload's `devices` defaults to), before the parameters are parsed.
         spec = apply_target(spec)
         params = parse_params(spec.workload, spec.params, byte_cap(spec, max_job_bytes))
+        # Its estimated peak memory (inputs, outputs, float64 references, a sweep's every
+        # size) against the cap, as the worker will check it again.
+        check_peak(params, spec, byte_cap(spec, max_job_bytes))
     except CatalogError as exc:
         raise JobRefused([(exc.field, str(exc))]) from None
     cls = WORKLOADS[spec.workload]

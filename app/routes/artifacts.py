@@ -1,15 +1,18 @@
 """Uploaded files: exported functions and .npz archives, by API and by page.
 
 `POST /api/v1/artifacts?kind=exported|npz` takes the file as the raw request body
-(application/octet-stream), refuses it clearly when it is too large (413) or unusable
-(422), and stores it once by SHA-256. The pages upload the same files through an HTML
-form (multipart, parsed with the standard library) and offer to run what was uploaded.
-The server only reads headers: a function runs on a worker, never here.
+(application/octet-stream), refuses it clearly when it is too large (413), unusable
+(422) or has no room (507), and stores it once by SHA-256. The pages upload the same
+files through an HTML form (multipart, read as it streams by app.web.multipart, token
+first) and offer to run what was uploaded. Either way a file goes to disk as it arrives
+and into the store in chunks: it is never held whole in memory. The server only reads
+headers: a function runs on a worker, never here.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -24,12 +27,16 @@ from app.queue.submission import (
     read_capped_body,
     validate_submission,
 )
-from app.queue.uploads import KINDS, UploadError, describe, kind_of, parse_multipart
+from app.queue.uploads import KINDS, UploadError, describe, kind_of
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
-from app.web.tokens import token_matches
+from app.settings import Settings
+from app.store.files import FileWouldGo
+from app.store.url import parse_db
+from app.web.multipart import FormPolicy, FormRefused, read_form
+from app.web.spool import OverCap, Spooled, spool_body, spool_folder
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
 
@@ -37,12 +44,20 @@ router = APIRouter(tags=["artifacts"])
 
 read_route = reads(router)
 
+UPLOAD_FIELDS = {"artifact": "exported", "inputs": "npz", "reference": "npz"}
+"""The upload form's file fields, in the order they are stored, with their kinds."""
+
 
 ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": MessagePublic, "description": "Uploading needs the submission token."},
     413: {"model": MessagePublic, "description": "The file is over UPLOAD_MAX_BYTES."},
     415: {"model": MessagePublic, "description": "The body is not application/octet-stream."},
     422: {"model": ValidationErrorPublic, "description": "The file is corrupted or unusable."},
+    507: {
+        "model": MessagePublic,
+        "description": "No room: the disk is full, or files that queued jobs need fill "
+        "FILES_MAX_BYTES so this one would be removed at once.",
+    },
 }
 UPLOAD_BODY = {
     "requestBody": {
@@ -54,14 +69,17 @@ UPLOAD_BODY = {
 
 def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
     """The public description of a stored upload, or 404."""
-    found = dispatcher.store.get_file(sha256) if len(sha256) == 64 else None
+    store = dispatcher.store
+    found = store.file_info(sha256) if len(sha256) == 64 else None
     kind = kind_of(found.media_type) if found is not None else None
-    if found is None or kind is None:
+    source = store.open_file(sha256) if kind is not None else None
+    if found is None or kind is None or source is None:
         raise HTTPException(status_code=404, detail=f"no uploaded file {sha256[:64]!r}")
-    try:
-        described = describe(kind, found.data)
-    except UploadError as exc:  # stored before a stricter check: say so, do not fail
-        described = {"problem": str(exc)}
+    with source:
+        try:
+            described = describe(kind, source)
+        except UploadError as exc:  # stored before a stricter check: say so, do not fail
+            described = {"problem": str(exc)}
     return {
         "sha256": found.sha256,
         "kind": kind,
@@ -75,14 +93,32 @@ def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
     }
 
 
-def _store_upload(dispatcher: Dispatcher, kind: str, data: bytes) -> str:
-    """Check and keep an upload; UploadError when it is unusable."""
-    if not data:
+def _store_upload(dispatcher: Dispatcher, kind: str, spooled: Spooled, settings: Settings) -> str:
+    """Check and keep a spooled upload, read from disk in chunks; UploadError when it is
+    unusable, FileWouldGo when retention would remove it at once."""
+    if not spooled.size:
         raise UploadError("the file is empty")
-    describe(kind, data)
-    sha = dispatcher.store.put_file(data, KINDS[kind])
+    with open(spooled.path, "rb") as source:
+        describe(kind, source)
+    store = dispatcher.store
+    if store.file_info(spooled.sha256) is not None:  # the same bytes again: kept once
+        store.touch_files([spooled.sha256])
+        return spooled.sha256
+    sha = store.put_file(spooled.chunks(), KINDS[kind], files_max_bytes=settings.FILES_MAX_BYTES)
     dispatcher.prune()  # the files' cap holds after every upload, not only every interval
     return sha
+
+
+def _spool(settings: Settings) -> Path:
+    """Where uploads are spooled: beside a SQLite database, on the disk that keeps them;
+    with PostgreSQL (no database file here), beside the compilation cache."""
+    database = parse_db(settings.DB)
+    local = Path(database.target).parent if database.kind == "sqlite" else None
+    return spool_folder(local or Path(settings.CACHE_DIR).parent)
+
+
+CLOSE = {"Connection": "close"}
+"""On an answer given before the body was read whole: the rest is never read."""
 
 
 @router.post(
@@ -106,12 +142,20 @@ async def upload_artifact(
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/octet-stream":
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
-    data = await read_capped_body(request, settings.UPLOAD_MAX_BYTES, "file")
+    limit = settings.UPLOAD_MAX_BYTES
     try:
-        # Hashing, checking and storing megabytes is CPU work: off the event loop.
-        sha = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
+        spooled = await spool_body(request.stream(), _spool(settings), limit)
+    except OverCap:
+        raise HTTPException(413, f"the file is over {limit:,} bytes", CLOSE) from None
+    try:
+        # Checking, hashing and storing megabytes is work for a thread, off the event loop.
+        sha = await asyncio.to_thread(_store_upload, dispatcher, kind, spooled, settings)
     except UploadError as exc:
         field_errors([("body", f"{kind}: {exc}")])
+    except FileWouldGo as exc:
+        raise HTTPException(status_code=507, detail=str(exc)) from None
+    finally:
+        spooled.discard()
     body = _stored(dispatcher, sha)
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
@@ -167,52 +211,60 @@ async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLRespon
 async def upload_from_page(
     request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
 ) -> Response:
-    """Store the uploaded files, then show the artifact's page with them chosen."""
+    """Store the uploaded files, then show the artifact's page with them chosen.
+
+    The form is read as it streams (app.web.multipart): its token first, then each file
+    to disk under its own cap, so no upload is ever held in memory."""
     settings = state.settings
     admission.throttle(admission.client(request))  # before a byte of the body is read
-    content_type = request.headers.get("content-type", "")
     errors: dict[str, str] = {}
 
-    def again(status: int) -> HTMLResponse:
+    def again(status: int, headers: dict[str, str] | None = None) -> HTMLResponse:
         ctx = _page_context(state, dispatcher, errors=errors)
-        return render(state, "artifact_new.html", ctx, status)
+        page = render(state, "artifact_new.html", ctx, status)
+        page.headers.update(headers or {})
+        return page
 
-    if not content_type.lower().startswith("multipart/form-data"):
-        errors["artifact"] = "send the form as multipart/form-data"
-        return again(415)
-    limit = 3 * settings.UPLOAD_MAX_BYTES + 64 * 1024
+    cap = settings.UPLOAD_MAX_BYTES
+    policy = FormPolicy(
+        files={"artifact": cap, "inputs": cap, "reference": cap},
+        text=frozenset(),
+        token=settings.SUBMIT_TOKEN,
+    )
     try:
-        body = await read_capped_body(request, limit, "file")
-    except HTTPException:
-        errors["artifact"] = f"the files are over {settings.UPLOAD_MAX_BYTES:,} bytes each"
-        return again(413)
-    try:
-        # The multipart parse is CPU work on up to three files: off the event loop.
-        fields = await asyncio.to_thread(parse_multipart, body, content_type)
-    except UploadError as exc:
-        errors["artifact"] = str(exc)
-        return again(422)
-    token = settings.SUBMIT_TOKEN
-    given = fields.get("token", (None, b""))[1].decode(errors="replace")
-    if token is not None and not token_matches(given, token):
-        errors["token"] = "this server needs its submission token"
-        return again(401)
+        form = await read_form(
+            request.stream(),
+            request.headers.get("content-type", ""),
+            policy,
+            _spool(settings),
+            request.headers.get("authorization", ""),
+        )
+    except FormRefused as exc:
+        shown = exc.field if exc.field in (*UPLOAD_FIELDS, "token") else "general"
+        errors[shown] = exc.message if shown != "general" else f"{exc.field}: {exc.message}"
+        return again(exc.status, CLOSE)
     stored: dict[str, str] = {}
-    for name, kind in (("artifact", "exported"), ("inputs", "npz"), ("reference", "npz")):
-        _, data = fields.get(name, (None, b""))
-        if not data:
-            if name == "artifact":
-                errors[name] = "choose a .jaxexport file (made by boundary export-fn)"
-            continue
-        if len(data) > settings.UPLOAD_MAX_BYTES:
-            errors[name] = f"over {settings.UPLOAD_MAX_BYTES:,} bytes"
-            continue
-        try:
-            stored[name] = await asyncio.to_thread(_store_upload, dispatcher, kind, data)
-        except UploadError as exc:
-            errors[name] = str(exc)
+    status = 422
+    try:
+        for name, kind in UPLOAD_FIELDS.items():
+            part = form.files.get(name)
+            if part is None:
+                if name == "artifact":
+                    errors[name] = "choose a .jaxexport file (made by boundary export-fn)"
+                continue
+            try:
+                stored[name] = await asyncio.to_thread(
+                    _store_upload, dispatcher, kind, part, settings
+                )
+            except UploadError as exc:
+                errors[name] = str(exc)
+            except FileWouldGo as exc:
+                errors[name] = str(exc)
+                status = 507
+    finally:
+        form.discard()
     if errors:
-        return again(413 if any("over" in e for e in errors.values()) else 422)
+        return again(status)
     query = "&".join(f"{k}={v}" for k, v in stored.items() if k != "artifact")
     return RedirectResponse(f"/artifacts/{stored['artifact']}?{query}", status_code=303)
 

@@ -25,9 +25,10 @@ from app.pages.compare.stats import MIN_RUNS
 from app.pages.compare.view import compare_context, json_twin
 from app.queue.admission import Admission
 from app.queue.submission import read_capped_body, validate_submission
+from app.queue.validation import ValidJob
 from app.reader.tour import TOUR_JOBS
 from app.routes.common import is_htmx, render
-from app.routes.forms import FormValueError, number
+from app.routes.forms import FormValueError, number, whole_number
 from app.settings import Settings
 
 router = APIRouter(include_in_schema=False)
@@ -238,17 +239,16 @@ async def _form(request: Request) -> dict[str, str]:
     return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-def queue_repeats(
+def repeat_jobs(
     admission: Admission,
     settings: Settings,
     job_id: str,
     count: int,
-    client: str,
     *,
     changes: dict[str, Any] | None = None,
-) -> list[str]:
-    """Queue `count` more jobs with `job_id`'s spec (with `changes` to its measure options),
-    through admission like every submission; the new job ids."""
+) -> list[ValidJob]:
+    """`count` more jobs with `job_id`'s spec (with `changes` to its measure options),
+    validated like every submission, for the caller to queue in one admission call."""
     dispatcher = admission.dispatcher
     job = dispatcher.store.get_job(job_id)
     if job is None:
@@ -257,7 +257,7 @@ def queue_repeats(
     if changes:
         spec["measure"] = {**(spec.get("measure") or {}), **changes}
     valid = validate_submission(spec, dispatcher.store, settings.MAX_JOB_BYTES)
-    return [job.id for job in admission.queue(client, [valid] * count)]
+    return [valid] * count
 
 
 def _check_token(form: dict[str, str], admission: Admission) -> None:
@@ -282,15 +282,25 @@ async def compare_repeat(
     client = admission.client(request)
     sides: dict[str, list[str]] = {"a": list(req.a), "b": list(req.b)}
     wanted = form.get("side", "both")
+    planned: list[tuple[str, list[ValidJob]]] = []
     for name, side in ctx["sides"].items():
         if side is None or wanted not in (name, "both"):
             continue
         extra = form.get(f"extra_{name}", "").strip()
-        count = int(extra) if extra.isdigit() else side["lacking"]
+        try:
+            count = whole_number(f"extra_{name}", extra, low=0) if extra else side["lacking"]
+        except FormValueError as exc:
+            raise HTTPException(
+                status_code=422, detail=[{"field": f"extra_{name}", "message": str(exc)}]
+            ) from None
         count = min(count, MAX_REPEATS)
         if count > 0:
-            first = sides[name][0]
-            sides[name] += queue_repeats(admission, state.settings, first, count, client)
+            planned.append((name, repeat_jobs(admission, state.settings, sides[name][0], count)))
+    # Both sides in one admission call: all of them queue, or none does (a 429 with half
+    # queued would make a retry queue that half again).
+    queued = iter(admission.queue(client, [job for _, jobs in planned for job in jobs]))
+    for name, jobs in planned:
+        sides[name] += [next(queued).id for _ in jobs]
     query = Comparison(sides["a"], sides["b"], req.boundary).query()
     return RedirectResponse(f"/compare?{query}", status_code=303)
 
@@ -326,5 +336,7 @@ async def run_repeat(
         if form.get(option) in ("on", "1", "true")
     } or None
     client = admission.client(request)
-    (new_id,) = queue_repeats(admission, state.settings, job_id, 1, client, changes=changes)
-    return RedirectResponse(f"/runs/{new_id}", status_code=303)
+    (new,) = admission.queue(
+        client, repeat_jobs(admission, state.settings, job_id, 1, changes=changes)
+    )
+    return RedirectResponse(f"/runs/{new.id}", status_code=303)

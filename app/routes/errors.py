@@ -1,4 +1,4 @@
-"""Error pages: every 404 and 500 a browser sees is a site page in its section's words.
+"""Error pages: every 404, 500 and 507 a browser sees is a site page in its section's words.
 
 Machine routes (the API, `.json`/`.csv`/`.md` twins, downloads, oEmbed, metrics) keep
 answering JSON, so clients never have to parse HTML to learn what went wrong.
@@ -15,6 +15,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.routes.common import render
+from app.web.diskfull import DISK_FULL, is_disk_full
+from app.web.diskfull import KINDS as DISK_KINDS
 
 log = logging.getLogger("boundary.errors")
 
@@ -166,6 +168,23 @@ def install(app: FastAPI, reader_not_found: Any) -> None:
         return JSONResponse(
             {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
         )
+
+    async def disk_full(request: Request, exc: Exception) -> Response:
+        if not is_disk_full(exc):
+            raise exc  # any other error stays a 500
+        log.error("507 on %s %s: %r", request.method, request.url.path, exc)
+        path = request.url.path
+        if not wants_html(path):
+            return JSONResponse({"detail": DISK_FULL}, 507)
+        what = (
+            "The server's disk is full, so it could not keep what you sent; nothing of it "
+            "was stored. Try again once the server's operator has made room."
+        )
+        section = section_of(path) or SITE
+        return error_page(request, 507, "The server's disk is full", what, section)
+
+    for kind in DISK_KINDS:
+        app.add_exception_handler(kind, disk_full)
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> Response:

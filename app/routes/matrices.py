@@ -25,14 +25,13 @@ from app.queue.admission import Admission
 from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, render
-from app.routes.forms import FormValueError, sample_count
+from app.routes.forms import FormValueError, sample_count, typed_value
 from app.routes.routing import reads
 from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, inline_schema
 from app.settings import Settings
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
-from workers.catalog.values import parse_value
 from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
 
 router = APIRouter(tags=["matrices"])
@@ -153,14 +152,14 @@ def _assignments(text: str, field: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"{field}: {item[:30]!r} is not key=value")
-        out[key] = parse_value(value)
+        out[key] = typed_value(f"{field}: {key[:30]}", value)
     return out
 
 
 def _values(name: str, text: str, field: str) -> list[Any]:
     if name == SHAPE:
         return [_assignments(item, field) for item in _SPLIT_SHAPES.split(text) if item.strip()]
-    return [parse_value(item.strip()) for item in _SPLIT_SCALARS.split(text) if item.strip()]
+    return [typed_value(field, item) for item in _SPLIT_SCALARS.split(text) if item.strip()]
 
 
 def read_matrix_form(
@@ -177,20 +176,16 @@ def read_matrix_form(
         body["base_params"] = _assignments(form.get("base_params", ""), "base_params")
     except ValueError as exc:
         errors["base_params"] = str(exc)
-    axis_name = form.get("axis.name", "").strip()
-    try:
-        body["axis"] = {
-            "name": axis_name,
-            "values": _values(axis_name, form.get("axis.values", ""), "axis.values"),
-        }
-    except ValueError as exc:
-        errors["axis.values"] = str(exc)
-    column_name = form.get("columns.name", "").strip()
-    if column_name:
-        body["columns"] = {
-            "name": column_name,
-            "values": _values(column_name, form.get("columns.values", ""), "columns.values"),
-        }
+    for part in ("axis", "columns"):  # the rows' parameter, and the columns' (optional)
+        name = form.get(f"{part}.name", "").strip()
+        if part == "columns" and not name:
+            continue
+        try:
+            values = _values(name, form.get(f"{part}.values", ""), f"{part}.values")
+        except ValueError as exc:
+            errors[f"{part}.values"] = str(exc)
+            continue
+        body[part] = {"name": name, "values": values}
     body["measure"] = {
         "mode": form.get("mode", Mode.LATENCY.value),
         "cache": form.get("cache", CachePolicy.COLD.value),

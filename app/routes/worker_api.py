@@ -357,14 +357,18 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
 )
 async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
     """A stored file (an exported function or an .npz) a job names by its SHA-256,
-    streamed a chunk at a time from the store (whichever replica it was uploaded to)."""
-    found = dispatcher.store.file_info(sha256) if len(sha256) == 64 else None
-    if found is None:
+    streamed chunk by chunk from the store, whichever replica it was uploaded to (it
+    is never held whole in the server's memory)."""
+    store = dispatcher.store
+    info = store.file_info(sha256) if len(sha256) == 64 else None
+    chunks = store.file_chunks(sha256) if info is not None else None
+    if info is None or chunks is None:
         raise HTTPException(status_code=404, detail=f"no file {sha256[:64]!r} on this server")
+    # A sync iterator: Starlette reads each chunk in its thread pool, off the event loop.
     return StreamingResponse(
-        dispatcher.store.file_chunks(found),
+        chunks,
         media_type="application/octet-stream",
-        headers={"Content-Length": str(found.size)},
+        headers={"Content-Length": str(info.size)},
     )
 
 

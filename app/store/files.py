@@ -1,119 +1,173 @@
-"""Content-addressed files in the job store: each distinct byte string is kept once, in
-chunks of CHUNK_BYTES, on both backends.
+"""Content-addressed files in the job store, kept in chunks on both backends: each
+distinct byte string is kept once, and no file is ever held whole in memory to store or
+to read it.
+
+A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
 
 Why chunks: a file stored as one value costs about four times its size in the replica
 and in the database server while it is written or read (measured for PostgreSQL's bytea:
-256 MiB for a 64 MiB file); as 1 MiB chunks, one chunk each way. An upload arrives as
-any iterable of byte strings: each full chunk is stored under a random key as it comes
-(short statements, no transaction held open), while its SHA-256 is computed; then one
-transaction names the file by its hash, or, when those bytes are already stored, marks
-the existing file used and drops this upload's chunks. A read takes one chunk per query,
-so no transaction stays open while a worker downloads. An upload that dies half-way
-leaves chunks no file names; retention removes them after an hour.
+256 MiB for a 64 MiB file); as 1 MiB chunks, one chunk each way. Being in the database,
+a file uploaded through one replica is served by any other.
 
-A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
+The file API, the same whatever database holds the chunks:
+
+- `put_file(chunks, media_type)`: store a file from an iterable of byte strings (any
+  sizes); its SHA-256 is computed on the way and returned. The chunks are written in
+  short statements of their own (other requests go on meanwhile) under a blob id, and
+  the file appears under its SHA-256 only in the last transaction, so no reader sees
+  half a file. Storing the same bytes again (even through two replicas at once) keeps
+  one copy and drops the other's chunks.
+- `file_info(sha)`: its media type and size, or None.
+- `file_chunks(sha)`: its bytes as an iterator of chunks of CHUNK_BYTES (the last one
+  shorter), or None; each chunk is one short read, no transaction stays open.
+- `open_file(sha)`: a seekable binary reader over the chunks (for zipfile, tarfile and
+  header readers), or None.
+
+Tables (migration 5): `file_blobs` (one row per stored or half-written file: when its
+writing started), `file_chunks` (blob, seq, data) and `files.blob`, the blob a file's
+bytes are in. A blob no file names, older than STALE_BLOB_S (its writer died), is
+removed by retention.
 """
 
 from __future__ import annotations
 
 import hashlib
-import secrets
-from collections.abc import Iterable, Iterator
+import io
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 from app.store.base import StoreBase
+from app.store.retention import STALE_BLOB_S, needed_bytes
+
+__all__ = ["CHUNK_BYTES", "STALE_BLOB_S", "ChunkReader", "FileWouldGo", "Files", "StoredFile"]
 
 CHUNK_BYTES = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """What is known about a stored file besides its bytes."""
-
-    sha256: str
-    media_type: str
-    size: int
-    chunks_key: str
+"""The size of every stored chunk but a file's last (migration 5 cuts old files so)."""
 
 
 @dataclass(frozen=True)
 class StoredFile:
-    """A file's bytes with what is known about them."""
+    """What is known about a stored file (its bytes: `file_chunks`, `open_file`)."""
 
     sha256: str
-    data: bytes
     media_type: str
     size: int
 
 
+class FileWouldGo(Exception):
+    """Storing this file would be pointless: retention would remove it at once, because
+    files that queued and running jobs need fill the files' cap. The message says so."""
+
+
 class Files(StoreBase):
-    """put_file / get_file / file_chunks / attach_file / job_file / job_files on the store."""
+    """put_file / file_info / file_chunks / open_file, and files attached to jobs."""
 
-    def put_file(self, data: bytes, media_type: str) -> str:
-        """Keep `data` (once, whatever the number of callers); return its sha256."""
-        return self.put_file_stream([data], media_type)
+    def put_file(
+        self,
+        chunks: bytes | Iterable[bytes],
+        media_type: str,
+        *,
+        files_max_bytes: int | None = None,
+    ) -> str:
+        """Keep the bytes `chunks` yields (once, whatever the number of callers); their
+        SHA-256. With `files_max_bytes`, FileWouldGo (nothing kept) when the files that
+        queued and running jobs need leave no room for this one under that cap."""
+        pieces: Iterable[bytes] = [chunks] if isinstance(chunks, bytes) else chunks
+        blob = int(
+            self._read("INSERT INTO file_blobs (started_at) VALUES ({NOW}) RETURNING id")[0][0]
+        )
+        try:
+            digest, size = self._write_chunks(blob, pieces)
+            with self._tx() as tx:
+                touched = tx.execute(
+                    self._sql("UPDATE files SET used_at = {NOW} WHERE sha256 = ? RETURNING blob"),
+                    (digest,),
+                )
+                if not touched and files_max_bytes is not None:
+                    needed = needed_bytes(tx)
+                    if needed + size > files_max_bytes:
+                        raise FileWouldGo(
+                            f"the server keeps {needed:,} bytes of files that queued and "
+                            f"running jobs need (its limit for files is {files_max_bytes:,}); "
+                            f"this file of {size:,} bytes would be removed at once: try "
+                            "again when they have run"
+                        )
+                # Another replica may name the same bytes between the UPDATE and here:
+                # the first name stays, and this upload's blob goes.
+                kept = touched or tx.execute(
+                    self._sql(
+                        "INSERT INTO files (sha256, blob, media_type, size, created_at, used_at) "
+                        "VALUES (?, ?, ?, ?, {NOW}, {NOW}) ON CONFLICT (sha256) "
+                        "DO UPDATE SET used_at = excluded.used_at RETURNING blob"
+                    ),
+                    (digest, blob, media_type, size),
+                )
+                if int(kept[0][0]) != blob:
+                    tx.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))  # and its chunks
+        except BaseException:
+            self._read("DELETE FROM file_blobs WHERE id = ?", (blob,))
+            raise
+        return digest
 
-    def put_file_stream(self, parts: Iterable[bytes], media_type: str) -> str:
-        """Keep the bytes `parts` yields (pieces of any size), never holding more than a
-        chunk of them; return their sha256."""
-        key = secrets.token_hex(12)
+    def _write_chunks(self, blob: int, pieces: Iterable[bytes]) -> tuple[str, int]:
+        """Write `pieces` as chunks of CHUNK_BYTES under `blob`; (sha256, size)."""
+        insert = self._sql("INSERT INTO file_chunks (blob, seq, data) VALUES (?, ?, ?)")
         digest = hashlib.sha256()
         size = seq = 0
         pending = bytearray()
-        insert = self._sql(
-            "INSERT INTO file_chunks (key, seq, data, created_at) VALUES (?, ?, ?, {NOW})"
-        )
-        for part in parts:
-            digest.update(part)
-            size += len(part)
-            pending += part
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+            pending += piece
             while len(pending) >= CHUNK_BYTES:
-                self.backend.execute(insert, (key, seq, bytes(pending[:CHUNK_BYTES])))
+                self.backend.execute(insert, (blob, seq, bytes(pending[:CHUNK_BYTES])))
                 del pending[:CHUNK_BYTES]
                 seq += 1
         if pending or seq == 0:
-            self.backend.execute(insert, (key, seq, bytes(pending)))
-        sha = digest.hexdigest()
-        with self._tx() as tx:
-            rows = tx.execute(
-                self._sql(
-                    "INSERT INTO files (sha256, media_type, size, created_at, used_at, chunks_key) "
-                    "VALUES (?, ?, ?, {NOW}, {NOW}, ?) ON CONFLICT (sha256) "
-                    "DO UPDATE SET used_at = excluded.used_at RETURNING chunks_key"
-                ),
-                (sha, media_type, size, key),
-            )
-            if rows[0][0] != key:  # already stored: this upload's chunks are not needed
-                tx.execute("DELETE FROM file_chunks WHERE key = ?", (key,))
-        return sha
+            self.backend.execute(insert, (blob, seq, bytes(pending)))
+        return digest.hexdigest(), size
 
-    def file_info(self, sha256: str) -> FileInfo | None:
-        rows = self._read(
-            "SELECT sha256, media_type, size, chunks_key FROM files WHERE sha256 = ?", (sha256,)
+    def file_info(self, sha256: str) -> StoredFile | None:
+        rows = self._read("SELECT sha256, media_type, size FROM files WHERE sha256 = ?", (sha256,))
+        return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
+
+    def _blob_of(self, sha256: str) -> tuple[int, int] | None:
+        rows = self._read("SELECT blob, size FROM files WHERE sha256 = ?", (sha256,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def _chunk(self, blob: int, seq: int) -> bytes:
+        data = self.backend.read_bytes(
+            self._sql("SELECT data FROM file_chunks WHERE blob = ? AND seq = ?"), (blob, seq)
         )
-        return FileInfo(rows[0][0], rows[0][1], int(rows[0][2]), rows[0][3]) if rows else None
+        if data is None:
+            raise FileNotFoundError(f"stored file chunk {seq} is gone (the file was removed)")
+        return data
 
-    def file_chunks(self, info: FileInfo) -> Iterator[bytes]:
-        """The file's bytes, a chunk at a time. LookupError when a chunk has gone (the
-        file was evicted while it was read)."""
-        select = "SELECT data FROM file_chunks WHERE key = ? AND seq = ?"
-        for seq in range(max(1, -(-info.size // CHUNK_BYTES))):
-            data = self.backend.read_bytes(select, (info.chunks_key, seq))
-            if data is None:
-                raise LookupError(f"file {info.sha256} lost its chunk {seq}")
-            yield data
+    def file_chunks(self, sha256: str) -> Iterator[bytes] | None:
+        """The file's bytes, chunk by chunk; None when there is no such file. A file
+        removed while it is read ends the iteration with FileNotFoundError."""
+        found = self._blob_of(sha256)
+        if found is None:
+            return None
+        blob, size = found
 
-    def get_file(self, sha256: str) -> StoredFile | None:
-        """A stored file whole (uploads are at most tens of MiB; workers get them by
-        `file_chunks`)."""
-        info = self.file_info(sha256)
-        if info is None:
+        def chunks() -> Iterator[bytes]:
+            for seq in range(max(1, -(-size // CHUNK_BYTES))):
+                yield self._chunk(blob, seq)
+
+        return chunks()
+
+    def open_file(self, sha256: str) -> BinaryIO | None:
+        """A seekable reader of the file's bytes (one chunk in memory at a time)."""
+        found = self._blob_of(sha256)
+        if found is None:
             return None
-        try:
-            data = b"".join(self.file_chunks(info))
-        except LookupError:
-            return None
-        return StoredFile(info.sha256, data, info.media_type, info.size)
+        blob, size = found
+        raw = ChunkReader(size, lambda seq: self._chunk(blob, seq))
+        return io.BufferedReader(raw, buffer_size=64 * 1024)
+
+    # --- files attached to jobs ----------------------------------------------------------
 
     def attach_file(self, job_id: str, name: str, sha256: str) -> None:
         """Name a stored file on a job (replacing an earlier file of that name)."""
@@ -125,9 +179,11 @@ class Files(StoreBase):
 
     def job_file(self, job_id: str, name: str) -> StoredFile | None:
         rows = self._read(
-            "SELECT sha256 FROM job_files WHERE job_id = ? AND name = ?", (job_id, name)
+            "SELECT f.sha256, f.media_type, f.size FROM job_files j "
+            "JOIN files f ON f.sha256 = j.sha256 WHERE j.job_id = ? AND j.name = ?",
+            (job_id, name),
         )
-        return self.get_file(rows[0][0]) if rows else None
+        return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
     def job_files(self, job_id: str) -> Iterator[tuple[str, str, int]]:
         """(name, sha256, size) of every file attached to a job."""
@@ -137,3 +193,43 @@ class Files(StoreBase):
             (job_id,),
         )
         return iter([(r[0], r[1], int(r[2])) for r in rows])
+
+
+class ChunkReader(io.RawIOBase):
+    """A seekable, read-only raw stream over a file kept in chunks of CHUNK_BYTES:
+    `fetch(seq)` gives chunk `seq`; the last one fetched is kept for the next read."""
+
+    def __init__(self, size: int, fetch: Callable[[int], bytes]) -> None:
+        self._size = size
+        self._fetch = fetch
+        self._pos = 0
+        self._cached: tuple[int, bytes] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError("a negative position in a stored file")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos >= self._size or not len(view):
+            return 0
+        seq, start = divmod(self._pos, CHUNK_BYTES)
+        if self._cached is None or self._cached[0] != seq:
+            self._cached = (seq, self._fetch(seq))
+        chunk = self._cached[1]
+        count = min(len(view), len(chunk) - start, self._size - self._pos)
+        view[:count] = chunk[start : start + count]
+        self._pos += count
+        return count

@@ -37,10 +37,11 @@ MIGRATIONS = [
     Migration(2, "files", {"sqlite": ddl.SQLITE_2}),
     Migration(3, "matrices", {"sqlite": ddl.SQLITE_3}),
     Migration(4, "lease ids, client index, file use times", {"sqlite": ddl.SQLITE_4}),
+    Migration(5, "files in chunks", {"sqlite": ddl.SQLITE_5}),
     Migration(
-        5,
-        "lease start, workers' keys, shared rate, last reap, file chunks",
-        {"sqlite": ddl.SQLITE_5, "postgresql": ddl.POSTGRES_5},
+        6,
+        "lease start, workers' keys, shared rate, last reap",
+        {"sqlite": ddl.SQLITE_6, "postgresql": ddl.POSTGRES_6},
     ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import io
 import tarfile
+from typing import IO
 
 from app.store.files import Files
 from workers.protocol import RunResult
@@ -47,10 +48,13 @@ def keep_profile(store: Files, job_id: str, result: RunResult, max_bytes: int) -
     return result.model_copy(update={"profile": kept})
 
 
-def read_member(archive: bytes, name: str, max_bytes: int) -> bytes | None:
-    """One regular file out of a packed trace; None if absent, not a file or too large."""
+def read_member(archive: bytes | IO[bytes], name: str, max_bytes: int) -> bytes | None:
+    """One regular file out of a packed trace (its bytes, or a seekable file of them);
+    None if absent, not a file or too large."""
+    source = io.BytesIO(archive) if isinstance(archive, bytes) else archive
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        source.seek(0)
+        with tarfile.open(fileobj=source, mode="r:gz") as tar:
             try:
                 info = tar.getmember(name)
             except KeyError:

@@ -14,8 +14,8 @@ at that moment makes this one skip its turn) and removes, in one transaction eac
   no queued or running job needs. Each deletion re-states the `used_at` it was planned
   on, so a file another replica used meanwhile (a new job named it, or it was uploaded
   again) stays;
-- chunks of uploads that died half-way, submission counts older than the rate window,
-  and workers silent for a day.
+- blobs of uploads that died half-way (after STALE_BLOB_S), submission counts older
+  than the rate window, and workers silent for a day.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from workers.protocol import FINAL_STATUSES, JobStatus
 
 BATCH = 500
 RETENTION_LOCK = "boundary:retention"
-ORPHAN_CHUNK_AGE_S = 3600.0
+STALE_BLOB_S = 3600.0
+"""A blob no file names after this long was left by a writer that died mid-file."""
 RATE_WINDOW_S = 60.0
 FORGET_WORKERS_S = 24 * 3600.0
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -54,6 +55,20 @@ def _active_files(tx: Tx) -> set[str]:
         params = json.loads(spec).get("params") or {}
         needed.update(v for v in params.values() if isinstance(v, str) and _SHA.match(v))
     return needed
+
+
+def needed_bytes(tx: Tx) -> int:
+    """Bytes of the stored files that queued and running jobs need (never removed)."""
+    needed = sorted(_active_files(tx))
+    total = 0
+    for start in range(0, len(needed), BATCH):
+        chunk = needed[start : start + BATCH]
+        rows = tx.execute(
+            f"SELECT coalesce(sum(size), 0) FROM files WHERE sha256 IN ({marks(len(chunk))})",
+            chunk,
+        )
+        total += int(rows[0][0])
+    return total
 
 
 class Retention(StoreBase):
@@ -90,10 +105,11 @@ class Retention(StoreBase):
                 return None
             jobs = self._prune_jobs(keep_jobs, finished_age_s)
             files, freed = self._prune_files(unused_age_s, files_max_bytes, attached_media)
+            # Blobs no file names whose writer stopped long ago (it died mid-file).
             self._read(
-                "DELETE FROM file_chunks WHERE created_at < {NOW} - ? AND key NOT IN "
-                "(SELECT chunks_key FROM files WHERE chunks_key IS NOT NULL)",
-                (ORPHAN_CHUNK_AGE_S,),
+                "DELETE FROM file_blobs WHERE started_at < {NOW} - ? AND id NOT IN "
+                "(SELECT blob FROM files WHERE blob IS NOT NULL)",
+                (STALE_BLOB_S,),
             )
             self._read("DELETE FROM rate_hits WHERE at <= {NOW} - ?", (RATE_WINDOW_S,))
             self._read("DELETE FROM workers WHERE last_heartbeat < {NOW} - ?", (FORGET_WORKERS_S,))
@@ -168,7 +184,7 @@ class Retention(StoreBase):
         names it now; with its chunks and its attachments."""
         found = tx.execute(
             self._sql(
-                "SELECT chunks_key FROM files WHERE sha256 = ? "
+                "SELECT blob FROM files WHERE sha256 = ? "
                 "AND coalesce(used_at, created_at) = ? AND NOT EXISTS (SELECT 1 FROM jobs "
                 f"WHERE status IN ({marks(len(_ACTIVE))}) AND spec LIKE ?){{FOR_UPDATE}}"
             ),
@@ -178,5 +194,5 @@ class Retention(StoreBase):
             return False
         tx.execute("DELETE FROM job_files WHERE sha256 = ?", (sha,))
         tx.execute("DELETE FROM files WHERE sha256 = ?", (sha,))
-        tx.execute("DELETE FROM file_chunks WHERE key = ?", (found[0][0],))
+        tx.execute("DELETE FROM file_blobs WHERE id = ?", (found[0][0],))  # and its chunks
         return True

@@ -8,7 +8,10 @@ in front of every API route:
 - a declared Content-Length over the route's cap is refused (413) before a byte is read;
 - a body streamed without one is counted as it arrives, and refused as soon as it passes
   the cap (the route sees an HTTPException from its read, answered as 413);
-- the worker endpoints need the worker token, checked here before their body is read.
+- the worker endpoints need the worker token, checked here before their body is read;
+- a body that stops arriving for BODY_TIMEOUT_S gets 408 (connection closed). Only
+  reads of the body are timed: once its last part arrived, `receive()` waits for the
+  client to disconnect, which a streaming answer may do hours later.
 
 Caps by route: a worker's result may carry IR text and a profiler trace; uploads their
 file; everything else (job, matrix and form submissions) MAX_BODY_BYTES.
@@ -16,6 +19,7 @@ file; everything else (job, matrix and form submissions) MAX_BODY_BYTES.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import dataclass
@@ -73,6 +77,7 @@ class BodyLimit:
         self.app = app
         self.caps = Caps.from_settings(settings)
         self.worker_token = settings.WORKER_TOKEN
+        self.body_timeout_s = settings.BODY_TIMEOUT_S
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -90,10 +95,19 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        body_done = False
+        late = f"the request body stopped arriving for {self.body_timeout_s:g} s"
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done
+            if body_done:  # then receive() waits for a disconnect, which may take hours
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except TimeoutError:
+                raise HTTPException(408, late, headers={"Connection": "close"}) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
@@ -108,9 +122,9 @@ class BodyLimit:
         try:
             await self.app(scope, counted, watched)
         except HTTPException as exc:  # raised by `counted` outside any route's handler
-            if exc.status_code != 413 or started:
+            if exc.status_code not in (408, 413) or started:
                 raise
-            await _answer(send, 413, str(exc.detail))
+            await _answer(send, exc.status_code, str(exc.detail))
 
     def _worker_token_ok(self, headers: dict[bytes, bytes]) -> bool:
         authorization = headers.get(b"authorization", b"").decode("latin-1")

@@ -115,22 +115,26 @@ def _multipart(parts: list[tuple[str, bytes]]) -> tuple[bytes, str]:
 async def test_a_multipart_form_with_too_many_parts_is_refused(client: httpx.AsyncClient) -> None:
     body, content_type = _multipart([(f"f{i}", b"x") for i in range(50)])
     r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
-    assert r.status_code == 422 and "more than 8 parts" in r.text
+    # Refused at its first part, which the upload form does not have: no part past it is read.
+    assert r.status_code == 422 and "the form has no such field" in r.text
+    repeated, content_type = _multipart([("inputs", b"x")] * 9)
+    r = await client.post("/artifacts", content=repeated, headers={"Content-Type": content_type})
+    assert r.status_code == 422 and "this field is in the form twice" in r.text
 
 
-async def test_multipart_is_parsed_off_the_event_loop(
+async def test_uploads_are_checked_and_stored_off_the_event_loop(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from app.routes import artifacts
 
     threads: list[int] = []
-    real = artifacts.parse_multipart
+    real = artifacts._store_upload
 
-    def parse(body: bytes, content_type: str) -> Any:
+    def store(*args: Any) -> Any:
         threads.append(threading.get_ident())
-        return real(body, content_type)
+        return real(*args)
 
-    monkeypatch.setattr(artifacts, "parse_multipart", parse)
+    monkeypatch.setattr(artifacts, "_store_upload", store)
     body, content_type = _multipart([("artifact", b"not a function")])
     r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
     assert r.status_code == 422
@@ -176,27 +180,59 @@ async def test_npz_members_other_than_args_and_outs_are_refused(
     assert ok.status_code == 201
 
 
-async def test_what_an_npz_declares_counts_against_the_job_cap(
+def deflated_zeros(name: str, count: int) -> bytes:
+    """An honest .npz: `name` holds `count` float32 zeros, deflated (a few KiB per 4 MiB),
+    written piece by piece so the test never holds the array."""
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({count},), }}".encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("arg0.npy", _npy(np.ones((8, 16), np.float32)))
+        with archive.open(name, "w", force_zip64=True) as member:
+            member.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+            zeros = bytes(4 * 1024 * 1024)
+            for _ in range(count * 4 // len(zeros)):
+                member.write(zeros)
+    return buffer.getvalue()
+
+
+async def test_an_npz_whose_header_lies_about_its_bytes_is_refused(
     client: httpx.AsyncClient,
 ) -> None:
-    # Before: a 1 MiB file with an unused member declaring 1 GiB was queued and blew up
-    # on the worker.
-    from tests.app.test_artifacts import export
-
+    # Before: a 1 MiB file with a member declaring 1 GiB it does not hold was accepted.
     data = bomb("arg1.npy", (2**28,))  # declares 1 GiB; the file is tiny
     assert len(data) < 4096
     up = await client.post("/api/v1/artifacts", params={"kind": "npz"}, content=data, headers=OCTET)
-    assert up.status_code == 201 and "arg1: float32[268435456]" in up.json()["arrays"]
-    artifact = await client.post("/api/v1/artifacts", content=export(["cpu"]), headers=OCTET)
-    assert artifact.status_code == 201
-    job = {
-        "workload": "exported",
-        "path": "jax-cpu",
-        "params": {"artifact": artifact.json()["sha256"], "inputs": up.json()["sha256"]},
-        "measure": {"samples": 5},
-    }
-    r = await client.post("/api/v1/jobs", json=job)
+    assert up.status_code == 422
+    message = up.json()["detail"][0]["message"]
+    assert "arg1 declares 1,073,741,824 bytes" in message and "holds 0" in message
+
+
+async def test_what_an_npz_declares_counts_against_the_job_cap(tmp_path: Path) -> None:
+    # Before: a small file whose member declared gigabytes was queued and blew up on the
+    # worker. Compressed zeros are honest: they count against the job's cap at submission.
+    from app.main import create_app
+    from tests.app.test_artifacts import export
+
+    settings = Settings(DB=tmp_path / "db.sqlite3", MAX_JOB_BYTES=64 * 1024 * 1024)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        data = deflated_zeros("arg1.npy", 2**25)  # 128 MiB of float32 zeros
+        assert len(data) < 1024 * 1024
+        up = await client.post(
+            "/api/v1/artifacts", params={"kind": "npz"}, content=data, headers=OCTET
+        )
+        assert up.status_code == 201 and "arg1: float32[33554432]" in up.json()["arrays"]
+        artifact = await client.post("/api/v1/artifacts", content=export(["cpu"]), headers=OCTET)
+        assert artifact.status_code == 201
+        job = {
+            "workload": "exported",
+            "path": "jax-cpu",
+            "params": {"artifact": artifact.json()["sha256"], "inputs": up.json()["sha256"]},
+            "measure": {"samples": 5},
+        }
+        r = await client.post("/api/v1/jobs", json=job)
     assert r.status_code == 422, r.text
     problem = r.json()["detail"][0]
     assert problem["field"] == "params.inputs"
-    assert "1,073,742,336 bytes in all" in problem["message"]
+    assert "134,218,240 bytes in all" in problem["message"]

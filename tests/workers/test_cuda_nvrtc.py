@@ -28,3 +28,7 @@ def test_nvrtc_builds_when_nvcc_is_absent(source: str, tmp_path: Path) -> None:
     found = parse_ptxas_log(built.ptxas_log, "sm_90")
     assert sorted(r.name for r in found) == sorted(source_kernels(source))
     assert all(r.registers for r in found) and built.cubin.stat().st_size > 0
+    # NVRTC wrote into buffers of its own: CPython's shared b" " is still a space (it once
+    # became b"\0" for the rest of the process, and every later b" " * n with it).
+    spaces = b" " * 3
+    assert spaces == bytes([32, 32, 32])

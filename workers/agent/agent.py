@@ -34,9 +34,10 @@ from workers.agent.link import (
     cap_artifacts,
     detail,
 )
+from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
-from workers.files import FileCache
+from workers.files import FileCache, job_files
 
 log = logging.getLogger("boundary.worker")
 
@@ -59,6 +60,8 @@ class AgentConfig:
     max_job_bytes: int | None = None
     files_dir: Path | None = None
     """Where fetched files (exported functions, .npz) are kept; beside cache_dir if unset."""
+    memory: MemoryPolicy | None = None
+    """How runners' memory is bounded (workers.agent.memory); None: not at all."""
 
 
 class Agent:
@@ -268,11 +271,26 @@ class Agent:
         forwarder: ProgressForwarder,
         cancelled: asyncio.Event,
     ) -> dict[str, Any] | None:
-        job_id = grant["job_id"]
+        # Pin every file the job names for its whole run, before fetching what is
+        # missing: no other job or worker sharing the folder can evict one meanwhile.
         files = self._files()
-        missing = await self.link.fetch_files(grant["spec"], files)
-        if missing is not None:
-            return {"failure": {"reason": missing}}
+        with contextlib.ExitStack() as pins:
+            for sha in job_files(grant["spec"]).values():
+                pins.enter_context(files.pinned(sha))
+            missing = await self.link.fetch_files(grant["spec"], files)
+            if missing is not None:
+                return {"failure": {"reason": missing}}
+            return await self._run_fetched(grant, devices, forwarder, cancelled, files)
+
+    async def _run_fetched(
+        self,
+        grant: dict[str, Any],
+        devices: int,
+        forwarder: ProgressForwarder,
+        cancelled: asyncio.Event,
+        files: FileCache,
+    ) -> dict[str, Any] | None:
+        job_id = grant["job_id"]
         request = {
             "job": grant["spec"],
             "cache_dir": str(self.config.cache_dir) if self.config.cache_dir else None,
@@ -282,8 +300,9 @@ class Agent:
         runner: Runner | None = None
         try:
             runner = await self.pool.get(devices)
+            memory = self.config.memory
             work = asyncio.create_task(
-                runner.run(request, float(grant["timeout_s"]), forwarder.add)
+                runner.run(request, float(grant["timeout_s"]), forwarder.add, memory)
             )
             stop = asyncio.create_task(cancelled.wait())
             abort = asyncio.create_task(self.stop.abort.wait())
@@ -305,6 +324,13 @@ class Agent:
                     log.info("job %s abandoned: the server cancelled it or its lease", job_id)
                 return None
             outcome: Outcome = work.result()
+            if outcome.replace or (memory is not None and runner.keeps_too_much(memory)):
+                # Over its memory limit, or holding too much after giving back what it
+                # could: the next job gets a fresh runner.
+                log.info("runner %s replaced after job %s (its memory)", runner.pid, job_id)
+                await runner.kill()
+                self.pool.forget(runner)
+                self.pool.warm(devices)
         except RunnerFailed as exc:
             log.warning("job %s failed: %s", job_id, exc)
             if runner is not None:

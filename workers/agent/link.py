@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,8 +15,7 @@ from typing import Any
 
 import httpx
 
-from workers.catalog import WORKLOADS
-from workers.files import FileCache
+from workers.files import FileCache, job_files
 
 log = logging.getLogger("boundary.worker")
 
@@ -83,22 +83,35 @@ class ServerLink:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def fetch_files(self, spec: dict[str, Any], files: FileCache) -> str | None:
-        """Fetch the stored files a job names that are not here yet; why not, or None."""
-        cls = WORKLOADS.get(str(spec.get("workload")))
-        params = spec.get("params") or {}
-        for name in getattr(cls, "file_fields", {}):
-            sha = params.get(name)
-            if not isinstance(sha, str) or files.has(sha):
+        """Fetch the stored files a job names that are not here yet; why not, or None.
+
+        Each is streamed to disk as it arrives (never held whole) and kept only if its
+        SHA-256 is the one asked for. The caller pins the files first (FileCache.pinned)."""
+        for name, sha in job_files(spec).items():
+            if files.has(sha):
                 continue
+            part = files.new_part()
+            digest = hashlib.sha256()
+            size = 0
             try:
-                response = await self.client.get(f"{API}/files/{sha}", timeout=120.0)
+                async with self.client.stream("GET", f"{API}/files/{sha}", timeout=120.0) as got:
+                    if got.status_code != 200:
+                        status = got.status_code
+                        return f"params.{name}: the server has no file {sha[:12]}… ({status})"
+                    with open(part, "wb") as handle:
+                        async for piece in got.aiter_bytes():
+                            digest.update(piece)
+                            size += len(piece)
+                            handle.write(piece)
             except httpx.TransportError as exc:
                 return f"params.{name}: could not fetch file {sha[:12]}… from the server ({exc})"
-            if response.status_code != 200:
-                return f"params.{name}: the server has no file {sha[:12]}… ({response.status_code})"
-            if files.put(response.content) != sha:
+            finally:
+                if digest.hexdigest() != sha:
+                    part.unlink(missing_ok=True)
+            if digest.hexdigest() != sha:
                 return f"params.{name}: file {sha[:12]}… arrived damaged (its SHA-256 differs)"
-            log.info("fetched %s %s… (%d bytes)", name, sha[:12], len(response.content))
+            files.commit(part, sha)
+            log.info("fetched %s %s… (%d bytes)", name, sha[:12], size)
         return None
 
     async def aclose(self) -> None:

@@ -19,7 +19,9 @@ time limit and of a worker killed mid-job. Nothing else about a job can make it 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import json
 import os
 import queue
@@ -226,17 +228,30 @@ def _run(channel: Channel, request: dict[str, Any]) -> None:
                 files_dir=Path(request["files_dir"]) if request.get("files_dir") else None,
             )
     except CatalogError as exc:
-        channel.send("error", kind="catalog", message=str(exc), field=exc.field)
-        return
+        reply: dict[str, Any] = {"kind": "catalog", "message": str(exc), "field": exc.field}
     except PathUnavailable as exc:
-        channel.send("error", kind="path", message=str(exc))
-        return
+        reply = {"kind": "path", "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - any engine failure is reported, not fatal
         traceback.print_exc()
-        channel.send("error", kind="exception", message=f"{type(exc).__name__}: {exc}"[:2000])
+        reply = {"kind": "exception", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+    else:
+        elapsed = time.perf_counter() - started
+        done = json.loads(result.model_dump_json())
+        del result
+        give_back_memory()
+        channel.send("result", result=done, run_s=elapsed)
         return
-    elapsed = time.perf_counter() - started
-    channel.send("result", result=json.loads(result.model_dump_json()), run_s=elapsed)
+    give_back_memory()
+    channel.send("error", **reply)
+
+
+def give_back_memory() -> None:
+    """Free what the job left (cycles, then glibc's free lists) before the agent looks at
+    this runner's memory: what glibc keeps after a large job is free memory, not live
+    objects, and malloc_trim returns it to the system (where glibc is the allocator)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def child_main() -> None:

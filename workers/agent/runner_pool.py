@@ -21,7 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.agent.group import COORDINATOR_ENV
+from workers.agent.memory import (
+    MemoryPolicy,
+    MemoryWatch,
+    keeps_too_much,
+    limit_data,
+    out_of_memory,
+    read_status,
+    restore_data,
+)
 from workers.agent.runner import PARENT_ENV
+from workers.catalog.peak import size_text
 from workers.compiler.jaxenv import jax_environment
 
 log = logging.getLogger("boundary.worker")
@@ -49,6 +59,8 @@ class Outcome:
     run_s: float | None = None
     error: str | None = None
     error_kind: str | None = None
+    replace: bool = False
+    """The runner must not take another job (it hit its memory limit)."""
 
 
 def _describe_exit(code: int | None) -> str:
@@ -72,6 +84,8 @@ class Runner:
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._stderr_task: asyncio.Task[None] | None = None
         self.pid: int | None = None
+        self.ready_rss = 0
+        """Its resident memory when it became ready (what a job may leave it above)."""
 
     async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start the child and wait until JAX is imported; RunnerFailed if it cannot."""
@@ -91,6 +105,8 @@ class Runner:
         if message.get("type") != "ready":
             await self.kill()
             raise RunnerFailed("the runner did not start properly", self.stderr_tail())
+        with contextlib.suppress(OSError):
+            self.ready_rss = read_status(self._proc.pid)["rss"]
         log.info("runner %s ready (%d device(s))", self.pid, self.devices)
 
     async def _drain_stderr(self) -> None:
@@ -159,12 +175,54 @@ class Runner:
         request: dict[str, Any],
         timeout_s: float,
         on_progress: Callable[[dict[str, Any]], None],
+        memory: MemoryPolicy | None = None,
     ) -> Outcome:
-        """Run one job; the time limit starts once the runner has taken the job."""
+        """Run one job; the time limit starts once the runner has taken the job, and so
+        does its memory limit (workers.agent.memory): past it the runner is killed, or
+        the allocation fails inside the job, and either way the job fails saying so."""
         await self.send({"op": "run", **request})
         first = await self.receive(30.0)
         if first.get("type") != "started":
             raise RunnerFailed(f"unexpected message {first.get('type')!r}", self.stderr_tail())
+        if memory is None or self.pid is None:
+            return await self._follow(timeout_s, on_progress)
+        previous = None
+        if memory.limit_data:
+            with contextlib.suppress(OSError):
+                previous = limit_data(self.pid, memory.max_memory)
+        watch = MemoryWatch(self.pid, memory.max_memory)
+        watch.start()
+        try:
+            outcome = await self._follow(timeout_s, on_progress)
+        except RunnerFailed as exc:
+            await watch.stop()
+            if watch.overrun is not None:
+                raise RunnerFailed(watch.overrun.reason(), exc.stderr_tail) from None
+            raise
+        finally:
+            await watch.stop()
+            if previous is not None and self.alive:
+                restore_data(self.pid, previous)
+        if memory.limit_data and out_of_memory(outcome.error):
+            limit = size_text(memory.max_memory)
+            return Outcome(
+                error=f"the job passed the runner's memory limit of {limit} "
+                f"(BOUNDARY_RUNNER_MAX_MEMORY): {outcome.error}",
+                error_kind="memory",
+                replace=True,
+            )
+        return outcome
+
+    def keeps_too_much(self, memory: MemoryPolicy) -> bool:
+        """Whether, after a job, it holds more than the policy lets it keep."""
+        if self.pid is None or not self.alive or not self.ready_rss:
+            return False
+        return keeps_too_much(self.pid, self.ready_rss, memory.keep_bytes)
+
+    async def _follow(
+        self, timeout_s: float, on_progress: Callable[[dict[str, Any]], None]
+    ) -> Outcome:
+        """The job's messages until its result or error, within `timeout_s`."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             remaining = deadline - asyncio.get_running_loop().time()

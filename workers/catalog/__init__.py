@@ -20,10 +20,11 @@ from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
+from workers.catalog.peak import limit_text, refusal, size_text
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
-from workers.protocol import MeasureOptions, Mode
+from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -122,22 +123,21 @@ def parse_params(
     return parsed
 
 
-def _size(size: int) -> str:
-    """Bytes in decimal units with the exact count: "3.22 GB (3,221,225,472 bytes)"."""
-    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit} ({size:,} bytes)"
-    return f"{size:,} bytes"
+def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    """Refuse, naming params, a job whose estimated peak memory (WorkloadParams.peak: its
+    inputs, outputs, float64 references and, for a sweep, every size's buffers) passes
+    `max_bytes`. A job that only compiles makes no arrays: it is not counted."""
+    if StageId.EXECUTE not in job.stages:
+        return
+    alive = job.measure.calls_per_sample if job.measure.mode is Mode.THROUGHPUT else 1
+    problem = refusal(params.peak(alive), max_bytes)
+    if problem is not None:
+        raise CatalogError(problem, "params")
 
 
 def over_limit(size: int, max_bytes: int) -> str:
     """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
-    return (
-        f"inputs and outputs take {_size(size)}, over this server's limit of "
-        f"{_size(max_bytes)}, set by BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running "
-        "(a target, stages compile only) the job places no array, has no such limit, and "
-        "shows whether the program fits the chip"
-    )
+    return f"inputs and outputs take {size_text(size, exact=True)}, {limit_text(max_bytes)}"
 
 
 def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:

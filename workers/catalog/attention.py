@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
+from workers.catalog.peak import F64, Peak
 
 
 class AttentionParams(WorkloadParams):
@@ -37,3 +38,32 @@ class AttentionParams(WorkloadParams):
         # The score matrix is materialized by this plain formulation, so it counts too.
         scores = self.batch * self.heads * self.seq_len * self.seq_len
         return size * (qkvo + scores)
+
+    def peak(self, calls_alive: int = 1) -> Peak:
+        """As workers.workloads.attention runs it: the scores in float32 while sampling;
+        the float64 reference holds its scores and their softmax weights at once."""
+        size = DTYPE_BYTES[self.dtype.value]
+        qkv = self.batch * self.heads * self.seq_len * self.head_dim
+        scores = self.batch * self.heads * self.seq_len * self.seq_len
+        held = {"host and placed inputs": 2 * 3 * qkv * size}
+        return Peak.largest(
+            {
+                "sampling": {
+                    **held,
+                    "scores (float32)": 4 * scores,
+                    "outputs": calls_alive * qkv * size,
+                },
+                "the float64 reference": {
+                    **held,
+                    "output": qkv * size,
+                    "float64 inputs": 3 * qkv * F64,
+                    "float64 scores and weights": 2 * scores * F64,
+                    "float64 reference": qkv * F64,
+                },
+                "the correctness check": {
+                    **held,
+                    "output": qkv * size,
+                    "float64 reference, output and difference": 3 * qkv * F64,
+                },
+            }
+        )

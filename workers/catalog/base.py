@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from workers.catalog.peak import Peak, dense_peak
 from workers.protocol import Lax, PathId, StageId
 
 __all__ = ["DTYPE_BYTES", "Dtype", "Lax", "Precision", "WorkloadParams"]
@@ -60,6 +61,19 @@ class WorkloadParams(BaseModel):
     def devices(self) -> int:
         """How many devices one run spans."""
         return 1
+
+    def item_bytes(self) -> int:
+        """Bytes per element of the storage type (4 when the workload has no dtype)."""
+        dtype = getattr(self, "dtype", None)
+        return DTYPE_BYTES.get(str(getattr(dtype, "value", "")), 4)
+
+    def peak(self, calls_alive: int = 1) -> Peak:
+        """The job's estimated peak host memory (workers.catalog.peak): by default a
+        single-shape program's, from its input and output bytes. `calls_alive` outputs
+        are kept at once while sampling (throughput mode's K)."""
+        output = self.output_bytes() or 0
+        inputs = max(self.input_bytes() - output, 0)
+        return dense_peak(inputs, output, self.item_bytes(), calls_alive)
 
     def may_go_unchecked(self) -> bool:
         """Whether a run may honestly have nothing to check its output against (its timings

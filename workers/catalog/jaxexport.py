@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
+from typing import IO
 
 __all__ = [
     "DTYPES",
@@ -165,16 +166,29 @@ class ExportHeader:
 
 
 class _Buffer:
-    """Bounds-checked little-endian reads from a FlatBuffer."""
+    """Bounds-checked little-endian reads from a FlatBuffer, held in memory or read from a
+    seekable file (a stored upload is never read whole to describe it)."""
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    def __init__(self, data: bytes | IO[bytes]) -> None:
+        self._bytes = data if isinstance(data, bytes) else None
+        self._file = None if isinstance(data, bytes) else data
+        if self._file is not None:
+            self.size = self._file.seek(0, 2)
+        else:
+            self.size = len(data)  # type: ignore[arg-type]
+
+    def read(self, pos: int, count: int) -> bytes:
+        """`count` bytes at `pos`; ArtifactError if they run past the end of the file."""
+        if pos < 0 or count < 0 or pos + count > self.size:
+            raise ArtifactError(f"corrupted: an offset points outside the file (at byte {pos})")
+        if self._bytes is not None:
+            return self._bytes[pos : pos + count]
+        assert self._file is not None
+        self._file.seek(pos)
+        return self._file.read(count)
 
     def _unpack(self, fmt: str, pos: int) -> int:
-        size = struct.calcsize(fmt)
-        if pos < 0 or pos + size > len(self.data):
-            raise ArtifactError(f"corrupted: an offset points outside the file (at byte {pos})")
-        value: int = struct.unpack_from(fmt, self.data, pos)[0]
+        value: int = struct.unpack(fmt, self.read(pos, struct.calcsize(fmt)))[0]
         return value
 
     def u8(self, pos: int) -> int:
@@ -215,13 +229,17 @@ class _Buffer:
             raise ArtifactError(f"corrupted: a list claims {length:,} entries")
         return start + 4, length
 
-    def blob(self, pos: int) -> bytes:
-        """The bytes of a string or byte vector a field at `pos` refers to."""
+    def span(self, pos: int) -> tuple[int, int]:
+        """(start, length) of the string or byte vector a field at `pos` refers to."""
         start = self.deref(pos)
         length = self.u32(start)
-        if start + 4 + length > len(self.data):
+        if start + 4 + length > self.size:
             raise ArtifactError("corrupted: a string or byte block runs past the end of the file")
-        return self.data[start + 4 : start + 4 + length]
+        return start + 4, length
+
+    def blob(self, pos: int) -> bytes:
+        """The bytes of a string or byte vector a field at `pos` refers to."""
+        return self.read(*self.span(pos))
 
     def text(self, pos: int) -> str:
         try:
@@ -270,18 +288,20 @@ def _avals(buf: _Buffer, root: int, direct: int, indexed: int, unique: list[Aval
     return [_aval(buf, t) for t in buf.tables(buf.field(root, direct), MAX_AVALS)]
 
 
-def read_header(data: bytes) -> ExportHeader:
-    """The header of a serialized Exported; ArtifactError when `data` is not one."""
-    if len(data) < 16:
+def read_header(data: bytes | IO[bytes]) -> ExportHeader:
+    """The header of a serialized Exported, from its bytes or a seekable file of them;
+    ArtifactError when it is not one. Only the header is read (not the module)."""
+    buf = _Buffer(data)
+    if buf.size < 16:
         raise ArtifactError("not a jax.export artifact: the file is too short")
-    buf = _Buffer(bytes(data))
     root = buf.u32(0)
     name_at = buf.field(root, _FUNCTION_NAME)
     module_at = buf.field(root, _MLIR_MODULE)
     if name_at is None or module_at is None:
         raise ArtifactError("not a jax.export artifact: no function name or no StableHLO module")
-    module = buf.blob(module_at)
-    if not module.startswith(MLIR_BYTECODE_MAGIC):
+    module_start, module_bytes = buf.span(module_at)
+    magic = buf.read(module_start, min(module_bytes, len(MLIR_BYTECODE_MAGIC)))
+    if magic != MLIR_BYTECODE_MAGIC:
         raise ArtifactError("not a jax.export artifact: its module is not MLIR bytecode")
     unique = [_aval(buf, t) for t in buf.tables(buf.field(root, _UNIQUE_AVALS), MAX_AVALS)]
     in_avals = _avals(buf, root, _IN_AVALS, _IN_AVALS_IDXS, unique)
@@ -302,5 +322,5 @@ def read_header(data: bytes) -> ExportHeader:
         out_avals=tuple(out_avals),
         nr_devices=devices,
         calling_convention_version=buf.u16(convention_at) if convention_at is not None else 0,
-        module_bytes=len(module),
+        module_bytes=module_bytes,
     )

@@ -12,10 +12,13 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
+from workers.catalog.peak import COMPILE_BYTES, F64, Peak
 
 MAX_SHAPES = 512
 MAX_SIZE = 8192
 BUCKETING = re.compile(r"^(none|pow2|multiple:([1-9][0-9]{0,3}))$")
+DIGITS = re.compile(r"[0-9]{1,6}")
+"""A size typed as text: ASCII digits only ('²'.isdigit() is true, and int('²') fails)."""
 
 
 class SweepOp(StrEnum):
@@ -78,7 +81,7 @@ class ShapeSweepParams(WorkloadParams):
             parts = [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
             if not parts:
                 return None
-            if not all(p.isdigit() for p in parts):
+            if not all(DIGITS.fullmatch(p) for p in parts):
                 raise ValueError("give whole numbers separated by commas, e.g. 3,5,8")
             value = [int(p) for p in parts]
         if isinstance(value, list):
@@ -129,3 +132,48 @@ class ShapeSweepParams(WorkloadParams):
         # One input per distinct size of each policy stays placed for the steady passes.
         placed = sum(sum({bucket(s, p) for s in self.sizes()}) for p in self.policies())
         return size * (placed * self.features + rows * out + weight)
+
+    def peak(self, calls_alive: int = 1) -> Peak:
+        """As workers.run.sweep runs it, phase by phase:
+
+        - the steady passes of policy p: the host inputs (one per distinct size) and the
+          weight; the outputs every earlier policy keeps for the check; this policy's
+          placed inputs (a padded input and a copy of the weight per distinct size) and
+          its outputs (one per distinct size);
+        - the check: host inputs, every policy's kept outputs, the float64 reference (one
+          block per call, repeats included), the previous policy's float64 output, and
+          this policy's float64 output, built as a list and then joined (twice its size).
+
+        Each compiled program keeps about COMPILE_BYTES besides.
+        """
+        itemsize = DTYPE_BYTES[self.dtype.value]
+        sizes = self.sizes()
+        distinct = sorted(set(sizes))
+        matmul = self.op is SweepOp.MATMUL
+        feat = self.features
+        out = self.out_features if matmul else feat
+        weight = feat * self.out_features * itemsize if matmul else 0
+        host = sum(distinct) * feat * itemsize + weight
+        kept: list[int] = []
+        phases: dict[str, dict[str, int]] = {}
+        compiled = 0
+        for policy in self.policies():
+            padded = [bucket(n, policy) for n in distinct]
+            compiled += len(set(padded))
+            phases[f"the steady passes, bucketing {policy}"] = {
+                "host inputs": host,
+                "earlier policies' outputs": sum(kept),
+                "placed inputs": sum(padded) * feat * itemsize + len(distinct) * weight,
+                "outputs": (sum(padded) + max(padded)) * out * itemsize,
+                "compiled programs": compiled * COMPILE_BYTES,
+            }
+            kept.append(sum(padded) * out * itemsize)
+        rows = sum(sizes) * out * F64  # one float64 block per call, repeats included
+        phases["the correctness check"] = {
+            "host inputs": host,
+            "kept outputs": sum(kept),
+            "float64 reference": rows,
+            "float64 outputs": (1 + (2 if len(kept) > 1 else 1)) * rows,
+            "compiled programs": compiled * COMPILE_BYTES,
+        }
+        return Peak.largest(phases)

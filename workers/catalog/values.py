@@ -10,7 +10,8 @@ import math
 import re
 from typing import Any
 
-_INTEGER = re.compile(r"^[+-]?\d+$")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 MAX_DIGITS = 4000
 """Longer digit strings stay text (Python refuses to convert past 4,300 digits), so the
 parameter's own validation names them instead of the conversion failing."""
@@ -23,11 +24,11 @@ def parse_value(text: str) -> Any:
         return lowered == "true"
     if len(text) > MAX_DIGITS:
         return text
-    if _INTEGER.match(text):
+    if _INTEGER.fullmatch(text):
         return int(text)
-    try:
-        number = float(text)
-    except ValueError:
+    # Only ASCII digits count (float() would also read '٣'); "nan", "inf" and "1e999"
+    # stay strings, so the parameter's own validation rejects them by name.
+    if not _DECIMAL.fullmatch(text):
         return text
-    # "nan" and "inf" stay strings, so the parameter's own validation rejects them by name.
+    number = float(text)
     return number if math.isfinite(number) else text

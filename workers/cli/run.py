@@ -14,6 +14,7 @@ parameters, a path without its devices).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -270,11 +271,16 @@ def run_command(argv: list[str]) -> int:
     if relaunched is not None:
         return relaunched
 
+    from workers.files import FileCache, job_files
     from workers.run.engine import PathUnavailable, run_job
 
     progress = _progress_to_stderr if sys.stderr.isatty() else None
+    files = FileCache()
     try:
-        result = run_job(job, progress, cache_dir=cache_dir, max_bytes=max_bytes)
+        with contextlib.ExitStack() as pins:  # a shared folder keeps the job's files meanwhile
+            for sha in job_files(job.model_dump(mode="json")).values():
+                pins.enter_context(files.pinned(sha))
+            result = run_job(job, progress, cache_dir=cache_dir, max_bytes=max_bytes)
     except (CatalogError, PathUnavailable) as exc:
         print(f"boundary run: {exc}", file=sys.stderr)
         return EXIT_BAD_JOB

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from workers.agent.agent import Agent, AgentConfig
+from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
+from workers.catalog import DEFAULT_MAX_BYTES
 from workers.compiler.jaxenv import apply_jax_environment
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
@@ -70,13 +72,20 @@ def worker_command(argv: list[str]) -> int:
         return 2
     cache_dir = os.environ.get(CACHE_DIR_ENV)
     max_bytes = os.environ.get(MAX_BYTES_ENV, "")
+    max_job_bytes = int(max_bytes) if max_bytes.isascii() and max_bytes.isdigit() else None
+    try:
+        memory = MemoryPolicy.from_env(os.environ, max_job_bytes or DEFAULT_MAX_BYTES)
+    except ValueError as exc:
+        print(f"boundary worker: {exc}", file=sys.stderr)
+        return 2
     config = AgentConfig(
         server=args.server,
         token=token,
         name=args.name,
         max_virtual_devices=max(0, args.max_virtual_devices),
         cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
-        max_job_bytes=int(max_bytes) if max_bytes.isdigit() else None,
+        max_job_bytes=max_job_bytes,
+        memory=memory,
     )
     return asyncio.run(Agent(config).run())
 

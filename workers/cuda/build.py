@@ -144,20 +144,23 @@ def _nvrtc_compile(text: str, name: str, options: list[str]) -> tuple[bytes, str
     encoded = [option.encode() for option in options]
     status = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
     _, size = check(nvrtc.nvrtcGetProgramLogSize(program), "log")
-    buffer = b" " * int(size)  # type: ignore[call-overload]
+    # NVRTC writes into the buffer it is given: a bytearray, never bytes (`b" " * 1` is
+    # CPython's shared one-byte object, and writing into it changed every b" " in the
+    # process to b"\0").
+    buffer = bytearray(int(size))  # type: ignore[call-overload]
     nvrtc.nvrtcGetProgramLog(program, buffer)
-    log = buffer.rstrip(b"\0 ").decode(errors="replace")
+    log = bytes(buffer).rstrip(b"\0 ").decode(errors="replace")
     if int(status[0]) != 0:
         raise BuildFailed(f"NVRTC compile of {name} failed:\n{log[-4000:]}")
     real = any(option.startswith("--gpu-architecture=sm_") for option in options)
     get_size = nvrtc.nvrtcGetCUBINSize if real else nvrtc.nvrtcGetPTXSize
     get = nvrtc.nvrtcGetCUBIN if real else nvrtc.nvrtcGetPTX
     _, size = check(get_size(program), "size")
-    output = b" " * int(size)  # type: ignore[call-overload]
+    output = bytearray(int(size))  # type: ignore[call-overload]
     check(get(program, output), "output")
     elapsed = time.perf_counter() - started
     nvrtc.nvrtcDestroyProgram(program)
-    return output, log, "cubin" if real else "ptx", elapsed
+    return bytes(output), log, "cubin" if real else "ptx", elapsed
 
 
 def _nvrtc_build(source: Path, arch: str, folder: Path) -> tuple[str, str, float, float]:

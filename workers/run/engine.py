@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.catalog import DEFAULT_MAX_BYTES, CatalogError, check_live_outputs, parse_params
+from workers.catalog import (
+    DEFAULT_MAX_BYTES,
+    CatalogError,
+    check_live_outputs,
+    check_peak,
+    parse_params,
+)
 from workers.catalog.base import WorkloadParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target, byte_cap, job_target
@@ -81,6 +87,7 @@ def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
             "stages",
         )
     check_live_outputs(params, job.measure, max_bytes)
+    check_peak(params, job, byte_cap(job, max_bytes))
     return params
 
 

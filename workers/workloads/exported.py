@@ -28,6 +28,8 @@ from workers.catalog import CatalogError
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import JAX_PLATFORM, ExportedParams
 from workers.catalog.jaxexport import DTYPES
+from workers.catalog.npz import NpzError, read_npz
+from workers.catalog.peak import dense_peak, refusal
 from workers.files import FileCache
 from workers.measure.correctness import check_output, unchecked
 from workers.protocol import Correctness, PathId
@@ -159,12 +161,17 @@ def _check(exp: Any, path: PathId, max_bytes: int) -> None:
             "functions that return exactly one (stack or concatenate the results)",
             field,
         )
-    size = sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
-    if size > max_bytes:
-        raise CatalogError(
-            f"{field}: inputs and outputs take {size:,} bytes, over the limit of {max_bytes:,}",
-            field,
-        )
+
+    def nbytes(aval: Any) -> int:
+        return int(np.prod(aval.shape, dtype=np.int64)) * int(np.dtype(aval.dtype).itemsize)
+
+    output = exp.out_avals[0]
+    peak = dense_peak(
+        sum(nbytes(a) for a in exp.in_avals), nbytes(output), int(np.dtype(output.dtype).itemsize)
+    )
+    problem = refusal(peak, max_bytes)
+    if problem is not None:
+        raise CatalogError(f"{field}: {problem.removeprefix('params: ')}", field)
     refused = refused_targets(custom_call_targets(exp.mlir_module()))
     if refused:
         raise CatalogError(
@@ -174,43 +181,19 @@ def _check(exp: Any, path: PathId, max_bytes: int) -> None:
         )
 
 
-def declared_npz_bytes(data: bytes, field: str) -> int:
-    """The bytes an .npz archive's arrays would take once loaded (shape × itemsize, from
-    each member's header), read without decompressing any array's data."""
-    import io
-    import zipfile
-
-    total = 0
+def _npz(path: Path, field: str, max_bytes: int) -> dict[str, HostArray]:
+    """The arrays of an .npz archive on disk, checked from their headers first (see
+    workers.catalog.npz: names matched whole, no negative or overflowing dimension, each
+    member holding the bytes it declares, all of them within `max_bytes`), so nothing is
+    decompressed that would pass the job's cap (a small compressed file can declare
+    gigabytes of zeros)."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            for member in archive.namelist():
-                with archive.open(member) as stream:
-                    version = np.lib.format.read_magic(stream)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-                    else:
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-                total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
-    return total
-
-
-def _npz(data: bytes, field: str, max_bytes: int) -> dict[str, HostArray]:
-    """The arrays of an .npz archive, refused before decompressing if they would pass the
-    job's byte cap (a small compressed file can declare gigabytes of zeros)."""
-    import io
-
-    declared = declared_npz_bytes(data, field)
-    if declared > max_bytes:
-        raise CatalogError(
-            f"{field}: the archive's arrays would take {declared:,} bytes once loaded, over "
-            f"the limit of {max_bytes:,}",
-            field,
-        )
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        with open(path, "rb") as handle:
+            read_npz(handle, max_bytes)
+        with np.load(path, allow_pickle=False) as archive:
             return {name: np.asarray(archive[name]) for name in archive.files}
+    except NpzError as exc:
+        raise CatalogError(f"{field}: {exc}", field) from None
     except (OSError, ValueError, EOFError) as exc:
         raise CatalogError(f"{field}: not a readable .npz archive ({exc})"[:300], field) from None
 
@@ -271,8 +254,8 @@ class ExportedFunction(Workload[ExportedParams]):
         specs = self.input_specs(params)
         if params.inputs is None:
             return seeded_inputs(specs, params.seed)
-        data = self.files.get(params.inputs, "params.inputs")
-        arrays = _npz(data, "params.inputs", self.max_bytes)
+        stored = self.files.checked(params.inputs, "params.inputs")
+        arrays = _npz(stored, "params.inputs", self.max_bytes)
         out = []
         for i, spec in enumerate(specs):
             given = _pick(arrays, "arg", i)
@@ -302,8 +285,8 @@ class ExportedFunction(Workload[ExportedParams]):
     ) -> tuple[HostArray, str] | None:
         """The expected output and what it is, or None when there is nothing to compare."""
         if params.reference is not None:
-            data = self.files.get(params.reference, "params.reference")
-            arrays = _npz(data, "params.reference", self.max_bytes)
+            stored = self.files.checked(params.reference, "params.reference")
+            arrays = _npz(stored, "params.reference", self.max_bytes)
             expected = _pick(arrays, "out", 0)
             if expected is None:
                 raise CatalogError("params.reference: no array out0 (or arr_0)", "params.reference")

@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
-import io
 import tarfile
-from typing import Any
+from typing import IO, Any
 
 from fastapi import HTTPException
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from app.store.files import Files
 from app.store.profiles import PERFETTO_MEDIA, PROFILE_FILE, PROFILE_MEDIA, read_member
@@ -37,33 +36,39 @@ def profile_view(job_id: str, run_json: dict[str, Any]) -> dict[str, Any] | None
 
 def chrome_trace(store: Files, job_id: str, max_bytes: int) -> bytes:
     """The stored trace's Chrome-format member (.trace.json.gz), as the profiler wrote it;
-    404 when the job has no trace or the trace has no such member."""
+    404 when the job has no trace or the trace has no such member. The archive is read
+    from the store chunk by chunk; only the member is held."""
     found = store.job_file(job_id, PROFILE_FILE) if len(job_id) <= 64 else None
-    if found is None:
+    archive = store.open_file(found.sha256) if found is not None else None
+    if archive is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no profiler trace")
-    member = _perfetto_member(found.data)
-    data = read_member(found.data, member, max_bytes) if member else None
+    with archive:
+        member = _perfetto_member(archive)
+        data = read_member(archive, member, max_bytes) if member else None
     if data is None:
         raise HTTPException(status_code=404, detail="the trace holds no Perfetto-readable file")
     return data
 
 
 def profile_response(store: Files, job_id: str, perfetto: bool, max_bytes: int) -> Response:
-    """The stored trace of a job as a download: the whole archive, or its Perfetto member."""
+    """The stored trace of a job as a download: the whole archive (streamed from the
+    store), or its Perfetto member."""
     if perfetto:
         data = chrome_trace(store, job_id, max_bytes)
         name = f"{job_id}-trace.json.gz"
         return Response(data, media_type=PERFETTO_MEDIA, headers=_attachment(name))
     found = store.job_file(job_id, PROFILE_FILE) if len(job_id) <= 64 else None
-    if found is None:
+    chunks = store.file_chunks(found.sha256) if found is not None else None
+    if found is None or chunks is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no profiler trace")
-    name = f"{job_id}-profile.tar.gz"
-    return Response(found.data, media_type=PROFILE_MEDIA, headers=_attachment(name))
+    headers = {**_attachment(f"{job_id}-profile.tar.gz"), "Content-Length": str(found.size)}
+    return StreamingResponse(chunks, media_type=PROFILE_MEDIA, headers=headers)
 
 
-def _perfetto_member(archive: bytes) -> str | None:
+def _perfetto_member(archive: IO[bytes]) -> str | None:
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        archive.seek(0)
+        with tarfile.open(fileobj=archive, mode="r:gz") as tar:
             names = tar.getnames()
     except (tarfile.TarError, OSError, EOFError):
         return None

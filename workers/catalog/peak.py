@@ -1,0 +1,105 @@
+"""A job's peak host memory, estimated from its parameters alone: what `BOUNDARY_MAX_JOB_BYTES`
+caps. No jax here; the server and `boundary run` refuse a job over the cap before it runs.
+
+Counting only the arrays a job places on the device let a shape sweep that needed 12.5
+GB pass a 2 GiB cap. A run also holds the host copies of its inputs, every output it
+keeps for the correctness check, the float64 reference, the check's own float64 copies
+and, for a sweep, every size's buffers of every policy at once. Each workload's
+`peak()` follows its program (workers.run.execute, workers.run.sweep) phase by phase and
+takes the largest phase. The model counts the bytes a job's arrays hold; the runtime's
+own memory (JAX, XLA, compiled programs beyond COMPILE_BYTES each) is the runner's
+baseline, budgeted apart (BOUNDARY_RUNNER_MAX_MEMORY, workers.agent.memory).
+
+Calibrated on the project's runner (jax-cpu, a fresh runner per job, peak RSS over the
+runner's warm RSS): estimates were within 0.95 to 1.30 of what was measured for sweeps
+of 64 to 512 sizes and within 1.03 for matmuls of 0.7 to 1.3 GB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+F64 = 8
+COMPILE_BYTES = 1024 * 1024
+"""Host memory one compiled CPU program keeps, about (fitted on sweeps of hundreds of
+sizes: 0.25 MiB left them 20–40 % under, 1.5 MiB over)."""
+
+
+def size_text(size: int, *, exact: bool = False) -> str:
+    """Bytes in decimal units, "3.22 GB", with the exact count when `exact`:
+    "3.22 GB (3,221,225,472 bytes)"."""
+    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
+        if size >= scale:
+            text = f"{size / scale:.3g} {unit}"
+            return f"{text} ({size:,} bytes)" if exact else text
+    return f"{size:,} bytes"
+
+
+def limit_text(max_bytes: int) -> str:
+    """The end of every refusal by the job's byte cap: the cap, and what takes no cap."""
+    return (
+        f"over this server's limit of {size_text(max_bytes, exact=True)}, set by "
+        "BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running (a target, stages "
+        "compile only) the job places no array, has no such limit, and shows whether the "
+        "program fits the chip"
+    )
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A job's estimated peak: its bytes, the phase it happens in, and that phase's parts."""
+
+    total: int
+    phase: str
+    parts: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def largest(cls, phases: Mapping[str, Mapping[str, int]]) -> Peak:
+        """The phase whose parts add up to the most."""
+        phase, parts = max(phases.items(), key=lambda kv: sum(kv[1].values()))
+        return cls(sum(parts.values()), phase, dict(parts))
+
+    def text(self) -> str:
+        """E.g. 'about 11.8 GB at its peak (the correctness check; float64 outputs alone
+        6.17 GB)'."""
+        if not self.parts:
+            return f"about {size_text(self.total)} at its peak ({self.phase})"
+        name, biggest = max(self.parts.items(), key=lambda kv: kv[1])
+        return (
+            f"about {size_text(self.total)} at its peak ({self.phase}; "
+            f"{name} alone {size_text(biggest)})"
+        )
+
+
+def dense_peak(inputs: int, output: int, itemsize: int, calls_alive: int = 1) -> Peak:
+    """A single-shape workload as workers.run.execute runs it: host inputs and their
+    placed copies throughout; while sampling, `calls_alive` outputs (K in throughput
+    mode, else 1); then the output on the host, the reference computed from float64
+    copies of the inputs, and the check's float64 output and difference. `inputs` and
+    `output` are bytes in the storage type of `itemsize` bytes."""
+    widen = F64 / max(itemsize, 1)
+    held = {"host and placed inputs": 2 * inputs}
+    return Peak.largest(
+        {
+            "sampling": {**held, "outputs": calls_alive * output},
+            "the float64 reference": {
+                **held,
+                "output": output,
+                "float64 inputs": int(widen * inputs),
+                "float64 reference": int(widen * output),
+            },
+            "the correctness check": {
+                **held,
+                "output": output,
+                "float64 reference, output and difference": int(3 * widen * output),
+            },
+        }
+    )
+
+
+def refusal(peak: Peak, max_bytes: int) -> str | None:
+    """Why a job of `peak` may not run under the cap `max_bytes`, or None when it fits."""
+    if peak.total <= max_bytes:
+        return None
+    return f"params: the job needs {peak.text()}, {limit_text(max_bytes)}"
