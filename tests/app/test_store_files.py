@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import sqlite3
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.store import SCHEMA_VERSION, NewJob, Store, ddl
+from app.store import files as files_module
 from app.store.files import CHUNK_BYTES, FileWouldGo
 from app.store.migrations import statements
 
@@ -73,6 +75,34 @@ def test_a_file_used_after_retention_planned_its_eviction_stays(db: str) -> None
         assert a.file_info(sha) is None
         assert a._read("SELECT count(*) FROM file_chunks")[0][0] == 0
         assert a._read("SELECT count(*) FROM file_blobs")[0][0] == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_same_bytes_stored_through_two_replicas_at_once_are_kept_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica B names the bytes after A looked for them and before A names them (two
+    writers at once, which only PostgreSQL has): one file, one blob; A's chunks go."""
+    a, b = Store.open(pg_url), Store.open(pg_url)
+    data = b"the same bytes " * 1000
+    counted = files_module.needed_bytes
+
+    def b_names_them_meanwhile(tx: object) -> int:
+        other = threading.Thread(target=b.put_file, args=(data, "text/plain"))
+        other.start()
+        other.join(30)
+        return counted(tx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files_module, "needed_bytes", b_names_them_meanwhile)
+    try:
+        sha = a.put_file(data, "text/plain", files_max_bytes=10**9)
+        assert sha == hashlib.sha256(data).hexdigest()
+        assert a._read("SELECT count(*) FROM files")[0][0] == 1
+        assert a._read("SELECT count(*) FROM file_blobs")[0][0] == 1
+        assert a._read("SELECT count(*) FROM file_chunks")[0][0] == 1
+        assert read(a, sha) == read(b, sha) == data
     finally:
         a.close()
         b.close()
