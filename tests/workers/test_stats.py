@@ -70,6 +70,21 @@ def test_auto_stops_at_the_sample_cap_when_noisy() -> None:
     assert stopper.reason == "reached the cap of 40 samples"
 
 
+def test_auto_at_its_cap_says_how_many_it_kept_after_a_warm_up() -> None:
+    stopper = Stopper(MeasureOptions(samples="auto", auto_max_samples=40), start=0.0)
+    samples: list[float] = []
+    while True:
+        # Ten slow warm-up samples, then a spread that never settles below the threshold.
+        n = len(samples)
+        samples.append((8.0 if n % 2 else 12.0) if n < 10 else 1.0 if n % 2 else 3.0)
+        if stopper.done(samples, now=0.0):
+            break
+    assert len(samples) == 40
+    discarded = stopper.kept_from(40)
+    assert 0 < discarded <= 10
+    assert stopper.reason == f"reached the cap of 40 samples: kept the last {40 - discarded}"
+
+
 def test_the_time_cap_stops_either_kind() -> None:
     auto = Stopper(MeasureOptions(samples="auto", max_seconds=2.0), start=10.0)
     assert not auto.done([1.0, 3.0], now=11.0)

@@ -44,6 +44,8 @@ log = logging.getLogger("boundary.worker")
 ESCALATE_AFTER_S = 1.0
 """A second stop signal sooner than this after the first is part of the same burst."""
 PARENT_ENV = "BOUNDARY_WORKER_PARENT"
+"""Set by `boundary serve` (app/local_workers.py) for its local workers: they stop when it
+dies."""
 CEILINGS_REFRESH_S = 900.0
 """An idle worker measures its ceilings again at most this often."""
 CEILINGS_CHEAP_S = 5.0

@@ -14,15 +14,13 @@ import signal
 import sys
 from pathlib import Path
 
-from workers.agent.agent import Agent, AgentConfig
+from workers.agent.agent import PARENT_ENV, Agent, AgentConfig
 from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.compiler.jaxenv import apply_jax_environment
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
-PARENT_ENV = "BOUNDARY_WORKER_PARENT"
-"""Set by `boundary serve` for its local workers: they stop (SIGTERM) when it dies."""
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
 MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
 

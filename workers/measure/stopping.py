@@ -91,7 +91,9 @@ class Stopper:
 
     def _at_cap(self, count: int) -> bool:
         if self.target is None:
-            self.reason = f"reached the cap of {count} samples"
+            discarded = min(self.settling.start, count)
+            settled = f": kept the last {count - discarded}" if discarded else ""
+            self.reason = f"reached the cap of {count} samples{settled}"
         elif self.judges:
             self.settling.gave_up = "cap"
             self.reason = (
