@@ -16,7 +16,7 @@ COPY templates ./templates
 COPY static ./static
 
 FROM base AS server
-RUN python -m venv .venv && .venv/bin/pip install -e .
+RUN python -m venv .venv && .venv/bin/pip install -e '.[server]'
 ENV BOUNDARY_DB=/data/boundary.sqlite3
 VOLUME /data
 EXPOSE 8000

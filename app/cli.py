@@ -164,6 +164,16 @@ def _run(argv: list[str]) -> int:
 
 
 def _export_fn(argv: list[str]) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("jax") is None:  # the base install alone
+        print(
+            "boundary export-fn: jax is not installed here: install Boundary with its export "
+            "extra where your model runs (pip install '/path/to/boundary[export]'), or your "
+            "model's own jax",
+            file=sys.stderr,
+        )
+        return 2
     from workers.cli.export_fn import export_command
 
     return export_command(argv)
@@ -186,6 +196,10 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    if argv[0] == "export-fn":
+        # Runs in a model's own environment, which has none of the server's dependencies
+        # (pydantic among them): hand over before importing any of them.
+        raise SystemExit(_export_fn(argv[1:]))
     from pydantic import ValidationError
 
     from app.reader.content import ContentError

@@ -123,7 +123,17 @@ def build_api(state: AppState) -> Built:
     api.state.boundary = state
     pages.install(api)
     from app.routes import api as api_routes
-    from app.routes import artifacts, compare, matrices, ops, pipeline, run_form, runs, worker_api
+    from app.routes import (
+        artifact_targets,
+        artifacts,
+        compare,
+        matrices,
+        ops,
+        pipeline,
+        run_form,
+        runs,
+        worker_api,
+    )
 
     for router in (
         api_routes.router,
@@ -133,6 +143,7 @@ def build_api(state: AppState) -> Built:
         runs.router,
         pipeline.router,
         compare.router,
+        artifact_targets.router,
         artifacts.router,
         matrices.router,
     ):

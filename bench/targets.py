@@ -12,7 +12,20 @@
 
        .venv/bin/python bench/targets.py [--rounds 3] [--targets v6e:1x1,b200:1]
 
-2. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
+2. Exported programs (`--exported`). The tests' own three programs
+   (tests/workers/own_model.py: a transformer forward, an optax train step, that step over
+   8 devices), exported with `boundary export-fn --example`, each compiled per target
+   through the worker's path (bind, placement from the export, trace, lower, the source
+   tags, compile; printing the IR is left out, as in the catalog's rows) against a plain
+   `jax.jit(exp.call).lower(*args, **kwargs).compile()` on
+   the same devices, alternating, from cleared caches, `--rounds` of each after an
+   untimed pass. On this loaded machine wall time says more about the neighbours than
+   about either path, so the medians are in CPU seconds of this process and its children
+   (ptxas), wall seconds beside them. Also prints both peaks per device. Goal: ≤ 1.1×.
+
+       .venv/bin/python bench/targets.py --exported [--rounds 5]
+
+3. Newcomer time (`--fresh-clone DIR`). Clones this checkout's HEAD into DIR (which must
    not exist), makes a venv and installs the package with `PIP_NO_CACHE_DIR=1` (a cold
    package cache), starts `boundary serve`, queues the TPU scale card's job
    (`sharded-matmul` on `v6e:2x4`), and stops the clock when the run page shows its HLO
@@ -134,6 +147,111 @@ def overhead(targets: list[str], rounds: int) -> None:
         )
 
 
+EXPORTED_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("forward", ("v6e:1x1", "v6e:2x4", "b200:1", "h100:8")),
+    ("train", ("v6e:1x1", "v6e:2x4", "b200:1", "h100:8")),
+    ("dp", ("v6e:2x4", "h100:8", "b200:8", "v6e:4x4")),
+)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its children (a GPU compile runs ptxas)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def exported_overhead(rounds: int) -> None:
+    import tempfile
+
+    from workers.compiler.jaxenv import apply_jax_environment
+
+    apply_jax_environment()
+    import jax
+
+    from tests.workers.own_exports import export_program
+    from workers.catalog import parse_params
+    from workers.catalog.target_rules import COMPILE_ONLY_CAP
+    from workers.compiler.jaxtyped import clear_caches
+    from workers.compiler.source_tags import tag_module
+    from workers.export.meshes import argument_shardings
+    from workers.files import FileCache
+    from workers.protocol import JobSpec, parse_target
+    from workers.run.base import emitter
+    from workers.run.stages import bind_workload, placed_inputs, trace_and_lower
+    from workers.xla_targets.topology import target_devices
+
+    folder = Path(tempfile.mkdtemp(prefix="boundary-bench-exported-"))
+    files = FileCache(folder / "files")
+
+    def ours(job: JobSpec, devices: list[Any]) -> tuple[float, float, int]:
+        clear_caches()
+        c0, w0 = _cpu(), time.perf_counter()
+        params = parse_params(job.workload, job.params)
+        workload = bind_workload(job, params, files.directory, COMPILE_ONLY_CAP)
+        abstract, _ = placed_inputs(workload, params, devices)
+        staged = trace_and_lower(jax.jit(workload.function(params)), abstract, emitter(None))
+        tag_module(staged.lowered.compiler_ir("stablehlo"))  # what the worker adds
+        compiled = staged.lowered.compile()
+        peak = int(compiled.memory_analysis().peak_memory_in_bytes)
+        return _cpu() - c0, time.perf_counter() - w0, peak
+
+    def plain(exp: Any, devices: list[Any]) -> tuple[float, float, int]:
+        clear_caches()
+        c0, w0 = _cpu(), time.perf_counter()
+        structs = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+            for a, s in zip(exp.in_avals, argument_shardings(exp, devices), strict=True)
+        ]
+        args, kwargs = jax.tree.unflatten(exp.in_tree, structs)
+        compiled = jax.jit(exp.call).lower(*args, **kwargs).compile()
+        peak = int(compiled.memory_analysis().peak_memory_in_bytes)
+        return _cpu() - c0, time.perf_counter() - w0, peak
+
+    print(
+        f"{'artifact':<8} {'target':<8} {'ours CPU':>9} {'plain CPU':>10} {'ratio':>6}  "
+        f"{'ours wall':>9} {'plain wall':>10} {'ratio':>6}  peak ours / plain (bytes)"
+    )
+    for name, targets in EXPORTED_ROWS:
+        made = export_program(name, folder)
+        data = made.artifact.read_bytes()
+        digest = files.put(data)
+        exp = jax.export.deserialize(bytearray(data))
+        for target_id in targets:
+            target = parse_target(target_id)
+            devices = list(target_devices(target))
+            job = JobSpec.model_validate(
+                {
+                    "workload": "exported",
+                    "path": "jax-tpu" if target_id.startswith("v6e") else "jax-gpu",
+                    "target": target_id,
+                    "stages": ["compile"],
+                    "params": {"artifact": digest},
+                }
+            )
+            ours(job, devices)  # untimed: the compiler's own start-up for this program
+            plain(exp, devices)
+            mine: list[tuple[float, float, int]] = []
+            theirs: list[tuple[float, float, int]] = []
+            for i in range(rounds):  # alternating, each going first in turn
+                if i % 2:
+                    theirs.append(plain(exp, devices))
+                mine.append(ours(job, devices))
+                if not i % 2:
+                    theirs.append(plain(exp, devices))
+            med = statistics.median
+            oc, pc = med(m[0] for m in mine), med(t[0] for t in theirs)
+            ow, pw = med(m[1] for m in mine), med(t[1] for t in theirs)
+            print(
+                f"{name:<8} {target_id:<8} {oc:>8.3f}s {pc:>9.3f}s {oc / pc:>5.2f}×  "
+                f"{ow:>8.3f}s {pw:>9.3f}s {ow / pw:>5.2f}×  {mine[0][2]:,} / {theirs[0][2]:,}",
+                flush=True,
+            )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,9 +277,12 @@ def fresh_clone(folder: Path) -> None:
     mark("cloned")
     subprocess.run(["python3", "-m", "venv", str(folder / ".venv")], check=True, env=env)
     subprocess.run(
-        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", "."], cwd=folder, check=True, env=env
+        [str(folder / ".venv/bin/pip"), "install", "-q", "-e", ".[server]"],
+        cwd=folder,
+        check=True,
+        env=env,
     )
-    mark("installed (pip install -e ., cold package cache)")
+    mark("installed (pip install -e .[server], cold package cache)")
     port = _free_port()
     env["BOUNDARY_DB"] = str(folder / "var/bench.sqlite3")
     server = subprocess.Popen(
@@ -228,9 +349,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--targets", default=",".join(CASES))
     parser.add_argument("--fresh-clone", type=Path, default=None)
+    parser.add_argument("--exported", action="store_true", help="the exported programs' rows")
     args = parser.parse_args()
     if args.fresh_clone is not None:
         fresh_clone(args.fresh_clone)
+        return
+    if args.exported:
+        exported_overhead(args.rounds)
         return
     wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
     unknown = [t for t in wanted if t not in CASES]

@@ -121,3 +121,16 @@ async def bench_client(bench_app: Any) -> AsyncIterator[httpx.AsyncClient]:
 def bench_dispatcher(bench_app: Any) -> Any:
     """The `app.dispatch.Dispatcher` inside `bench_app`."""
     return bench_app.app.app.state.boundary.dispatcher
+
+
+# --- the tests' own model, exported once per session (tests/workers/own_exports.py) ----------
+
+
+@pytest.fixture(scope="session")
+def own_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The three programs of tests/workers/own_model.py, exported with `boundary export-fn
+    --example` (input rules, a sampled reference): name → own_exports.Exported."""
+    from tests.workers.own_exports import PROGRAMS, export_program
+
+    folder = tmp_path_factory.mktemp("own-model")
+    return {name: export_program(name, folder) for name in PROGRAMS}

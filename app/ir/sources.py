@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from workers.catalog.exported import boundary_frame
+
 Position = tuple[str, int]
 """A source file (as the IR spells it) and a 1-based line."""
 
@@ -165,11 +167,20 @@ def _hlo(lines: list[str]) -> SourceMap:
 
 
 def source_map(artifact: str, lines: list[str]) -> SourceMap:
-    """The source positions of `lines` of the artifact named `artifact` (empty if it has none)."""
+    """The source positions of `lines` of the artifact named `artifact` (empty if it has
+    none), without Boundary's own frames (the export wrapper, the worker's stages): a line
+    is linked to the code it came from, never to the code that traced it."""
     if artifact == "jaxpr":
-        return _jaxpr(lines)
-    if artifact == "stablehlo":
-        return _mlir(lines)
-    if artifact == "hlo":
-        return _hlo(lines)
-    return SourceMap({})
+        found = _jaxpr(lines)
+    elif artifact == "stablehlo":
+        found = _mlir(lines)
+    elif artifact == "hlo":
+        found = _hlo(lines)
+    else:
+        return SourceMap({})
+    kept: dict[int, list[Position]] = {}
+    for i, chain in found.positions.items():
+        users = [p for p in chain if not boundary_frame(p[0])]
+        if users:
+            kept[i] = users
+    return SourceMap(kept)

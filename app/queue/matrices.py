@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from app.queue.uploads import check_job_files
+from app.queue.job_files import with_files
 from app.queue.validation import JobRefused, ValidJob, validate_job
 from app.store import Store
 from workers.catalog.jaxexport import ArtifactError, read_header
@@ -255,8 +255,9 @@ def expand(spec: MatrixSpec, store: Store, max_job_bytes: int) -> list[Cell]:
                 body["target"] = column.target
             cell = Cell(i, j)
             try:
-                valid = validate_job(body, max_job_bytes)
-                problems = check_job_files(valid.spec, store, max_job_bytes)
+                valid, problems = with_files(
+                    validate_job(body, max_job_bytes), store, max_job_bytes
+                )
             except JobRefused as exc:
                 cell.reason = _reason(exc)
             else:

@@ -100,13 +100,13 @@ def parse_strict_json(body: bytes) -> Any:
 def validate_submission(data: Any, store: Store, max_job_bytes: int) -> ValidJob:
     """`validate_job`, and the stored files the job names (an exported function's
     artifact, its reference outputs) must be there and usable: 422 naming the field."""
-    from app.queue.uploads import check_job_files  # app.queue.uploads reads the store's files
+    from app.queue.job_files import with_files  # reads the store's files
 
     try:
         valid = validate_job(data, max_job_bytes)
     except JobRefused as exc:
         field_errors(exc.problems)
-    problems = check_job_files(valid.spec, store, max_job_bytes)
+    valid, problems = with_files(valid, store, max_job_bytes)
     if problems:
         field_errors(problems)
     return valid

@@ -12,8 +12,10 @@ headers: a function runs on a worker, never here.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -21,18 +23,21 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
+from app.pages.artifact import artifact_context, stored_file
 from app.queue.submission import (
     field_errors,
     form_errors,
     read_capped_body,
     validate_submission,
 )
-from app.queue.uploads import KINDS, UploadError, describe, kind_of
+from app.queue.uploads import KINDS, UploadError, describe
+from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
+from app.store import JobRow
 from app.store.files import FileWouldGo
 from app.store.url import parse_db
 from app.web.multipart import FormPolicy, FormRefused, read_form
@@ -65,32 +70,6 @@ UPLOAD_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-
-
-def _stored(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
-    """The public description of a stored upload, or 404."""
-    store = dispatcher.store
-    found = store.file_info(sha256) if len(sha256) == 64 else None
-    kind = kind_of(found.media_type) if found is not None else None
-    source = store.open_file(sha256) if kind is not None else None
-    if found is None or kind is None or source is None:
-        raise HTTPException(status_code=404, detail=f"no uploaded file {sha256[:64]!r}")
-    with source:
-        try:
-            described = describe(kind, source)
-        except UploadError as exc:  # stored before a stricter check: say so, do not fail
-            described = {"problem": str(exc)}
-    return {
-        "sha256": found.sha256,
-        "kind": kind,
-        "media_type": found.media_type,
-        "size": found.size,
-        **described,
-        "links": {
-            "self": f"/api/v1/artifacts/{found.sha256}",
-            "page": f"/artifacts/{found.sha256}",
-        },
-    }
 
 
 def _store_upload(dispatcher: Dispatcher, kind: str, spooled: Spooled, settings: Settings) -> str:
@@ -156,7 +135,7 @@ async def upload_artifact(
         raise HTTPException(status_code=507, detail=str(exc)) from None
     finally:
         spooled.discard()
-    body = _stored(dispatcher, sha)
+    body = stored_file(dispatcher, sha)
     return JSONResponse(body, status_code=201, headers={"Location": body["links"]["self"]})
 
 
@@ -167,13 +146,13 @@ async def upload_artifact(
 )
 async def get_artifact_info(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
     """An uploaded file's kind, size and contents (header or arrays)."""
-    return JSONResponse(_stored(dispatcher, sha256))
+    return JSONResponse(stored_file(dispatcher, sha256))
 
 
 # --- pages --------------------------------------------------------------------------------
 
 
-def _page_context(
+def page_context(
     state: StateDep,
     dispatcher: Dispatcher,
     *,
@@ -181,11 +160,13 @@ def _page_context(
     values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The upload form's, or an uploaded file's page's, context."""
     paths: list[str] = []
     if info is not None and "header" in info:
         platforms = info["header"]["platforms"]
         paths = [p.value for p, name in JAX_PLATFORM.items() if name in platforms]
     return {
+        **(artifact_context(info, dispatcher) if info is not None else {}),
         "info": info,
         "values": values or {},
         "errors": errors or {},
@@ -204,7 +185,7 @@ def _page_context(
 )
 async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """The upload form: an exported function, optional inputs and reference outputs."""
-    return render(state, "artifact_new.html", _page_context(state, dispatcher))
+    return render(state, "artifact_new.html", page_context(state, dispatcher))
 
 
 @router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
@@ -220,7 +201,7 @@ async def upload_from_page(
     errors: dict[str, str] = {}
 
     def again(status: int, headers: dict[str, str] | None = None) -> HTMLResponse:
-        ctx = _page_context(state, dispatcher, errors=errors)
+        ctx = page_context(state, dispatcher, errors=errors)
         page = render(state, "artifact_new.html", ctx, status)
         page.headers.update(headers or {})
         return page
@@ -271,7 +252,11 @@ async def upload_from_page(
 
 @router.api_route("/artifacts/{sha256}.json", methods=["GET", "HEAD"], include_in_schema=False)
 async def artifact_json(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
-    return JSONResponse(_stored(dispatcher, sha256))
+    """The page's JSON twin: the file, the targets it fits and its compiles' memory fit."""
+    info = stored_file(dispatcher, sha256)
+    page = artifact_context(info, dispatcher)
+    keep = ("arguments", "results", "fitting", "one_click", "fit")
+    return JSONResponse({**info, **{k: page[k] for k in keep}})
 
 
 @router.api_route(
@@ -288,11 +273,60 @@ async def artifact_page(
     reference: Annotated[str | None, Query(pattern=SHA256)] = None,
 ) -> HTMLResponse:
     """What an exported function declares, and a form to run it on a path."""
-    info = _stored(dispatcher, sha256)
+    info = stored_file(dispatcher, sha256)
     values = {"inputs": inputs or "", "reference": reference or ""}
-    return render(
-        state, "artifact.html", _page_context(state, dispatcher, info=info, values=values)
-    )
+    return render(state, "artifact.html", page_context(state, dispatcher, info=info, values=values))
+
+
+async def page_form(request: Request) -> list[tuple[str, str]]:
+    """A form the artifact page posts, as its (name, value) pairs."""
+    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
+    return parse_qsl(raw, keep_blank_values=True)
+
+
+def queue_or_page(
+    request: Request,
+    state: StateDep,
+    dispatcher: Dispatcher,
+    admission: AdmissionDep,
+    *,
+    info: dict[str, Any],
+    form: dict[str, str],
+    bodies: list[tuple[str | None, dict[str, Any]]],
+    errors: dict[str, str],
+) -> list[JobRow] | HTMLResponse:
+    """Queue the jobs a page form asks for, each checked like any submission, through the
+    one admission (all of them or none); else the page again, saying what was wrong.
+
+    `bodies` pairs each job with the label its refusals go under (errors["targets"]), or
+    None to name each refused field on its own."""
+    status = 422
+    headers: dict[str, str] = {}
+    try:
+        admission.check_token(form.get("token"), "job submission", bearer=False)
+    except HTTPException:
+        errors["token"] = "this server needs its submission token"
+        status = 401
+    valid: list[ValidJob] = []
+    for label, body in bodies if not errors else []:
+        try:
+            valid.append(validate_submission(body, dispatcher.store, state.settings.MAX_JOB_BYTES))
+        except HTTPException as exc:
+            found = form_errors(exc) if exc.status_code == 422 else {"general": exc.detail}
+            if label is None:
+                errors.update(found)
+            else:
+                errors["targets"] = f"{label}: " + "; ".join(found.values())
+    if not errors:
+        try:
+            return admission.queue(admission.client(request), valid)
+        except HTTPException as exc:
+            errors["targets" if any(label for label, _ in bodies) else "general"] = str(exc.detail)
+            status, headers = exc.status_code, dict(exc.headers or {})
+    ctx = page_context(state, dispatcher, info=info, values=form, errors=errors)
+    page = render(state, "artifact.html", ctx, status)
+    page.headers.update(headers)
+    return page
 
 
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)
@@ -304,16 +338,18 @@ async def run_artifact(
     admission: AdmissionDep,
 ) -> Response:
     """Queue a job for the uploaded function from its page's form."""
-    from urllib.parse import parse_qsl
-
-    info = _stored(dispatcher, sha256)
-    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
-    form = dict(parse_qsl(raw, keep_blank_values=True))
+    info = stored_file(dispatcher, sha256)
+    form = dict(await page_form(request))
     errors: dict[str, str] = {}
     params: dict[str, Any] = {"artifact": sha256}
     for name in ("inputs", "reference"):
         if form.get(name, "").strip():
             params[name] = form[name].strip()
+    if form.get("input_rules", "").strip():
+        try:
+            params["input_rules"] = json.loads(form["input_rules"])
+        except ValueError as exc:
+            errors["params.input_rules"] = f"not JSON: {exc}"
     if form.get("tolerance", "").strip():
         try:
             params["tolerance"] = number("tolerance", form["tolerance"])
@@ -333,27 +369,19 @@ async def run_artifact(
         "params": params,
         "measure": measure,
     }
-    settings = state.settings
-    status = 422
-    headers: dict[str, str] = {}
-    try:
-        admission.check_token(form.get("token"), "job submission", bearer=False)
-    except HTTPException:
-        errors["token"] = "this server needs its submission token"
-        status = 401
-    job = None
-    if not errors:
-        try:
-            valid = validate_submission(body, dispatcher.store, settings.MAX_JOB_BYTES)
-            (job,) = admission.queue(admission.client(request), [valid])
-        except HTTPException as exc:
-            errors.update(form_errors(exc) if exc.status_code == 422 else {"general": exc.detail})
-            status, headers = exc.status_code, dict(exc.headers or {})
-    if job is None:
-        ctx = _page_context(state, dispatcher, info=info, values=form, errors=errors)
-        page = render(state, "artifact.html", ctx, status)
-        page.headers.update(headers)
-        return page
+    queued = queue_or_page(
+        request,
+        state,
+        dispatcher,
+        admission,
+        info=info,
+        form=form,
+        bodies=[(None, body)],
+        errors=errors,
+    )
+    if not isinstance(queued, list):
+        return queued
+    (job,) = queued
     if is_htmx(request):
         return Response(status_code=204, headers={"HX-Redirect": f"/runs/{job.id}"})
     return RedirectResponse(f"/runs/{job.id}", status_code=303)

@@ -177,6 +177,16 @@ class Jobs(StoreBase):
         count = self._read(f"SELECT count(*) FROM jobs {clause}", tuple(args))[0][0]
         return [JobRow.from_row(r) for r in rows], int(count)
 
+    def jobs_naming(self, workload: str, value: str, limit: int = 200) -> list[JobRow]:
+        """Newest first: jobs of `workload` whose spec holds the string `value` (an uploaded
+        file's SHA-256: the jobs that name that file)."""
+        rows = self._read(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE workload = ? AND spec LIKE ? "
+            "ORDER BY created_at DESC LIMIT ?",
+            (workload, f'%"{value}"%', limit),
+        )
+        return [JobRow.from_row(r) for r in rows]
+
     def jobs_with_status(
         self, status: JobStatus, limit: int = 10_000, paths: list[str] | None = None
     ) -> list[JobRow]:

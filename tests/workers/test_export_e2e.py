@@ -14,8 +14,8 @@ import pytest
 
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
 from workers.cli.export_fn import export_function
+from workers.export.rules import generate
 from workers.workloads.base import InputSpec
-from workers.workloads.exported import seeded_inputs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def test_a_real_worker_fetches_and_runs_an_uploaded_function(
     cluster: Callable[..., Cluster],  # noqa: F811 - the imported fixture
 ) -> None:
     data, _ = export_function(scaled_softmax, [("float32", (6, 40))], ["cpu", "cuda"])
-    (x,) = seeded_inputs([InputSpec("arg0", (6, 40), "float32")], 0)
+    (x,) = generate([InputSpec("arg0", (6, 40), "float32")], None, 0)
     z = x.astype(np.float64) * 0.5
     expected = np.exp(z - z.max(axis=-1, keepdims=True))
     expected /= expected.sum(axis=-1, keepdims=True)

@@ -19,12 +19,14 @@ import pytest
 from workers.catalog import CatalogError
 from workers.catalog.exported import ExportedParams
 from workers.catalog.jaxexport import ArtifactError, read_header
-from workers.cli.export_fn import export_function, resolve_file_params
+from workers.cli.export_fn import export_function
+from workers.cli.files import resolve_file_params
+from workers.export.rules import generate
 from workers.files import FileCache
 from workers.protocol import JobSpec, PathId
 from workers.run.engine import run_job
 from workers.workloads.base import InputSpec
-from workers.workloads.exported import ExportedFunction, seeded_inputs
+from workers.workloads.exported import ExportedFunction
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,6 +81,7 @@ def test_the_cli_exports_a_function_with_its_inputs_and_output(tmp_path: Path) -
     assert summary["platforms"] == ["cpu", "tpu"]
     assert summary["in_avals"] == ["float32[12,16]", "float32[16,8]"]
     assert summary["out_avals"] == ["float32[12,8]"]
+    assert summary["arguments"] == ["arg0", "arg1"] and summary["results"] == ["out0"]
 
     # The server's pure-Python reading agrees with jax's own deserialization.
     data = out.read_bytes()
@@ -92,7 +95,7 @@ def test_the_cli_exports_a_function_with_its_inputs_and_output(tmp_path: Path) -
     with np.load(tmp_path / "in.npz") as saved:
         x, w = saved["arg0"], saved["arg1"]
     specs = [InputSpec("arg0", (12, 16), "float32"), InputSpec("arg1", (16, 8), "float32")]
-    again = seeded_inputs(specs, 0)
+    again = generate(specs, None, 0)
     assert np.array_equal(again[0], x) and np.array_equal(again[1], w)
     with np.load(tmp_path / "out.npz") as saved:
         expected = np.tanh(x.astype(np.float64) @ w) * 0.5 + 1.0
@@ -176,19 +179,20 @@ def test_on_another_path_the_cpu_run_of_the_same_artifact_is_the_reference(
     params = ExportedParams(artifact=artifact)
     bound = ExportedFunction().bind(params, PathId.JAX_GPU, files.directory)
     inputs = bound.make_inputs(params, np.random.default_rng(0))
-    cpu_out = np.asarray(jax.jit(bound.function(params))(*inputs))
-    good = bound.judge(params, inputs, cpu_out * (1 + 1e-6))
+    (cpu_out,) = (np.asarray(r) for r in jax.jit(bound.function(params))(*inputs))
+    good = bound.judge(params, inputs, [cpu_out * (1 + 1e-6)])
     assert good.checked and good.passed
     assert good.reference == f"the same artifact on the CPU, in {cpu_out.dtype.name}"
-    bad = bound.judge(params, inputs, cpu_out * 1.05)
+    bad = bound.judge(params, inputs, [cpu_out * 1.05])
     assert bad.checked and not bad.passed and "exceeds the tolerance" in (bad.detail or "")
+    assert bad.worst == "out0" and bad.results[0].name == "out0"
 
     # Exported without CPU there is nothing to stand in: unchecked, in plain words.
     gpu_only = files.put(exported_bytes(["cuda"]))
     lone = ExportedFunction().bind(
         ExportedParams(artifact=gpu_only), PathId.JAX_GPU, files.directory
     )
-    verdict = lone.judge(ExportedParams(artifact=gpu_only), inputs, cpu_out)
+    verdict = lone.judge(ExportedParams(artifact=gpu_only), inputs, [cpu_out])
     assert not verdict.checked and "not exported for CPU" in (verdict.detail or "")
 
 
@@ -245,3 +249,34 @@ def test_boundary_run_takes_local_files_by_at_sign(tmp_path: Path, files: FileCa
         ValueError, match=r"params\.artifact: .*junk\.jaxexport: (corrupted|not a jax)"
     ):
         resolve_file_params("exported", {"artifact": f"@{tmp_path / 'junk.jaxexport'}"})
+
+
+def test_kernels_the_compiler_builds_itself_are_not_refused() -> None:
+    from workers.workloads.artifact import refused_targets
+
+    # Pallas lowers to these on TPU (Mosaic) and GPU (Triton, Mosaic GPU): XLA compiles
+    # them from the IR they carry, so no native code of the user's runs.
+    kernels = ["tpu_custom_call", "mosaic_gpu_v2", "__gpu$xla.gpu.triton", "lapack_sgetrf_ffi"]
+    assert refused_targets(kernels) == []
+    assert refused_targets(["my_native_kernel", "tf.call_tf_function"]) == [
+        "my_native_kernel",
+        "tf.call_tf_function",
+    ]
+
+
+def test_export_fn_without_jax_says_to_install_the_export_extra(tmp_path: Path) -> None:
+    """Boundary's base install has no jax (the `export` extra brings it): export-fn says
+    so, rather than failing on an import. The process sees only the standard library and
+    this checkout, as a base install with no jax would."""
+    script = (
+        "import sys\n"
+        f"sys.path[:] = [p for p in sys.path if 'packages' not in p] + [{str(ROOT)!r}]\n"
+        "from app.cli import main\n"
+        "main(['export-fn', 'model:step', '--example', 'model:example'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert "jax is not installed here" in done.stderr
+    assert "pip install '/path/to/boundary[export]'" in done.stderr

@@ -48,6 +48,8 @@ class WorkloadParams(BaseModel):
     stages: ClassVar[tuple[StageId, ...]] = (StageId.COMPILE, StageId.EXECUTE)
     no_target: ClassVar[str | None] = None
     """Why this workload takes no target (see workers.catalog.target_rules); None: it does."""
+    spans_artifact_devices: ClassVar[bool] = False
+    """True when the device count comes from an uploaded artifact, not the parameters."""
 
     def input_bytes(self) -> int:
         """Bytes of inputs plus outputs the workload places on the device."""

@@ -9,7 +9,7 @@ outputs. Pydantic only, no jax.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -34,6 +34,29 @@ JAX_PLATFORM: dict[PathId, str] = {
 }
 """The jax.export platform name a path's devices answer to (jax-gpu: NVIDIA's CUDA)."""
 
+BOUNDARY_FRAMES = (
+    "workers/export/",
+    "workers/cli/",
+    "workers/run/",
+    "workers/agent/",
+    "app/cli.py",
+    "bin/boundary",
+)
+"""Where Boundary's own code sits in an uploaded program's source locations: the export
+wrapper and the command that ran it (recorded on the user's machine), the worker's call
+and stages. Matched by folder, so any install of Boundary is recognised; a catalog
+workload's own lines (workers/workloads/) are not among them."""
+
+
+def boundary_frame(file: str) -> bool:
+    """Whether a source position's file is Boundary's own code, never the user's."""
+    shown = "/" + file.replace("\\", "/")
+    return any(
+        f"/{part}" in shown if part.endswith("/") else shown.endswith(f"/{part}")
+        for part in BOUNDARY_FRAMES
+    )
+
+
 Digest = Annotated[str, Field(pattern=SHA256, description="SHA-256 of a stored file (hex).")]
 
 
@@ -45,7 +68,9 @@ class ExportedParams(WorkloadParams):
         "compiled and timed like any catalog workload; no Python of yours runs on a worker."
     )
     paths = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
-    no_target = "an uploaded function is compiled only for the worker's own devices"
+    # Its device count is the artifact's own (`nr_devices`): a target needs at least that
+    # many, checked where the artifact is read (the server's uploads, the worker's bind).
+    spans_artifact_devices = True
 
     file_fields: ClassVar[dict[str, str]] = {
         "artifact": EXPORT_MEDIA_TYPE,
@@ -60,7 +85,17 @@ class ExportedParams(WorkloadParams):
         description="SHA-256 of an uploaded .npz of inputs (arg0, arg1, …); seeded if absent.",
     )
     reference: Digest | None = Field(
-        default=None, description="SHA-256 of an uploaded .npz of expected outputs (out0, …)."
+        default=None,
+        description="SHA-256 of an uploaded .npz of expected results: whole (out0, … or by "
+        "path) or sampled (out0.indices with out0.values, …).",
+    )
+    input_rules: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        max_length=256,
+        description="How generated inputs are drawn, per argument path or prefix (`a/b/*`): "
+        '{"kind": "normal", "scale": s}, {"kind": "uniform", "low": a, "high": b}, '
+        '{"kind": "zeros"}, {"kind": "ones"}, {"kind": "int", "low": a, "high": b}, '
+        '{"kind": "positive"}. The longest matching path wins.',
     )
     tolerance: float | None = Field(
         default=None,

@@ -26,9 +26,13 @@ from typing import IO
 
 __all__ = ["MEMBER", "ArrayInfo", "NpzError", "read_npz"]
 
-MEMBER = re.compile(r"(arg|out)(0|[1-9][0-9]{0,3})\.npy")
-"""The only members an .npz may hold, matched whole (fullmatch): a function's inputs
-arg0, arg1, … and its reference outputs out0, …"""
+_PART = r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,127}"
+MEMBER = re.compile(rf"{_PART}(?:/{_PART})*(?:\.indices|\.values)?\.npy")
+"""The members an .npz may hold, matched whole (fullmatch): a function's inputs (arg0,
+arg1, … or their paths, such as params/blocks/0/attn/key/kernel) and its reference
+results (out0, … or their paths), whole or sampled (out0.indices with out0.values). A
+path's parts start with a letter, digit, `_` or `-`; `..` is refused anywhere."""
+MAX_MEMBER_CHARS = 512
 MAX_MEMBERS = 256
 MAX_HEADER_BYTES = 10_000
 """NumPy's own default limit on an .npy header."""
@@ -98,10 +102,11 @@ def read_npz(source: IO[bytes], max_bytes: int = INT64_MAX) -> list[ArrayInfo]:
         total = 0
         for info in infos:
             name = info.filename
-            if MEMBER.fullmatch(name) is None:
+            if len(name) > MAX_MEMBER_CHARS or ".." in name or MEMBER.fullmatch(name) is None:
                 raise NpzError(
-                    f"{_clip(name)}: an .npz holds only arrays named arg0, arg1, … "
-                    "(a function's inputs) and out0, … (its reference outputs)"
+                    f"{_clip(name)}: an .npz holds only arrays named arg0, arg1, … or by "
+                    "path (a function's inputs) and out0, … or by path (its reference "
+                    "results), whole or as NAME.indices with NAME.values (a sample)"
                 )
             if name in seen:
                 raise NpzError(f"{_clip(name)} is in the archive twice")

@@ -6,8 +6,10 @@ Every rule refuses with the field at fault named, so the server answers 422 and
 - `v6e` goes only with `jax-tpu`; `b200`, `h100` and `h200` with `jax-gpu` or `cuda`
   (where the target picks the SM architecture). Any other pairing names both.
 - A scale workload spans the target's devices: `devices` defaults to the target's count,
-  and a different count is refused naming both. Every other workload, and `cuda`, runs
-  on one device, so its target must have a count of 1.
+  and a different count is refused naming both. An exported function spans the devices
+  it was exported for, on a target with at least that many (checked where its artifact is
+  read: `check_target_devices`). Every other workload, and `cuda`, runs on one device, so
+  its target must have a count of 1.
 - A few workloads take no target at all (they say why).
 
 Whether a target is compiled without its hardware depends on where the job runs: that,
@@ -16,11 +18,27 @@ and refusing to execute such a program, is the runner's part (workers.run.device
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.mesh import MeshParams
-from workers.protocol import JobSpec, PathId, Target, parse_target
+from workers.protocol import JobSpec, PathId, Platform, Target, parse_target
 
-__all__ = ["COMPILE_ONLY_CAP", "apply_target", "byte_cap", "job_target"]
+__all__ = [
+    "COMPILE_ONLY_CAP",
+    "apply_target",
+    "byte_cap",
+    "check_target_platforms",
+    "job_target",
+    "placement_on",
+]
+
+JAX_PLATFORM_OF: dict[Platform, str] = {
+    Platform.CPU: "cpu",
+    Platform.GPU: "cuda",
+    Platform.TPU: "tpu",
+}
+"""The jax.export platform name a target's compiler builds for."""
 
 COMPILE_ONLY_CAP = 2**62
 """The byte cap of a job that only compiles for a target: in effect none."""
@@ -57,6 +75,8 @@ def apply_target(job: JobSpec) -> JobSpec:
         return job  # parse_params names the unknown workload
     if cls.no_target is not None:
         raise CatalogError(f"target: {job.workload} takes no target: {cls.no_target}", "target")
+    if cls.spans_artifact_devices:
+        return job
     spans = issubclass(cls, MeshParams) and job.path is not PathId.CUDA
     if not spans:
         if target.count != 1:
@@ -94,3 +114,37 @@ def byte_cap(job: JobSpec, max_bytes: int) -> int:
     if job.target and all(s is StageId.COMPILE for s in job.stages):
         return COMPILE_ONLY_CAP
     return max_bytes
+
+
+def check_target_platforms(target: Target, platforms: Sequence[str], nr_devices: int) -> None:
+    """Refuse (CatalogError naming `target`) an artifact exported for `platforms` and
+    `nr_devices` devices that `target` cannot take: another platform, or fewer devices."""
+    wanted = JAX_PLATFORM_OF[target.platform]
+    if wanted not in platforms:
+        raise CatalogError(
+            f"target: the artifact was exported for {', '.join(platforms)} only, and "
+            f"{target.id} needs {wanted}: export it again with --platforms "
+            f"{','.join([*platforms, wanted])}",
+            "target",
+        )
+    if nr_devices > target.count:
+        raise CatalogError(
+            f"target: the artifact was exported for {nr_devices} devices and {target.id} has "
+            f"{target.count}: compile it for a target with at least {nr_devices} devices, or "
+            f"export it for {target.count}",
+            "target",
+        )
+
+
+def placement_on(target: Target, nr_devices: int) -> str:
+    """Which of `target`'s devices an artifact exported for `nr_devices` is compiled on."""
+    if nr_devices == target.count:
+        if nr_devices == 1:
+            return f"the one device of {target.id}"
+        return f"all {nr_devices} devices of {target.id}"
+    if nr_devices == 1:
+        return f"one device of {target.id}'s {target.count} (the artifact was exported for one)"
+    return (
+        f"a mesh of {nr_devices} of the {target.count} devices of {target.id} (the first "
+        f"{nr_devices} in topology order): the artifact was exported for {nr_devices}"
+    )

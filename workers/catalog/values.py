@@ -6,6 +6,7 @@ the one place where "512" becomes 512, so `boundary run` and a form agree on typ
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -18,7 +19,15 @@ parameter's own validation names them instead of the conversion failing."""
 
 
 def parse_value(text: str) -> Any:
-    """A value as the type it spells: bool, int, float or string."""
+    """A value as the type it spells: bool, int, float, string, or a JSON object or list
+    (`input_rules={"tokens": {"kind": "int", "low": 0, "high": 50257}}`)."""
+    if text[:1] in ("{", "["):
+        try:
+            found = json.loads(text, parse_constant=lambda name: name)
+        except (ValueError, RecursionError):
+            return text
+        if isinstance(found, dict | list):
+            return found
     lowered = text.lower()
     if lowered in {"true", "false"}:
         return lowered == "true"

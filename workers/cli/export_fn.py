@@ -1,13 +1,29 @@
-"""`boundary export-fn MODULE:FUNCTION --arg float32[1024,1024] … -o fn.jaxexport`.
+"""`boundary export-fn MODULE:FUNCTION --example MODULE:EXAMPLE [-o fn.jaxexport]`.
 
-Runs on the user's own machine, and only there does the user's Python run: the function
-is imported, jitted and serialized with `jax.export` (StableHLO plus its calling
-convention) for the requested platforms. The artifact is data a worker can compile and
-time without any of the user's code. Optionally it also writes the seeded inputs a worker
-would generate and the function's output on them, as .npz files to upload with it.
+Runs in the user's own environment, where the model runs: it needs only the standard
+library, NumPy, the model's own jax and (for `--upload`) httpx, never the server's
+dependencies (`app.cli` hands over before importing them, and this module imports
+nothing of the server's side). The function is exported with `jax.export` (StableHLO plus
+its calling convention) for the requested platforms, from example arguments of any
+structure (`workers.export.trees`). The artifact is data: a worker compiles and times it
+without any of the user's code.
 
-Also here: `resolve_file_params`, which lets `boundary run exported artifact=@fn.jaxexport`
-name local files, storing them where a local run reads them or uploading them to a server.
+- `--example MODULE:EXAMPLE` calls EXAMPLE() for the arguments: a tuple, a dict of keyword
+  arguments, or ((args), {kwargs}); leaves are arrays, arrays placed with a NamedSharding
+  (a multi-device export), or ShapeDtypeStructs (nothing allocated). `--arg DTYPE[SHAPE]`,
+  one per positional argument, still works for a function of plain arrays.
+- `--devices N` gives this process N virtual CPU devices before jax starts, for an example
+  that builds a mesh of N.
+- `--save-inputs`, `--save-output` and `--save-output-sample K` run the artifact itself
+  on this machine's CPU, on exactly the inputs a worker generates from `--seed` and
+  `--input-rules`, and write them, its results, or K seeded (index, value) pairs per result.
+- `--upload URL` posts the artifact (and the sample) to a server, then queues one compile
+  per `--target`, and a jax-cpu run checked against the sample when there is one.
+- `--state MODULE:NAME` writes a model's or optimizer's state (flax.nnx, equinox, optax, any
+  pytree) as an .npz of arrays named by path, and prints those names.
+
+Exit status: 0 done, 2 a bad command line, 3 the export (or the run here) failed, 4 the
+server refused something (what was done before is printed).
 """
 
 from __future__ import annotations
@@ -16,25 +32,26 @@ import argparse
 import hashlib
 import importlib
 import importlib.util
-import io
+import inspect
 import json
+import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import httpx
-
-from workers.catalog import WORKLOADS
-from workers.catalog.jaxexport import DTYPES, ArtifactError, read_header
-from workers.files import FileCache
+from typing import Any, cast
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_EXPORT_FAILED = 3
+EXIT_UPLOAD_FAILED = 4
 
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+DEVICE_FLAG = "--xla_force_host_platform_device_count"
 _ARG = re.compile(r"^\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*$")
+_ARG_DTYPES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128", "bfloat16",
+)  # fmt: skip
 
 
 class ExportUsageError(ValueError):
@@ -49,10 +66,9 @@ def parse_arg(text: str) -> tuple[str, tuple[int, ...]]:
             f"--arg {text!r}: expected DTYPE[D0,D1,...], e.g. float32[1024,1024]"
         )
     dtype, dims = match.group(1), match.group(2)
-    if dtype not in DTYPES[:15]:
-        raise ExportUsageError(f"--arg {text!r}: unknown dtype (known: {', '.join(DTYPES[:15])})")
-    parts = [d.strip() for d in dims.split(",") if d.strip()]
-    shape = tuple(int(d) for d in parts)
+    if dtype not in _ARG_DTYPES:
+        raise ExportUsageError(f"--arg {text!r}: unknown dtype (known: {', '.join(_ARG_DTYPES)})")
+    shape = tuple(int(d.strip()) for d in dims.split(",") if d.strip())
     if any(d <= 0 for d in shape):
         raise ExportUsageError(f"--arg {text!r}: every dimension must be at least 1")
     return dtype, shape
@@ -60,223 +76,278 @@ def parse_arg(text: str) -> tuple[str, tuple[int, ...]]:
 
 def parse_platforms(text: str) -> list[str]:
     """`cpu,cuda,tpu` as a list, each a platform jax.export knows."""
+    known = ("cpu", "cuda", "rocm", "tpu")
     names = [p.strip().lower() for p in text.split(",") if p.strip()]
     for name in names:
-        if name not in PLATFORMS:
+        if name not in known:
             raise ExportUsageError(
-                f"--platforms: {name!r} is no platform (known: {', '.join(PLATFORMS)})"
+                f"--platforms: {name!r} is no platform (known: {', '.join(known)})"
             )
     if not names:
         raise ExportUsageError("--platforms: name at least one platform")
     return list(dict.fromkeys(names))
 
 
-def load_function(target: str) -> Any:
-    """The callable named by MODULE:FUNCTION (a dotted module or a .py file)."""
+def parse_rules(text: str | None) -> dict[str, Any] | None:
+    """`--input-rules`: JSON, or @FILE holding JSON: an object from paths to rules."""
+    if text is None:
+        return None
+    try:
+        raw = Path(text[1:]).read_text() if text.startswith("@") else text
+    except OSError as exc:
+        raise ExportUsageError(f"--input-rules: cannot read {text[1:]}: {exc.strerror}") from None
+    try:
+        rules = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ExportUsageError(f"--input-rules: not JSON ({exc})") from None
+    if not isinstance(rules, dict):
+        raise ExportUsageError("--input-rules: an object from argument paths to rules")
+    return rules
+
+
+def load_object(target: str, flag: str) -> Any:
+    """The object named by MODULE:NAME, MODULE being a dotted module or a .py file.
+
+    The module's directory (the current one for a dotted name) is appended to sys.path,
+    never put first: a file there named like a library (h2.py, which httpx imports)
+    must not shadow it.
+    """
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise ExportUsageError(f"{target!r}: expected MODULE:FUNCTION, e.g. mypkg.models:forward")
+        raise ExportUsageError(f"{flag} {target!r}: expected MODULE:NAME, e.g. mymodel.train:step")
     if module_name.endswith(".py"):
-        spec = importlib.util.spec_from_file_location("_boundary_user_module", module_name)
-        if spec is None or spec.loader is None:
-            raise ExportUsageError(f"{module_name}: cannot load this file")
+        path = Path(module_name).resolve()
+        if str(path.parent) not in sys.path:
+            sys.path.append(str(path.parent))  # its own sibling modules
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None or not path.is_file():
+            raise ExportUsageError(f"{flag} {module_name}: no such Python file")
         module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(path.stem, module)
         spec.loader.exec_module(module)
     else:
-        if "" not in sys.path:
-            sys.path.insert(0, "")  # like `python -m`: modules in the current directory
-        module = importlib.import_module(module_name)
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())  # like `python -m`, but last
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise ExportUsageError(f"{flag} {target!r}: {exc}") from None
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
-            raise ExportUsageError(f"{target!r}: {module_name} has no attribute {attribute!r}")
+            raise ExportUsageError(f"{flag} {target!r}: {module_name} has no {attribute!r}")
         found = getattr(found, part)
-    if not callable(found):
-        raise ExportUsageError(f"{target!r}: {attribute} is not callable")
     return found
-
-
-def export_function(
-    function: Any, args: list[tuple[str, tuple[int, ...]]], platforms: list[str]
-) -> tuple[bytes, Any]:
-    """The serialized artifact and the Exported it came from."""
-    import jax
-
-    from workers.compiler.jaxtyped import shape_dtype_struct
-
-    structs = [shape_dtype_struct(shape, dtype) for dtype, shape in args]
-    exported = jax.export.export(jax.jit(function), platforms=platforms)(*structs)
-    return bytes(exported.serialize()), exported
-
-
-def _npz(arrays: dict[str, Any]) -> bytes:
-    import numpy as np
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
-
-
-def sample_files(exported: Any, seed: int) -> tuple[bytes, bytes]:
-    """(.npz of the seeded inputs a worker generates, .npz of the output on them here).
-
-    The output comes from running the artifact itself on this machine's CPU, so it is a
-    reference for other paths, not an independent check of the function.
-    """
-    import jax
-    import numpy as np
-
-    from workers.workloads.base import InputSpec
-    from workers.workloads.exported import seeded_inputs
-
-    specs = [
-        InputSpec(f"arg{i}", tuple(int(d) for d in a.shape), np.dtype(a.dtype).name)
-        for i, a in enumerate(exported.in_avals)
-    ]
-    inputs = seeded_inputs(specs, seed)
-    cpu = jax.devices("cpu")[0]
-    output = np.asarray(jax.jit(exported.call)(*jax.device_put(inputs, cpu)))
-    named = {f"arg{i}": value for i, value in enumerate(inputs)}
-    return _npz(named), _npz({"out0": output})
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boundary export-fn",
-        description="Serialize a JAX function with jax.export, to run on a Boundary worker.",
+        description="Export a JAX function with jax.export, to compile and run on Boundary.",
     )
-    parser.add_argument("target", metavar="MODULE:FUNCTION")
+    parser.add_argument("function", metavar="MODULE:FUNCTION", nargs="?")
+    parser.add_argument("--example", metavar="MODULE:EXAMPLE", help="returns the arguments")
     parser.add_argument(
-        "--arg",
-        action="append",
-        default=[],
-        metavar="DTYPE[SHAPE]",
-        help="one per argument, in order, e.g. float32[1024,1024]",
+        "--arg", action="append", default=[], metavar="DTYPE[SHAPE]", help="instead of --example"
     )
-    parser.add_argument(
-        "--platforms", default="cpu,cuda,tpu", help="comma list (default: cpu,cuda,tpu)"
-    )
-    parser.add_argument("-o", "--output", type=Path, required=True, help="the .jaxexport file")
-    parser.add_argument(
-        "--save-inputs", type=Path, metavar="NPZ", help="also write the seeded inputs (.npz)"
-    )
-    parser.add_argument(
-        "--save-output",
-        type=Path,
-        metavar="NPZ",
-        help="also write the output on those inputs, computed here on the CPU (.npz)",
-    )
+    parser.add_argument("--platforms", default="cpu,cuda,tpu", help="default: cpu,cuda,tpu")
+    parser.add_argument("--devices", type=int, default=None, metavar="N", help="virtual CPUs")
+    parser.add_argument("-o", "--output", type=Path, help="the file (default FUNCTION.jaxexport)")
+    parser.add_argument("--input-rules", metavar="JSON|@FILE", help="per-argument input rules")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    parser.add_argument("--save-inputs", type=Path, metavar="NPZ", help="the generated inputs")
+    parser.add_argument("--save-output", type=Path, metavar="NPZ", help="every result, whole")
+    parser.add_argument(
+        "--save-output-sample", type=int, metavar="K", help="K sampled elements per result"
+    )
+    parser.add_argument("--sample-file", type=Path, metavar="NPZ", help="where the sample goes")
+    parser.add_argument("--upload", metavar="URL", help="a Boundary server to upload to")
+    parser.add_argument("--token", help="the server's submission token ($BOUNDARY_SUBMIT_TOKEN)")
+    parser.add_argument(
+        "--target", action="append", default=[], help="compile for it (repeatable): v6e:2x4 …"
+    )
+    parser.add_argument("--state", metavar="MODULE:NAME", help="write a state's arrays by path")
     return parser
+
+
+def _check(args: argparse.Namespace) -> list[str]:
+    """The platforms, once the command line's combinations are checked."""
+    platforms = parse_platforms(args.platforms)
+    if args.state is None and args.function is None:
+        raise ExportUsageError("name the function to export: MODULE:FUNCTION")
+    if args.state is None and (args.example is None) == (not args.arg):
+        raise ExportUsageError("give the arguments with --example MODULE:EXAMPLE or with --arg")
+    if args.devices is not None and not 1 <= args.devices <= 4096:
+        raise ExportUsageError("--devices: from 1 to 4096")
+    if args.save_output_sample is not None and args.save_output_sample < 1:
+        raise ExportUsageError("--save-output-sample: K must be at least 1")
+    runs_here = args.save_inputs or args.save_output or args.save_output_sample is not None
+    if runs_here and "cpu" not in platforms:
+        raise ExportUsageError(
+            "saving inputs or outputs runs the artifact here: add cpu to --platforms"
+        )
+    if args.target and not args.upload:
+        raise ExportUsageError("--target needs --upload URL: targets are compiled on a server")
+    return platforms
+
+
+def _prepare_process(devices: int | None) -> None:
+    """JAX's environment, before jax is imported: the CPU, and N virtual devices."""
+    from workers.compiler.jaxenv import apply_jax_environment
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # export and sample runs are the CPU's
+    apply_jax_environment()
+    if devices is not None and devices > 1:
+        flags = os.environ.get("XLA_FLAGS", "").split()
+        flags = [f for f in flags if not f.startswith(DEVICE_FLAG)]
+        os.environ["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_FLAG}={devices}"])
+
+
+def export_function(
+    function: Any, args: list[tuple[str, tuple[int, ...]]], platforms: list[str]
+) -> tuple[bytes, Any]:
+    """`function` of positional arrays (dtype, shape) exported for `platforms`: the
+    artifact's bytes and the Exported (what `--arg` does)."""
+    import jax
+
+    from workers.export.rules import numpy_dtype
+    from workers.export.trees import export_example
+
+    struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)
+    example = tuple(struct(shape, numpy_dtype(dtype)) for dtype, shape in args)
+    made = export_example(function, example, platforms, by_name=False)
+    return made.data, made.exported
 
 
 def export_command(argv: list[str]) -> int:
     """`boundary export-fn ARGV…`: the exit status."""
-    from workers.compiler.jaxenv import apply_jax_environment
-
-    apply_jax_environment()  # JAX_PLATFORMS and libtpu's settings, before jax is imported
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
+        platforms = _check(args)
+        rules = parse_rules(args.input_rules)
         specs = [parse_arg(text) for text in args.arg]
-        platforms = parse_platforms(args.platforms)
-        if (args.save_inputs or args.save_output) and "cpu" not in platforms:
-            raise ExportUsageError("--save-inputs/--save-output need cpu among --platforms")
-        function = load_function(args.target)
     except ExportUsageError as exc:
         print(f"boundary export-fn: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    _prepare_process(args.devices)
+    if args.state is not None:
+        return _write_state(args)
+    from workers.cli.export_runs import run_here, save_runs
+    from workers.export.rules import InputRuleError
+    from workers.export.trees import ExportError, export_example
+
     try:
-        data, exported = export_function(function, specs, platforms)
+        function = load_object(args.function, "MODULE:FUNCTION")
+        example = _example(args, specs)
+        if not callable(function):
+            raise ExportUsageError(f"{args.function}: not callable")
+    except ExportUsageError as exc:
+        print(f"boundary export-fn: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the user's example may fail in any way
+        failed = f"{type(exc).__name__}: {exc}"
+        print(f"boundary export-fn: the example failed: {failed}", file=sys.stderr)
+        return EXIT_EXPORT_FAILED
+    try:
+        # --arg names arguments by position (arg0, …), as it always has; --example by name.
+        made = export_example(function, example, platforms, by_name=args.example is not None)
+    except ExportError as exc:
+        print(f"boundary export-fn: {exc}", file=sys.stderr)
+        return EXIT_EXPORT_FAILED
     except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way
         print(f"boundary export-fn: export failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_EXPORT_FAILED
-    args.output.write_bytes(data)
-    header = read_header(data)
-    summary: dict[str, Any] = {
-        "file": str(args.output),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        **header.as_dict(),
-    }
-    if args.save_inputs or args.save_output:
-        inputs, output = sample_files(exported, args.seed)
-        for path, blob, key in (
-            (args.save_inputs, inputs, "inputs"),
-            (args.save_output, output, "output"),
-        ):
-            if path is not None:
-                path.write_bytes(blob)
-                summary[key] = {"file": str(path), "sha256": hashlib.sha256(blob).hexdigest()}
+    output = args.output or Path(f"{made.header.function_name}.jaxexport")
+    output.write_bytes(made.data)
+    summary = _summary(output, made.data, made.header)
+    sample: bytes | None = None
+    if args.save_inputs or args.save_output or args.save_output_sample is not None:
+        try:
+            inputs, results = run_here(made.data, rules, args.seed)
+        except InputRuleError as exc:
+            print(f"boundary export-fn: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        sample = save_runs(
+            args, output, header=made.header, inputs=inputs, results=results, summary=summary
+        )
+    if args.upload:
+        from workers.cli.export_upload import UploadRefused, upload_all
+
+        token = args.token or os.environ.get("BOUNDARY_SUBMIT_TOKEN")
+        try:
+            summary["uploaded"] = upload_all(
+                args.upload,
+                made.data,
+                sample=sample,
+                rules=rules,
+                seed=args.seed,
+                targets=args.target,
+                token=token,
+            )
+        except UploadRefused as exc:
+            summary["uploaded"] = exc.done
+            print(json.dumps(summary, indent=2))
+            print(f"boundary export-fn: {exc}", file=sys.stderr)
+            return EXIT_UPLOAD_FAILED
     print(json.dumps(summary, indent=2))
     return EXIT_OK
 
 
-# --- `boundary run exported artifact=@fn.jaxexport` ---------------------------------------
+def _example(args: argparse.Namespace, specs: list[tuple[str, tuple[int, ...]]]) -> Any:
+    """The example arguments: EXAMPLE() called, or ShapeDtypeStructs from --arg."""
+    if args.example is None:
+        import jax
+
+        from workers.export.rules import numpy_dtype
+
+        struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)
+        return tuple(struct(shape, numpy_dtype(dtype)) for dtype, shape in specs)
+    example = load_object(args.example, "--example")
+    return example() if callable(example) else example
 
 
-def resolve_file_params(
-    workload: str,
-    params: dict[str, Any],
-    *,
-    files_dir: Path | None = None,
-    server: str | None = None,
-    token: str | None = None,
-) -> dict[str, Any]:
-    """`params` with every `@PATH` value of a file parameter replaced by the file's SHA-256.
-
-    For a local run the file is put in the worker-side file cache (`files_dir`); with
-    `server` it is uploaded there. ValueError names the parameter when a file is missing,
-    unreadable or refused.
-    """
-    cls = WORKLOADS.get(workload)
-    fields: dict[str, str] = getattr(cls, "file_fields", {}) if cls is not None else {}
-    resolved = dict(params)
-    for name, value in params.items():
-        if name not in fields or not isinstance(value, str) or not value.startswith("@"):
-            continue
-        path = Path(value[1:]).expanduser()
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"params.{name}: cannot read {path}: {exc.strerror}") from None
-        if name == "artifact":
-            try:
-                read_header(data)
-            except ArtifactError as exc:
-                raise ValueError(f"params.{name}: {path}: {exc}") from None
-        if server is None:
-            resolved[name] = FileCache(files_dir).put(data)
-        else:
-            resolved[name] = upload(
-                server, data, "exported" if name == "artifact" else "npz", token
-            )
-    return resolved
+def _summary(output: Path, data: bytes, header: Any) -> dict[str, Any]:
+    names = list(header.result_names)
+    return {
+        "file": str(output),
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "function_name": header.function_name,
+        "platforms": list(header.platforms),
+        "nr_devices": header.nr_devices,
+        "in_avals": [a.text() for a in header.in_avals],
+        "out_avals": [a.text() for a in header.out_avals],
+        "arguments": list(header.argument_names),
+        "results": names,
+    }
 
 
-def upload(server: str, data: bytes, kind: str, token: str | None = None) -> str:
-    """Upload a file to a server's /api/v1/artifacts; its SHA-256 (ValueError if refused)."""
-    headers = {"Content-Type": "application/octet-stream"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    response = httpx.post(
-        f"{server.rstrip('/')}/api/v1/artifacts",
-        params={"kind": kind},
-        content=data,
-        headers=headers,
-        timeout=60.0,
-    )
-    if response.status_code not in (200, 201):
-        try:
-            detail = response.json().get("detail")
-        except ValueError:
-            detail = response.text[:300]
-        raise ValueError(f"the server refused the {kind} file ({response.status_code}): {detail}")
-    digest: str = response.json()["sha256"]
-    return digest
+def _write_state(args: argparse.Namespace) -> int:
+    """`--state MODULE:NAME`: the state's arrays as an .npz named by path."""
+    import numpy as np
+
+    from workers.cli.export_runs import npz_bytes
+    from workers.export.header import path_name
+    from workers.export.trees import ExportError, plain_tree
+
+    try:
+        found = load_object(args.state, "--state")
+        # A function (or method) makes the state; anything else (a module, which may itself
+        # be callable) is the state.
+        state = found() if inspect.isfunction(found) or inspect.ismethod(found) else found
+        tree = plain_tree(state, "state")
+    except (ExportUsageError, ExportError) as exc:
+        print(f"boundary export-fn: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    arrays = {path_name(p) or "value": np.asarray(tree.leaf(p)) for p in tree.paths}
+    output = args.output or Path("state.npz")
+    output.write_bytes(npz_bytes(arrays))
+    listing = {name: f"{a.dtype}[{','.join(map(str, a.shape))}]" for name, a in arrays.items()}
+    print(json.dumps({"file": str(output), "arrays": listing}, indent=2))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

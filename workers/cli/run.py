@@ -205,7 +205,7 @@ def build_job(args: argparse.Namespace) -> JobSpec:
 
 def _with_files(job: JobSpec, server: str | None) -> JobSpec:
     """`job` with its `@FILE` parameters stored locally (or uploaded) and named by SHA-256."""
-    from workers.cli.export_fn import resolve_file_params
+    from workers.cli.files import resolve_file_params
 
     try:
         params = resolve_file_params(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from workers.measure import faults
-from workers.protocol import Correctness
+from workers.protocol import Correctness, ResultCheck
 
 
 def _non_finite(out: npt.NDArray[Any], tolerance: float) -> Correctness | None:
@@ -80,4 +81,85 @@ def unchecked(output: npt.NDArray[Any], tolerance: float, why: str) -> Correctne
         tolerance=tolerance,
         reference="none",
         detail=f"output unchecked: {why}",
+    )
+
+
+def _result_check(
+    name: str,
+    output: npt.NDArray[Any],
+    expected: tuple[Any | None, Any] | None,
+    tolerance: float,
+) -> ResultCheck:
+    """One result against its reference: the whole array, or the elements a sample names."""
+    if expected is None:
+        found = unchecked(output, tolerance, "the reference holds nothing for this result")
+        return ResultCheck(
+            name=name, passed=False, checked=found.checked, tolerance=tolerance, detail=found.detail
+        )
+    indices, values = expected
+    picked = output if indices is None else np.asarray(output).reshape(-1)[indices]
+    verdict = check_output(picked, values, tolerance)
+    sampled = None if indices is None else len(indices)
+    detail = verdict.detail
+    if detail is not None and sampled is not None:
+        detail = f"{detail} (on {sampled:,} sampled elements)"
+    return ResultCheck(
+        name=name,
+        passed=verdict.passed,
+        error=verdict.error,
+        tolerance=tolerance,
+        detail=detail,
+        sampled=sampled,
+    )
+
+
+def check_results(
+    names: Sequence[str],
+    outputs: Sequence[npt.NDArray[Any]],
+    expected: Mapping[int, tuple[Any | None, Any]],
+    tolerances: Sequence[float],
+    *,
+    reference: str,
+    why_none: str | None = None,
+) -> Correctness:
+    """Several results, each checked on its own; the verdict is the worst one's.
+
+    `expected` maps a result's position to (flat indices or None for the whole result,
+    expected values); a result it leaves out is unchecked, and fails only if it holds NaN
+    or Inf. The run passes when every checked result passed and at least one was checked;
+    with none checked (no reference at all: `why_none` says why) it is unchecked, as a
+    single output is. The worst is the failed result with the largest error (a non-finite
+    one first), else the passed one with the largest error.
+    """
+    checks = [
+        _result_check(name, out, expected.get(i), tol)
+        for i, (name, out, tol) in enumerate(zip(names, outputs, tolerances, strict=True))
+    ]
+    compared = [c for c in checks if c.checked]
+    failed = [c for c in compared if not c.passed]
+    if not compared:
+        first = checks[0] if checks else None
+        return Correctness(
+            passed=False,
+            checked=False,
+            error=None,
+            tolerance=first.tolerance if first is not None else 0.0,
+            reference=reference,
+            detail=f"output unchecked: {why_none}" if why_none else "output unchecked",
+            results=checks,
+        )
+    worst = max(failed or compared, key=lambda c: c.error if c.error is not None else np.inf)
+    count = f"{len(compared)} of {len(checks)} results checked"
+    if failed:
+        detail = f"{worst.name}: {worst.detail or 'failed'} ({count})"
+    else:
+        detail = f"{count}; the worst is {worst.name}"
+    return Correctness(
+        passed=not failed,
+        error=worst.error,
+        tolerance=worst.tolerance,
+        reference=reference,
+        detail=detail,
+        results=checks,
+        worst=worst.name,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any, cast
 
 import jax
@@ -25,8 +26,29 @@ from workers.protocol import (
     ProgressEvent,
 )
 
-CompiledCall = Callable[..., jax.Array]
-"""A compiled function: calling it executes on the device and returns one array."""
+CompiledCall = Callable[..., Any]
+"""A compiled function: calling it executes on the device and returns one array (a
+catalog workload) or a list of arrays (an exported function with several results)."""
+
+Ready = Callable[[Any], Any]
+"""Waits until a call's result is ready."""
+
+ONE_ARRAY: Ready = methodcaller("block_until_ready")
+"""The wait for one array: its own method, as a bare loop calls it."""
+
+
+def readiness(out: Any) -> Ready:
+    """How to wait for results like `out`: one array's own method, or, for several,
+    jax.block_until_ready over all of them (the interval ends when every one is ready)."""
+    return ONE_ARRAY if isinstance(out, jax.Array) else jax.block_until_ready
+
+
+def host_copy(out: Any) -> Any:
+    """A call's result on the host: one NumPy array, or a list of them."""
+    if isinstance(out, list | tuple):
+        return [np.asarray(x) for x in out]
+    return np.asarray(out)
+
 
 ProgressSink = Callable[[ProgressEvent], None]
 
@@ -75,13 +97,14 @@ class Sampled:
     """Work the loop did outside its intervals (waiting for dispatched calls, for example)."""
 
 
-def warm_up(call: CompiledCall, args: Sequence[jax.Array], count: int) -> jax.Array:
+def warm_up(call: CompiledCall, args: Sequence[jax.Array], count: int) -> Any:
     """Run `call` `count` times, untimed, and return the last (ready) output."""
     out = call(*args)
-    out.block_until_ready()
+    ready = readiness(out)
+    ready(out)
     for _ in range(count - 1):
         out = call(*args)
-        out.block_until_ready()
+        ready(out)
     return out
 
 
@@ -94,8 +117,8 @@ def warm_up_transfers(
     for _ in range(count):
         placed = block_all(jax.device_put(list(host_inputs), device))
         out = call(*placed)
-        out.block_until_ready()
-        np.asarray(out)
+        readiness(out)(out)
+        host_copy(out)
         del placed, out
     return [BoundaryId.TRANSFER_IN.value, "call", BoundaryId.TRANSFER_OUT.value]
 
@@ -105,6 +128,7 @@ def sample_latency(
     args: Sequence[jax.Array],
     options: MeasureOptions,
     progress: ProgressSink | None = None,
+    ready: Ready = ONE_ARRAY,
 ) -> Sampled:
     """`host-sync`: each sample is one call, stopped when its result is ready."""
     clock = time.perf_counter
@@ -116,7 +140,7 @@ def sample_latency(
         t0 = clock()
         # The result is dropped inside the interval, exactly as in a bare loop, so its
         # memory is free for the next call to reuse.
-        call(*args).block_until_ready()
+        ready(call(*args))
         t1 = clock()
         append(t1 - t0)
         if stopper.done(samples, t1):
@@ -125,7 +149,7 @@ def sample_latency(
     ticker.finish(len(samples))
     t0 = clock()
     out = call(*args)  # one more, untimed call gives the output to check
-    out.block_until_ready()
+    ready(out)
     found = measurement(BoundaryId.HOST_SYNC, samples, stopper)
     return Sampled([found], out, untimed_s=clock() - t0)
 
@@ -135,6 +159,7 @@ def sample_throughput(
     args: Sequence[jax.Array],
     options: MeasureOptions,
     progress: ProgressSink | None = None,
+    ready: Ready = ONE_ARRAY,
 ) -> Sampled:
     """`host-throughput`: each sample enqueues K calls, syncs once and is divided by K."""
     clock = time.perf_counter
@@ -165,6 +190,7 @@ def sample_dispatch(
     args: Sequence[jax.Array],
     options: MeasureOptions,
     progress: ProgressSink | None = None,
+    ready: Ready = ONE_ARRAY,
 ) -> Sampled:
     """`host-dispatch`: call to return, without waiting for the work (a teaching demo)."""
     clock = time.perf_counter
@@ -178,7 +204,7 @@ def sample_dispatch(
         out = call(*args)
         t1 = clock()
         append(t1 - t0)
-        out.block_until_ready()  # outside the interval: the next sample starts idle
+        ready(out)  # outside the interval: the next sample starts idle
         waited += clock() - t1
         if stopper.done(samples, t1):
             break
@@ -194,6 +220,8 @@ def sample_application(
     device: Any,
     options: MeasureOptions,
     progress: ProgressSink | None = None,
+    *,
+    ready: Ready = ONE_ARRAY,
 ) -> Sampled:
     """The application path: host arrays in, result back on the host.
 
@@ -203,7 +231,7 @@ def sample_application(
     """
     clock = time.perf_counter
     put = jax.device_put
-    ready = block_all
+    all_placed = block_all
     inward: list[float] = []
     outward: list[float] = []
     whole: list[float] = []
@@ -213,19 +241,19 @@ def sample_application(
     untimed = 0.0
     while True:
         t0 = clock()
-        placed = ready(put(list(host_inputs), device))
+        placed = all_placed(put(list(host_inputs), device))
         t1 = clock()
         inward.append(t1 - t0)
         out = call(*placed)
-        out.block_until_ready()
+        ready(out)
         t2 = clock()
         untimed += t2 - t1
-        np.asarray(out)
+        host_copy(out)
         t3 = clock()
         outward.append(t3 - t2)
         del placed, out
         t4 = clock()
-        result = np.asarray(call(*put(list(host_inputs), device)))
+        result = host_copy(call(*put(list(host_inputs), device)))
         t5 = clock()
         whole.append(t5 - t4)
         if stopper.done(whole, t5):
@@ -251,16 +279,18 @@ def sample(
     device: Any,
     options: MeasureOptions,
     progress: ProgressSink | None = None,
+    ready: Ready = ONE_ARRAY,
 ) -> Sampled:
     """Run the sampling loop of `mode`. A wide spread, a stop at the time cap and the
     samples discarded while timings settled are fields of each measurement (its stats,
-    `stopped_because`, `warmup_discarded`), never warnings: the gate withholds fields."""
+    `stopped_because`, `warmup_discarded`), never warnings: the gate withholds fields.
+    `ready` waits for one call's result (`readiness` of a warm-up's output)."""
     if mode is Mode.LATENCY:
-        found = sample_latency(call, args, options, progress)
+        found = sample_latency(call, args, options, progress, ready)
     elif mode is Mode.THROUGHPUT:
-        found = sample_throughput(call, args, options, progress)
+        found = sample_throughput(call, args, options, progress, ready)
     elif mode is Mode.DISPATCH:
-        found = sample_dispatch(call, args, options, progress)
+        found = sample_dispatch(call, args, options, progress, ready)
     else:
-        found = sample_application(call, host_inputs, device, options, progress)
+        found = sample_application(call, host_inputs, device, options, progress, ready=ready)
     return found

@@ -73,6 +73,22 @@ class Measurement(OpenModel):
     )
 
 
+class ResultCheck(OpenModel):
+    """One result of a function that returns several, checked on its own."""
+
+    name: str = Field(description="The result's path, e.g. out0 or out1/blocks/0/mlp/kernel.")
+    passed: bool
+    checked: bool = Field(
+        default=True, description="False when the reference has nothing for this result."
+    )
+    error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
+    tolerance: float
+    detail: str | None = None
+    sampled: int | None = Field(
+        default=None, description="Elements compared, when the reference is a sample."
+    )
+
+
 class Correctness(OpenModel):
     """The output checked against a float64 reference."""
 
@@ -86,6 +102,14 @@ class Correctness(OpenModel):
         description="False when there was nothing to check the output against and the output "
         "is finite: `passed` is then false too, yet the run stays valid and its timings stand "
         "(see `detail`). NaN or Inf fails the run, checked or not.",
+    )
+    results: list[ResultCheck] = Field(
+        default_factory=list,
+        description="A function returning several results: each one's check, in order. The "
+        "verdict above is the worst one's.",
+    )
+    worst: str | None = Field(
+        default=None, description="The result the verdict above is about, when there are several."
     )
 
 

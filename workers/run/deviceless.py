@@ -17,13 +17,15 @@ from typing import Any
 import jax
 
 from workers.catalog.base import WorkloadParams
+from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env, read_reports
 from workers.compiler.source import workload_source
-from workers.measure.publish import Measured, Work
+from workers.compiler.source_tags import tag_sources
+from workers.measure.publish import Measured
 from workers.protocol import (
     Artifacts,
     CachePolicy,
@@ -41,10 +43,10 @@ from workers.protocol import (
 )
 from workers.protocol.compiler_options import as_text
 from workers.run.base import PathUnavailable, Progress, emitter
-from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.run.program import work_of
+from workers.run.stages import bind_workload, placed_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
-from workers.workloads import get_workload
 from workers.xla_targets.misfit import Misfit, hbm_misfit
 from workers.xla_targets.ptx_dump import kernels_ptx
 from workers.xla_targets.topology import compiler_of, target_devices
@@ -73,6 +75,11 @@ TPU_ESTIMATES_NOTE = (
 GPU_COUNTS_NOTE = (
     "cost_analysis() gives nothing for a GPU compile without the device: the FLOP and "
     "byte counts are the catalog's analytic ones."
+)
+XLA_COUNTS_NOTE = (
+    "cost_analysis() gives nothing for a GPU compile without the device, and an uploaded "
+    "function has no analytic FLOP count: no FLOPs are reported; bytes are its arguments "
+    "and results."
 )
 MISFIT_NOTE = (
     "memory: the compiler refused the program, so memory_analysis() has nothing to read; "
@@ -186,6 +193,7 @@ def run_deviceless(
     progress: Progress | None = None,
     *,
     cache_dir: Path | None = None,
+    files_dir: Path | None = None,
 ) -> RunResult:
     """Compile `job` for `target` without its hardware and return the run (never executed)."""
     started = time.perf_counter()
@@ -194,19 +202,23 @@ def run_deviceless(
     refusal = refuse_execution(job, target)
     if refusal is not None:
         raise PathUnavailable(refusal)
+    # Nothing is placed anywhere: no byte cap (workers.catalog.target_rules.byte_cap).
+    workload = bind_workload(job, params, files_dir, COMPILE_ONLY_CAP)
+    on_target = getattr(workload, "on_target", None)
+    placement = on_target(params, target) if on_target is not None else None
     devices = list(target_devices(target))
-    workload = get_workload(job.workload)
     specs = workload.input_specs(params)
     # Always cold: a persistent-cache hit would skip the compiler and give no dump.
     apply_cache_policy(CachePolicy.COLD, cache_dir or default_cache_dir())
     scaled = prepare_scale(workload, params, devices)
     if scaled is None:
         jitted = jax.jit(workload.function(params))
-        abstract = single_device_inputs(workload, params, devices[0])
+        abstract, _ = placed_inputs(workload, params, devices)
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     staged = trace_and_lower(jitted, abstract, emit)
     traced, lowered = staged.traced, staged.lowered
+    tagged = tag_sources(workload, lowered)  # an uploaded program's ops, before the compile
     t0 = clock()
     misfit: Misfit | None = None
     try:
@@ -220,16 +232,17 @@ def run_deviceless(
         compiled = None
     compile_s = clock() - t0
     emit("compiled", message=f"for {target.id}, without the hardware")
-    hlo = compiled.as_text() if compiled is not None else None
+    hlo = tagged.hlo_of(compiled) if compiled is not None else None
     artifacts = Artifacts(
         jaxpr=traced.jaxpr.pretty_print(source_info=True),  # file:line notes: source links
-        stablehlo=lowered.as_text(debug_info=True),
+        stablehlo=tagged.stablehlo or lowered.as_text(debug_info=True),
         hlo=hlo,
     )
     gpu = target.platform is Platform.GPU and compiled is not None
+    counts_from_xla = getattr(workload, "counts_from_xla", False)
     reports: dict[str, str] = {}
     notes: list[str] = []
-    unreported: dict[str, float] = {}
+    unreported: dict[str, float] = {"source_tags": tagged.seconds} if tagged.tags else {}
     if gpu:
         # The PTX is in the per-compile dump only; writing it is not part of the compile
         # time reported above, so it comes from a second compile, timed apart.
@@ -245,7 +258,7 @@ def run_deviceless(
         timing = COMPILE_TIMING.format(
             extra="the PTX comes from a second compile that writes a dump, not counted"
         )
-        notes.append(GPU_COUNTS_NOTE)
+        notes.append(XLA_COUNTS_NOTE if counts_from_xla else GPU_COUNTS_NOTE)
         cost = None
     elif compiled is not None:
         timing = COMPILE_TIMING.format(extra="no dump was written")
@@ -307,7 +320,7 @@ def run_deviceless(
         hlo_summary=summarize_hlo(hlo) if hlo else None,
         cost_analysis=cost,
         memory_analysis=analysis,
-        work=Work(workload.flop_count(params), workload.byte_count(params)),
+        work=work_of(workload, params, compiled),
         warnings=warnings,
         extra={"compile_only": True},
         unreported=unreported,
@@ -315,6 +328,8 @@ def run_deviceless(
         source=workload_source(workload),
         pipeline=pipeline,
     )
+    if placement is not None:
+        report.mesh = placement
     if scaled is not None and compiled is not None:
         t0 = clock()
         measured.placement = placement_report(scaled, compiled, hlo)

@@ -45,10 +45,9 @@ from workers.protocol import (
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.run.execute import execute
 from workers.run.program import compile_program, memory_analysis, work_of
+from workers.run.stages import bind_workload
 from workers.run.sweep import run_sweep
 from workers.scale.attach import attach_scale
-from workers.workloads import get_workload
-from workers.workloads.base import Workload
 
 __all__ = ["PathUnavailable", "jax_path_notes", "run_job", "select_devices"]
 
@@ -89,20 +88,6 @@ def _validate(job: JobSpec, max_bytes: int) -> WorkloadParams:
     check_live_outputs(params, job.measure, max_bytes)
     check_peak(params, job, byte_cap(job, max_bytes))
     return params
-
-
-def _bind(
-    job: JobSpec, params: WorkloadParams, files_dir: Path | None, max_bytes: int
-) -> Workload[Any]:
-    """The workload, readied for this job (an exported function loads its files here)."""
-    workload: Workload[Any] = get_workload(job.workload)
-    bind = getattr(workload, "bind", None)
-    if bind is not None:
-        # A workload that reads stored files (an exported function) loads and checks them
-        # for this path before anything is traced; it refuses with a CatalogError.
-        bound: Workload[Any] = bind(params, job.path, files_dir, max_bytes)
-        return bound
-    return workload
 
 
 def jax_path_notes(job: JobSpec) -> list[str]:
@@ -148,20 +133,24 @@ def run_job(
 
         found = real_devices(target)
         if found is None:  # no such devices here: compile for them, never run
-            return run_deviceless(job, params, target, progress, cache_dir=cache_dir)
+            return run_deviceless(
+                job, params, target, progress, cache_dir=cache_dir, files_dir=files_dir
+            )
         devices = found
     else:
         devices = select_devices(job.path)
     device = devices[0]
     if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
         return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
-    if params.devices() > len(devices):
+    workload = bind_workload(job, params, files_dir, max_bytes)
+    spans = workload.devices_spanned(params)
+    if spans > len(devices):
         # Never run on fewer devices than asked: a mesh of 8 on 1 device is another program.
+        what = "params.devices" if params.devices() > 1 else "params.artifact"
         raise PathUnavailable(
-            f"params.devices: {job.workload} spans {params.devices()} devices; this process "
+            f"{what}: {job.workload} spans {spans} devices; this process "
             f"has {len(devices)} {PATH_PLATFORM[job.path].value} device(s)"
         )
-    workload = _bind(job, params, files_dir, max_bytes)
     program = compile_program(job, workload, params, devices, cache_dir=cache_dir, emit=emit)
     memory = memory_analysis(program.compiled)
     if params.output_bytes() is None and memory is not None:

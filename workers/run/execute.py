@@ -39,18 +39,21 @@ def execute(
     host_inputs = workload.make_inputs(params, np.random.default_rng(SEED))
     unreported["inputs"] = clock() - t0
     t0 = clock()
+    # One device, the shardings an exported function was exported with, or a scale
+    # workload's shards.
+    placement = program.shardings or device
     if scaled is None:
-        args = harness.block_all(jax.device_put(host_inputs, device))
+        args = harness.block_all(jax.device_put(host_inputs, placement))
     else:
         args = scaled.place(host_inputs)
+        placement = scaled.in_shardings
     unreported["placement"] = clock() - t0
     emit("warm-up")
     t0 = clock()
-    harness.warm_up(compiled, args, options.warmup)
+    ready = harness.readiness(harness.warm_up(compiled, args, options.warmup))
     warmed = ["call"]
     if options.mode is Mode.APPLICATION:  # the transfers are sampled too: warm them as well
-        target = device if scaled is None else scaled.in_shardings
-        warmed = harness.warm_up_transfers(compiled, host_inputs, target, options.warmup)
+        warmed = harness.warm_up_transfers(compiled, host_inputs, placement, options.warmup)
     measured.stage_seconds.warm_up = clock() - t0
     measured.extra["warmed"] = {"calls": options.warmup, "covers": warmed}
     capture = ProfileCapture(options.profile).start()  # a no-op unless measure.profile
@@ -59,9 +62,10 @@ def execute(
         compiled,
         args=args,
         host_inputs=host_inputs,
-        device=device if scaled is None else scaled.in_shardings,
+        device=placement,
         options=options,
         progress=progress,
+        ready=ready,
     )
     measured.profile = capture.finish(sampled.measurements, options.mode, str(device.device_kind))
     measured.warnings.extend(capture.warnings + ([OVERHEAD_WARNING] if measured.profile else []))
@@ -69,7 +73,7 @@ def execute(
     measured.warnings.extend(sampled.warnings)
     unreported["untimed_work"] = sampled.untimed_s
     t0 = clock()
-    output = np.asarray(sampled.output) if scaled is None else scaled.to_host(sampled.output)
+    output = harness.host_copy(sampled.output) if scaled is None else scaled.to_host(sampled.output)
     judge = getattr(workload, "judge", None)
     if judge is not None:  # a workload that picks its own reference, or has none
         correctness: Correctness = judge(params, host_inputs, output)

@@ -6,8 +6,8 @@ XLA's pass pipeline when the job asks). A `Program` is compiled and ready to exe
 
 from __future__ import annotations
 
-import functools
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from workers.compiler.compile_cache import (
 from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
+from workers.compiler.source_tags import tag_sources
 from workers.measure.publish import Work
 from workers.protocol import (
     Artifacts,
@@ -35,18 +36,28 @@ from workers.protocol import (
     StageSeconds,
 )
 from workers.run.base import Emit
-from workers.run.stages import single_device_inputs, trace_and_lower
+from workers.run.stages import placed_inputs, trace_and_lower
 from workers.scale.prepare import Prepared
 from workers.scale.prepare import prepare as prepare_scale
 from workers.workloads import JaxFunction, get_workload
 from workers.workloads.base import Workload
 
+_JITTED: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_MAX_JITTED = 32
 
-@functools.lru_cache(maxsize=32)
+
 def _jitted(workload: str, params: WorkloadParams) -> Any:
-    """The jitted function of a workload, kept so the `warm` policy can reuse its caches."""
-    function: JaxFunction = get_workload(workload).function(params)
-    return jax.jit(function)
+    """The jitted function of a workload, kept so the `warm` policy can reuse its caches
+    (by the parameters' JSON: an exported function's input rules are a dict)."""
+    key = (workload, params.model_dump_json())
+    found = _JITTED.get(key)
+    if found is None:
+        function: JaxFunction = get_workload(workload).function(params)
+        found = _JITTED[key] = jax.jit(function)
+    _JITTED.move_to_end(key)
+    while len(_JITTED) > _MAX_JITTED:
+        _JITTED.popitem(last=False)
+    return found
 
 
 def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
@@ -83,6 +94,9 @@ class Program:
     artifacts_s: float
     """Untimed: printing the IR and summarizing the optimized HLO."""
     pipeline: PipelineCapture | None = None
+    shardings: list[Any] | None = None
+    """How each input is placed when not all on one device (an exported function spread
+    over the devices it was exported for); None otherwise."""
 
 
 def compile_program(
@@ -98,29 +112,33 @@ def compile_program(
     clock = time.perf_counter
     apply_cache_policy(job.measure.cache, cache_dir or default_cache_dir())
     scaled = prepare_scale(workload, params, devices)  # None unless a scale workload
+    shardings = None
     if scaled is None:
         jitted = _jitted(job.workload, params)
-        abstract = single_device_inputs(workload, params, devices[0])
+        abstract, shardings = placed_inputs(workload, params, devices)
     else:
         jitted, abstract = scaled.jitted, scaled.abstract
     before = cache_counts()
     staged = trace_and_lower(jitted, abstract, emit)
+    # An uploaded program's ops are tagged before compiling (untimed), so that its HLO can
+    # name the user's lines (workers.compiler.source_tags); its StableHLO is printed first.
+    tagged = tag_sources(workload, staged.lowered)
     t0 = clock()
     compiled = staged.lowered.compile(compiler_options=compile_options(job))
     compile_s = clock() - t0
     cache_events = events_between(before, cache_counts())
     emit("compiled")
     t0 = clock()
-    hlo = compiled.as_text()
+    hlo = tagged.hlo_of(compiled)
     # Source positions on: the jaxpr's `# file:line` notes and StableHLO's loc(...) let the
     # page link each line to the source line it came from (the view folds them).
     artifacts = Artifacts(
         jaxpr=staged.traced.jaxpr.pretty_print(source_info=True),
-        stablehlo=staged.lowered.as_text(debug_info=True),
+        stablehlo=tagged.stablehlo or staged.lowered.as_text(debug_info=True),
         hlo=hlo,
     )
     summary = summarize_hlo(hlo) if hlo else None
-    artifacts_s = clock() - t0
+    artifacts_s = clock() - t0 + tagged.seconds
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
         pipeline = capture_pipeline(staged.lowered, max_bytes_from_env(), job.compiler_options)
@@ -134,6 +152,7 @@ def compile_program(
         summary=summary,
         artifacts_s=artifacts_s,
         pipeline=pipeline,
+        shardings=shardings,
     )
 
 
@@ -141,7 +160,7 @@ def work_of(workload: Workload[Any], params: WorkloadParams, compiled: Any) -> W
     """The work one call does: analytic counts, or XLA's where the workload has none."""
     moved = workload.byte_count(params)
     if getattr(workload, "counts_from_xla", False):
-        cost = compiled_costs(compiled)
+        cost = compiled_costs(compiled) if compiled is not None else None  # None: refused
         flops = cost.flops if cost is not None and cost.flops is not None else 0.0
         return Work(flops, moved, "FLOPs from XLA's cost analysis; bytes: arguments + results")
     return Work(workload.flop_count(params), moved)

@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 
-from workers.catalog import parse_params
+from workers.catalog import CatalogError, parse_params
+from workers.catalog.jaxexport import ArtifactError, read_header
+from workers.files import FileCache
 from workers.protocol import JobSpec, PathId
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -43,7 +45,15 @@ def cpu_devices_needed(job: JobSpec, max_bytes: int) -> int:
     """
     if job.path is not PathId.JAX_CPU:
         return 1
-    return parse_params(job.workload, job.params, max_bytes).devices()
+    params = parse_params(job.workload, job.params, max_bytes)
+    digest = job.params.get("artifact")
+    if params.spans_artifact_devices and isinstance(digest, str):
+        # An uploaded function spans the devices it was exported for: its header says.
+        try:
+            return read_header(FileCache().get(digest, "params.artifact")).nr_devices
+        except ArtifactError as exc:
+            raise CatalogError(f"params.artifact: {exc}", "params.artifact") from None
+    return params.devices()
 
 
 def ensure_cpu_devices(job: JobSpec, argv: list[str], max_bytes: int) -> int | None:

@@ -21,8 +21,9 @@ from workers.catalog.base import Precision, WorkloadParams
 HostArray = npt.NDArray[Any]
 """A NumPy array on the host (float64 references, inputs of any storage type)."""
 
-JaxFunction = Callable[..., jax.Array]
-"""A pure function of device arrays returning one array: what gets traced and compiled."""
+JaxFunction = Callable[..., Any]
+"""A pure function of device arrays returning one array (an uploaded function: a list of
+its results): what gets traced and compiled."""
 
 P = TypeVar("P", bound=WorkloadParams)
 
@@ -69,6 +70,10 @@ class Workload(ABC, Generic[P]):
         if not isinstance(params, self.params_type):
             raise TypeError(f"{self.name} takes {self.params_type.__name__}, not {params!r}")
         return params
+
+    def devices_spanned(self, params: P) -> int:
+        """How many devices one run spans (an uploaded function: those it was exported for)."""
+        return params.devices()
 
     @abstractmethod
     def input_specs(self, params: P) -> list[InputSpec]:

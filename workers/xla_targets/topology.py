@@ -61,7 +61,7 @@ def target_devices(target: Target) -> tuple[Any, ...]:
         _, package = _COMPILERS[target.platform]
         raise TargetUnavailable(
             f"target: compiling for {target.id} needs {name}, and {package} is not installed "
-            "(pip install -e . installs it on Linux)"
+            "(pip install -e '.[server]' installs it on Linux)"
         )
     if target.platform is Platform.TPU:
         grid = target.grid or (1, 1)

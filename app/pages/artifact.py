@@ -1,0 +1,225 @@
+"""An uploaded function's page: what it declares (arguments and results named by their
+paths), the targets it fits, and the memory-fit table of its compiles, one row per target.
+
+The page, its live fragment and `/artifacts/{sha256}.json` are built from this one
+context. A target fits an artifact when its compiler builds for one of the artifact's
+platforms and it has at least as many devices as the artifact was exported for; the
+one-click set is the 8-chip trio the question is usually about (v6e-8, H100 ×8, B200 ×8),
+or the smallest v6e slices that hold a larger artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fastapi import HTTPException
+
+from app.dispatch import Dispatcher
+from app.pages.matrices import compile_facts
+from app.pages.runs.memory_fit import gb
+from app.pages.runs.plots import format_seconds
+from app.queue.uploads import UploadError, describe, kind_of
+from workers.catalog.target_rules import JAX_PLATFORM_OF, placement_on
+from workers.protocol import (
+    FINAL_STATUSES,
+    TARGET_IDS,
+    JobStatus,
+    PathId,
+    Target,
+    TargetModel,
+    parse_target,
+)
+
+ONE_CLICK = ("v6e:2x4", "h100:8", "b200:8")
+"""The targets "Compile for v6e-8, H100 ×8, B200 ×8" compiles for, where they fit."""
+
+MAX_LISTED = 12
+"""Arguments or results listed before the rest fold away."""
+
+
+def target_label(target: Target) -> str:
+    """`v6e-8` for a v6e slice (its chips), `H100 ×8` for GPUs."""
+    if target.model is TargetModel.V6E:
+        return f"v6e-{target.count}"
+    return f"{target.model.value.upper()} ×{target.count}"
+
+
+def target_path(target: Target) -> PathId:
+    """The JAX path a target compiles on: jax-tpu for v6e, jax-gpu for NVIDIA GPUs."""
+    return PathId.JAX_TPU if target.model is TargetModel.V6E else PathId.JAX_GPU
+
+
+def fitting_targets(header: dict[str, Any]) -> list[Target]:
+    """Every target the artifact fits: its platform exported, and enough devices."""
+    platforms = list(header.get("platforms", []))
+    devices = int(header.get("nr_devices", 1))
+    found = []
+    for target_id in TARGET_IDS:
+        target = parse_target(target_id)
+        if JAX_PLATFORM_OF[target.platform] in platforms and target.count >= devices:
+            found.append(target)
+    return found
+
+
+def one_click(fitting: list[Target], devices: int) -> list[Target]:
+    """The targets the one-click button compiles for."""
+    by_id = {t.id: t for t in fitting}
+    chosen = [by_id[t] for t in ONE_CLICK if t in by_id]
+    if devices > 8:  # no GPU host has more than 8: the smallest v6e slice that holds it
+        chosen = [t for t in fitting if t.model is TargetModel.V6E][:1]
+    return chosen
+
+
+def _named(names: list[str], avals: list[str]) -> list[dict[str, str]]:
+    return [{"name": n, "aval": a} for n, a in zip(names, avals, strict=True)]
+
+
+def _collectives(run: dict[str, Any]) -> list[str]:
+    """Each collective the partitioner chose: kind, payload and bytes."""
+    found = []
+    for c in (run.get("hlo_summary") or {}).get("collectives") or []:
+        # Layouts ({1,0:T(8,128)}) and index notes say nothing about what is moved.
+        shape = re.sub(r"/\*[^*]*\*/|\{[^{}]*\}", "", str(c.get("shape", "")))
+        shape = shape if len(shape) <= 48 else shape[:45].rsplit(",", 1)[0] + ", …)"
+        size = f", {gb(int(c['bytes']))}" if c.get("bytes") else ""
+        found.append(f"{c['kind']} {shape}{size}")
+    return found
+
+
+def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
+    """One target's row: its compile's state, memory per device against the HBM, and the
+    collectives its partitioner chose."""
+    target = parse_target(str(job.spec["target"]))
+    row: dict[str, Any] = {
+        "target": target.id,
+        "label": target_label(target),
+        "job": job.id,
+        "link": f"/runs/{job.id}",
+        "status": job.status.value,
+        "final": job.status in FINAL_STATUSES,
+        "reason": dispatcher.waiting_reason(job) or job.reason,
+        "placement": placement_on(target, devices),
+        "hbm": target.chip.hbm_label,
+        "compiled": False,
+        "peak_bytes": None,
+        "peak": None,
+        "verdict": None,
+        "fits": None,
+        "collectives": [],
+        "compile": None,
+        "compare": None,
+        "compare_with": None,
+    }
+    stored = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
+    if stored is None:
+        return row
+    run: dict[str, Any] = json.loads(stored.result)
+    facts = compile_facts(run)
+    compile_s = (run.get("stage_seconds") or {}).get("compile")
+    report = run.get("target") or {}
+    memory = report.get("memory") or {}
+    needed, hbm = facts.get("memory_needed_bytes"), facts.get("hbm_bytes")
+    row.update(
+        compiled=True,
+        placement=report.get("mesh") or row["placement"],
+        peak_bytes=memory.get("peak_bytes"),
+        peak=gb(int(memory["peak_bytes"])) if memory.get("peak_bytes") is not None else None,
+        needed_bytes=needed,
+        fits=facts.get("fits"),
+        fusions=facts.get("fusions"),
+        collectives=_collectives(run),
+        compile=format_seconds(float(compile_s)) if compile_s is not None else None,
+    )
+    if needed is not None and hbm:
+        row["verdict"] = (
+            f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
+            if needed <= hbm
+            else f"Does not fit by {gb(needed - hbm)}"
+        )
+    return row
+
+
+def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str, Any]]:
+    """The newest compile-only job of the artifact per target, in the targets' order, each
+    linked to the comparison of its HLO with the first done row's."""
+    newest: dict[str, Any] = {}
+    for job in dispatcher.store.jobs_naming("exported", sha256):
+        spec = job.spec
+        target = spec.get("target")
+        if not target or spec.get("params", {}).get("artifact") != sha256:
+            continue
+        if any(stage != "compile" for stage in spec.get("stages", [])):
+            continue
+        newest.setdefault(str(target), job)
+    order = {t: i for i, t in enumerate(TARGET_IDS)}
+    jobs = sorted(newest.values(), key=lambda j: order.get(str(j.spec["target"]), len(order)))
+    rows = [fit_row(job, dispatcher, devices) for job in jobs]
+    done = [r for r in rows if r["compiled"]]
+    if done:
+        first = done[0]
+        for row in done[1:]:
+            row["compare"] = f"/compare?a={first['job']}&b={row['job']}&ir=hlo"
+            row["compare_with"] = first["label"]
+    return rows
+
+
+def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
+    """The public description of a stored upload, or 404."""
+    store = dispatcher.store
+    found = store.file_info(sha256) if len(sha256) == 64 else None
+    kind = kind_of(found.media_type) if found is not None else None
+    source = store.open_file(sha256) if kind is not None else None
+    if found is None or kind is None or source is None:
+        raise HTTPException(status_code=404, detail=f"no uploaded file {sha256[:64]!r}")
+    with source:
+        try:
+            described = describe(kind, source)
+        except UploadError as exc:  # stored before a stricter check: say so, do not fail
+            described = {"problem": str(exc)}
+    return {
+        "sha256": found.sha256,
+        "kind": kind,
+        "media_type": found.media_type,
+        "size": found.size,
+        **described,
+        "links": {
+            "self": f"/api/v1/artifacts/{found.sha256}",
+            "page": f"/artifacts/{found.sha256}",
+        },
+    }
+
+
+def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, Any]:
+    """What the artifact's page shows beyond the file's own description."""
+    header = info.get("header")
+    if not header:
+        # An .npz (or an unreadable file): nothing to compile, nothing pending.
+        empty: dict[str, Any] = {"arguments": [], "results": [], "fitting": [], "one_click": []}
+        return {**empty, "fit": [], "fit_pending": False}
+    devices = int(header.get("nr_devices", 1))
+    fitting = fitting_targets(header)
+    chosen = one_click(fitting, devices)
+    offered = {t for w in dispatcher.connected_workers() for t in w.capabilities.targets}
+    rows = fit_rows(info["sha256"], dispatcher, devices)
+    return {
+        "arguments": _named(header.get("argument_names", []), header.get("in_avals", [])),
+        "results": _named(header.get("result_names", []), header.get("out_avals", [])),
+        "max_listed": MAX_LISTED,
+        "fitting": [
+            {
+                "id": t.id,
+                "label": target_label(t),
+                "chip": t.chip.name,
+                "placement": placement_on(t, devices),
+                "offered": t.id in offered,
+                "chosen": t in chosen,
+            }
+            for t in fitting
+        ],
+        "one_click": [t.id for t in chosen],
+        "one_click_label": ", ".join(target_label(t) for t in chosen),
+        "fit": rows,
+        "fit_pending": any(not r["final"] for r in rows),
+    }

@@ -1,0 +1,170 @@
+"""The tests' own model on its artifact page, in Chromium, as a user would take it: the
+forward pass and the train step compiled for v6e:1x1, v6e:2x4, b200:1 and h100:8 by
+ticking targets (JavaScript on: the table fills in by itself), the 8-device step with
+the one button "Compile for v6e-8, H100 ×8, B200 ×8" (JavaScript off: the page refreshes
+itself), each row fitting with its collectives, its HLO diffed across targets; at
+390 and 1280 px, with no sideways scrolling, no console error and no serious axe fault.
+
+Every compile is real (libtpu and the CUDA plugin, without the hardware), done by the
+local worker of `boundary serve`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser import checks
+from tests.browser.conftest import serve
+from tests.workers.own_exports import TARGETS
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
+
+DONE_S = 420
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`boundary serve` with its local worker, once it compiles for targets."""
+    for url in serve(tmp_path_factory.mktemp("own-model"), workers=1):
+        for _ in range(480):
+            workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
+            if any("h100:8" in (w.get("targets") or []) for w in workers):
+                break
+            time.sleep(0.25)
+        else:
+            pytest.fail("the local worker never offered target h100:8")
+        yield url
+
+
+def upload(server: str, data: bytes) -> str:
+    r = httpx.post(
+        f"{server}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    sha: str = r.json()["sha256"]
+    return sha
+
+
+def wait_compiled(page: Page, server: str, sha: str, count: int, js: bool) -> list[dict[str, Any]]:
+    """Wait for `count` rows of the fit table to be done, as the page shows them."""
+    table = page.locator("#fit-table")
+    if js:  # htmx swaps the table in as the compiles finish
+        expect(table.locator("tr[data-status='done']")).to_have_count(count, timeout=DONE_S * 1000)
+        expect(table).to_have_attribute("data-pending", "false", timeout=10_000)
+    else:  # the page refreshes itself (<noscript> meta refresh); read it when it is done
+        deadline = time.monotonic() + DONE_S
+        while time.monotonic() < deadline:
+            rows = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
+            if len(rows) == count and all(r["final"] for r in rows):
+                break
+            time.sleep(1)
+        page.reload()
+    rows: list[dict[str, Any]] = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()[
+        "fit"
+    ]
+    return rows
+
+
+def looks_right(page: Page, name: str, js: bool = True) -> None:
+    """At a phone's and a laptop's width: no sideways scrolling, one style of button, and
+    (where the page runs scripts, as axe-core needs) no serious accessibility fault."""
+    for viewport, size in checks.VIEWPORTS.items():
+        page.set_viewport_size(size)  # type: ignore[arg-type]
+        page.wait_for_timeout(200)
+        checks.shot(page, f"own-model-{name}-{'js' if js else 'nojs'}-{viewport}")
+        if not js:
+            width = page.locator("main").bounding_box()
+            assert width is not None and width["x"] + width["width"] <= size["width"]
+            continue
+        sideways = checks.overflow(page)
+        assert sideways["scroll"] <= sideways["width"], sideways
+        assert checks.axe_faults(page) == []
+        assert len(checks.button_styles(page)) == 1
+
+
+@pytest.mark.parametrize("name", ["forward", "train"])
+def test_ticked_targets_compile_and_fill_the_fit_table(
+    browser: Browser, server: str, own_exports: dict[str, Any], name: str
+) -> None:
+    exported = own_exports[name]
+    sha = upload(server, exported.artifact.read_bytes())
+    context = browser.new_context(viewport=checks.VIEWPORTS["desktop"])  # type: ignore[arg-type]
+    page = context.new_page()
+    watch = checks.Watch()
+    watch.attach(page)
+    page.goto(f"{server}/artifacts/{sha}")
+    expect(page.locator("table.named-arguments")).to_contain_text("params/blocks/0/attn/key/kernel")
+    expect(page.locator("table.named-arguments")).to_contain_text("tokens")
+    expect(page.locator(".one-click button")).to_have_text("Compile for v6e-8, H100 ×8, B200 ×8")
+    form = page.locator("form.targets-form")
+    for box in form.locator("input[name='target']").all():
+        box.set_checked(box.get_attribute("value") in TARGETS)
+    form.get_by_role("button", name="Compile for the chosen targets").click()
+    page.wait_for_url(f"{server}/artifacts/{sha}#fit-h")
+    rows = wait_compiled(page, server, sha, len(TARGETS), js=True)
+    assert [r["target"] for r in rows] == ["v6e:1x1", "v6e:2x4", "b200:1", "h100:8"]
+    table = page.locator("#fit-table")
+    for row in rows:
+        assert row["status"] == "done" and row["fits"], row
+        shown = table.locator(f"tr[data-target='{row['target']}']")
+        expect(shown).to_contain_text("Fits:")
+        expect(shown).to_contain_text(f"{row['peak_bytes']:,}")
+    expect(table.locator("tr[data-target='v6e:2x4']")).to_contain_text(
+        "one device of v6e:2x4's 8 (the artifact was exported for one)"
+    )
+    looks_right(page, name)
+    assert watch.console == [] and watch.failed == []
+    context.close()
+
+
+def test_the_one_button_compiles_the_eight_device_step_without_javascript(
+    browser: Browser, server: str, own_exports: dict[str, Any]
+) -> None:
+    sha = upload(server, own_exports["dp"].artifact.read_bytes())
+    context = browser.new_context(
+        viewport=checks.VIEWPORTS["phone"],  # type: ignore[arg-type]
+        java_script_enabled=False,
+    )
+    page = context.new_page()
+    watch = checks.Watch()
+    watch.attach(page)
+    page.goto(f"{server}/artifacts/{sha}")
+    expect(page.locator("main")).to_contain_text("cpu, cuda, tpu, 8 devices")
+    expect(page.locator("input[name='target'][value='b200:1']")).to_have_count(0)
+    page.get_by_role("button", name="Compile for v6e-8, H100 ×8, B200 ×8").click()
+    page.wait_for_url(f"{server}/artifacts/{sha}#fit-h")
+    expect(page.locator("head meta[http-equiv='refresh']")).to_have_count(1)
+    rows = wait_compiled(page, server, sha, 3, js=False)
+    assert [r["target"] for r in rows] == ["v6e:2x4", "b200:8", "h100:8"]
+    table = page.locator("#fit-table")
+    for row in rows:
+        shown = table.locator(f"tr[data-target='{row['target']}']")
+        expect(shown).to_contain_text("all 8 devices of")
+        expect(shown).to_contain_text("Fits:")
+        expect(shown).to_contain_text("all-reduce")
+    expect(page.locator("head meta[http-equiv='refresh']")).to_have_count(0)
+    looks_right(page, "dp", js=False)
+    # Each row after the first links to the HLO diffed with the first's.
+    table.locator("tr[data-target='h100:8']").get_by_role("link", name="diff with v6e-8").click()
+    expect(page.locator("main")).to_contain_text("v6e:2x4")
+    expect(page.locator("main")).to_contain_text("h100:8")
+    expect(page.locator("main")).to_contain_text("all-reduce")
+    assert watch.console == [] and watch.failed == []
+    context.close()
+    # The same page with scripts on, as most readers see it.
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{server}/artifacts/{sha}")
+    expect(page.locator("#fit-table tr[data-status='done']")).to_have_count(3)
+    looks_right(page, "dp")
+    context.close()

@@ -1,0 +1,97 @@
+"""The tests' own model exported as a user exports theirs: `boundary export-fn
+MODEL:FUNCTION --example MODEL:EXAMPLE`, a real command in its own process (the 8-device
+program with `--devices 8`), with input rules and a sampled reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path(__file__).resolve().parent / "own_model.py"
+SAMPLE = 64
+"""Sampled elements per result in the reference export-fn writes."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """One of the three programs: what is exported, from which example, on how many devices."""
+
+    function: str
+    example: str
+    devices: int
+    rules: str
+    """The own_model constant holding its input rules."""
+
+
+PROGRAMS = {
+    "forward": Program("forward", "forward_example", 1, "FORWARD_RULES"),
+    "train": Program("train_step", "train_example", 1, "TRAIN_RULES"),
+    "dp": Program("train_step", "dp_example", 8, "TRAIN_RULES"),
+}
+
+TARGETS = ("v6e:1x1", "v6e:2x4", "b200:1", "h100:8")
+"""The targets each program is compiled for where its device count fits."""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """An exported program: its files and what export-fn said about it."""
+
+    name: str
+    artifact: Path
+    sample: Path
+    rules: dict[str, Any]
+    summary: dict[str, Any]
+
+    @property
+    def devices(self) -> int:
+        return int(self.summary["nr_devices"])
+
+    def fits(self, target: str) -> bool:
+        count = 1 if target.endswith(":1x1") or target.endswith(":1") else 8
+        return self.devices <= count
+
+
+def rules_of(program: Program) -> dict[str, Any]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("own_model", MODEL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rules: dict[str, Any] = getattr(module, program.rules)
+    return rules
+
+
+def export_fn(
+    args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`boundary export-fn ARGS` in its own process, as a user runs it."""
+    command = [sys.executable, "-m", "app.cli", "export-fn", *args]
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def export_program(name: str, folder: Path, *extra: str) -> Exported:
+    """Export one of PROGRAMS into `folder` with its input rules and a sampled reference."""
+    program = PROGRAMS[name]
+    rules = rules_of(program)
+    artifact = folder / f"{name}.jaxexport"
+    sample = folder / f"{name}.sample.npz"
+    args = [f"{MODEL}:{program.function}", "--example", f"{MODEL}:{program.example}"]
+    args += ["-o", str(artifact), "--input-rules", json.dumps(rules)]
+    args += ["--save-output-sample", str(SAMPLE), "--sample-file", str(sample)]
+    if program.devices > 1:
+        args += ["--devices", str(program.devices)]
+    done = export_fn([*args, *extra], folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return Exported(name, artifact, sample, rules, summary)

@@ -1,0 +1,117 @@
+"""`boundary export-fn --upload URL --target …`: the artifact (and its output sample) posted
+to a Boundary server, then one compile job per target and a jax-cpu run checked against
+the sample, each through the server's one admission like any other submission.
+
+Light, like the export itself: the standard library and httpx only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GPU_MODELS = ("b200", "h100", "h200")
+
+
+class UploadRefused(ValueError):
+    """The server refused a file or a job; `done` holds what it had accepted before."""
+
+    def __init__(self, message: str, done: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.done = done
+
+
+def path_of(target: str) -> str:
+    """The job path a target compiles on: jax-tpu for v6e, jax-gpu for NVIDIA GPUs."""
+    model = target.strip().lower().split(":", 1)[0]
+    return "jax-gpu" if model in GPU_MODELS else "jax-tpu"
+
+
+def _refusal(response: Any) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text[:300]
+    if isinstance(detail, list):
+        detail = "; ".join(
+            str(d.get("message"))
+            if str(d.get("message")).startswith(f"{d.get('field')}:")
+            else f"{d.get('field')}: {d.get('message')}"
+            for d in detail
+        )
+    return f"{response.status_code}: {detail}"
+
+
+def post_file(client: Any, base: str, data: bytes, kind: str) -> str:
+    """Upload a file to /api/v1/artifacts; its SHA-256 (ValueError naming the refusal)."""
+    response = client.post(
+        f"{base}/api/v1/artifacts",
+        params={"kind": kind},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    if response.status_code not in (200, 201):
+        raise ValueError(f"the server refused the {kind} file ({_refusal(response)})")
+    digest: str = response.json()["sha256"]
+    return digest
+
+
+def client_for(token: str | None, timeout: float = 120.0) -> Any:
+    """An httpx client that presents `token` as its bearer token, if given."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(headers=headers, timeout=timeout)
+
+
+def upload_all(
+    server: str,
+    artifact: bytes,
+    *,
+    sample: bytes | None,
+    rules: dict[str, Any] | None,
+    seed: int,
+    targets: list[str],
+    token: str | None,
+) -> dict[str, Any]:
+    """Post the files, then the jobs; what the server accepted (UploadRefused otherwise)."""
+    base = server.rstrip("/")
+    done: dict[str, Any] = {"jobs": []}
+    with client_for(token) as client:
+        try:
+            done["artifact"] = post_file(client, base, artifact, "exported")
+            done["page"] = f"{base}/artifacts/{done['artifact']}"
+            if sample is not None:
+                done["reference"] = post_file(client, base, sample, "npz")
+        except ValueError as exc:
+            raise UploadRefused(str(exc), done) from None
+        params: dict[str, Any] = {"artifact": done["artifact"], "seed": seed}
+        if rules:
+            params["input_rules"] = rules
+        jobs: list[tuple[str, dict[str, Any]]] = []
+        if "reference" in done:
+            checked = {**params, "reference": done["reference"]}
+            cpu = {"workload": "exported", "path": "jax-cpu", "params": checked}
+            jobs.append(("the CPU run", cpu))
+        for target in targets:
+            job = {
+                "workload": "exported",
+                "path": path_of(target),
+                "target": target,
+                "stages": ["compile"],
+                "params": params,
+            }
+            jobs.append((f"the {target} compile", job))
+        for what, job in jobs:
+            response = client.post(f"{base}/api/v1/jobs", json=job)
+            if response.status_code != 202:
+                raise UploadRefused(f"the server refused {what} ({_refusal(response)})", done)
+            made = response.json()
+            done["jobs"].append(
+                {
+                    "id": made["id"],
+                    "path": job["path"],
+                    "target": job.get("target"),
+                    "page": f"{base}/runs/{made['id']}",
+                }
+            )
+    return done

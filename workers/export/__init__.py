@@ -1,0 +1,16 @@
+"""What `boundary export-fn` needs in a model's own environment, and the reading of an
+artifact that every side shares. Never pydantic, FastAPI or libtpu: only the standard
+library, NumPy and the model's own jax.
+
+- `flatbuffer` and `header`: a serialized `jax.export.Exported` read in pure Python (its
+  platforms, shapes, device count, and argument and result names from its trees), for
+  the server, the worker and export-fn alike;
+- `rules`: generated inputs under per-argument rules (`params.input_rules`), the same
+  draws on every machine;
+- `samples`: references as a sample of (index, value) pairs per result;
+- `trees` (jax): a function exported from example arguments of any structure, through
+  plain trees named by path.
+
+The server reaches the jax-free modules only through `workers.catalog` (its one door to
+the worker's side, with `workers.protocol`); this package imports nothing else of ours.
+"""
