@@ -64,6 +64,7 @@ QUEUEING_ROUTES = (
     "/matrices",
     "/runs",
     "/artifacts/{sha256}/runs",
+    "/artifacts/{sha256}/compile",
     "/compare/repeat",
     "/runs/{job_id}/repeat",
     "/tour/compare",
@@ -161,6 +162,11 @@ async def test_every_job_the_store_inserts_went_through_admission(
             f"/artifacts/{sha}/runs", content="path=jax-cpu&samples=5", headers=FORM
         )
         assert upload_run.status_code == 303, upload_run.text
+        everywhere = store.put_file(export(["cpu", "tpu", "cuda"]), EXPORT_MEDIA_TYPE)
+        compiles = await client.post(
+            f"/artifacts/{everywhere}/compile", content="target=v6e:1x1&target=h100:1", headers=FORM
+        )
+        assert compiles.status_code == 303, compiles.text
         repeats = await client.post("/compare/repeat", data={"a": done, "side": "a"})
         assert repeats.status_code in (200, 303), repeats.text
         again = await client.post(f"/runs/{done}/repeat", data={"profile": "on"})
@@ -170,7 +176,7 @@ async def test_every_job_the_store_inserts_went_through_admission(
 
     assert inserts and all(through for _, through in inserts), inserts
     assert len(inserts) == sum(admitted)
-    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 1 + 2  # each route queued its jobs
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(
