@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
-from app.dispatch.results import lease_problems, prepare
+from app.dispatch.results import Prepared, lease_problems, prepare
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
     HeartbeatRequest,
@@ -37,6 +37,7 @@ from app.routes.schemas import (
     WorkerRegister,
     inline_schema,
 )
+from app.store.profiles import screen_profile
 from app.web.bodylimit import WORKER_BODY_BYTES, Caps
 from app.web.tokens import bearer_of, token_matches
 from workers.catalog import CATALOG_VERSION
@@ -304,8 +305,8 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
 
     A run is the server's to judge: it is refused (422 naming the field) unless it is the
     job its lease carries, and stored only as the result gate returns it. Parsing,
-    gating, capping and explaining run off the event loop: a large result does not stall
-    other requests."""
+    gating, capping, explaining and measuring how far a trace inflates run off the event
+    loop: a large result does not stall other requests."""
     body = await read_capped_body(request, Caps.from_settings(settings).result)
     message = await run_in_threadpool(_parsed, body, ResultReport)
     if (message.result is None) == (message.failure is None):
@@ -329,14 +330,18 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
         problems = lease_problems(job.spec, posted)
         if problems:
             field_errors(list(problems))
-    prepared = await run_in_threadpool(
-        lambda: prepare(
+
+    def gated() -> Prepared:
+        prepared = prepare(
             posted,
             artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
             inline_bytes=settings.INLINE_ARTIFACT_BYTES,
             pipeline_max_bytes=settings.PIPELINE_MAX_BYTES,
         )
-    )
+        prepared.run = screen_profile(prepared.run)  # inflates the trace, bounded
+        return prepared
+
+    prepared = await run_in_threadpool(gated)
     return _answer(
         message.worker_id,
         lambda: dispatcher.complete(

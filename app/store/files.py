@@ -69,10 +69,13 @@ class Files(StoreBase):
         media_type: str,
         *,
         files_max_bytes: int | None = None,
+        together: int = 0,
     ) -> str:
         """Keep the bytes `chunks` yields (once, whatever the number of callers); their
         SHA-256. With `files_max_bytes`, FileWouldGo (nothing kept) when the files that
-        queued and running jobs need leave no room for this one under that cap."""
+        queued and running jobs need leave no room for this one under that cap, and for
+        `together` bytes of files stored with it (an upload form's others): least
+        recently used files make room for the newest, so files that fit together stay."""
         pieces: Iterable[bytes] = [chunks] if isinstance(chunks, bytes) else chunks
         blob = int(
             self._read("INSERT INTO file_blobs (started_at) VALUES ({NOW}) RETURNING id")[0][0]
@@ -86,6 +89,14 @@ class Files(StoreBase):
                 )
                 if not touched and files_max_bytes is not None:
                     needed = needed_bytes(tx)
+                    if together and needed + size + together > files_max_bytes:
+                        raise FileWouldGo(
+                            f"the form's files come to {size + together:,} bytes together, "
+                            f"and the server's limit for files is {files_max_bytes:,} bytes "
+                            f"({needed:,} of them held by files that queued and running jobs "
+                            "need): storing the last would remove the first. Send smaller "
+                            "files, or ask the operator to raise BOUNDARY_FILES_MAX_BYTES"
+                        )
                     if needed + size > files_max_bytes:
                         raise FileWouldGo(
                             f"the server keeps {needed:,} bytes of files that queued and "
