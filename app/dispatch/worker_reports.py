@@ -8,6 +8,7 @@ from app.dispatch.results import Prepared
 from app.store import JobRow, NewRun
 from app.store.profiles import keep_profile
 from workers.protocol import FINAL_STATUSES, JobStatus, ProgressEvent
+from workers.protocol.gate import runs_anything
 
 
 class ReportsMixin(DispatcherCore):
@@ -47,7 +48,8 @@ class ReportsMixin(DispatcherCore):
     ) -> Verdict:
         """Store a gated run (`app.dispatch.results.prepare`) and mark its job done. The
         attempt is the server's count, never the report's; a second post of the same
-        result finds the lease ended. A run that is not valid keeps no whole-job time.
+        result finds the lease ended. A run that is not valid, or that ran nothing (compile only),
+        keeps no whole-job time.
         `read`: the job as the caller read it just now (storing checks the lease again)."""
         self._lease_of(worker_id, job_id, lease_id, read)
         settings = self.settings
@@ -63,7 +65,7 @@ class ReportsMixin(DispatcherCore):
             truncated=prepared.truncated,
             valid=run.valid,
             stage_seconds=run.stage_seconds.model_dump(),
-            run_s=run_s if run.valid else None,
+            run_s=run_s if run.valid and runs_anything(run.job.stages) else None,
             artifacts=prepared.artifacts,
         )
         assert lease_id is not None  # (_lease_of held it)
