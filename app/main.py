@@ -78,21 +78,32 @@ def build_api(state: AppState) -> Built:
     from app.queue.admission import Admission
     from app.routes import pages
     from app.routes.schemas import ValidationErrorPublic
-    from app.store import Store
+    from app.store import Store, Timeouts
     from app.web.bodylimit import BodyLimit
     from app.web.clients import parse_networks
     from app.web.streams import StreamCap
 
     settings = state.settings
-    dispatcher = Dispatcher(Store.open(settings.DB, settings.RETAIN_RUNS), settings)
+    store = Store.open(
+        settings.DB,
+        settings.RETAIN_RUNS,
+        timeouts=Timeouts(
+            connect_s=settings.DB_TIMEOUT_S,
+            lock_s=settings.DB_TIMEOUT_S,
+            statement_s=settings.DB_STATEMENT_TIMEOUT_S,
+        ),
+        pool_size=settings.DB_POOL_SIZE,
+        synchronous_commit=settings.DB_SYNCHRONOUS_COMMIT,
+    )
+    dispatcher = Dispatcher(store, settings)
     state.dispatcher = dispatcher
     state.admission = Admission(dispatcher, settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        dispatcher.start()  # the reaper of expired leases and queued jobs
+        dispatcher.start()  # the reaper, and the news from other replicas
         yield
-        await dispatcher.stop()
+        await dispatcher.stop()  # (the store stays open: a lifespan may run again)
 
     api = FastAPI(
         title="Boundary",

@@ -7,11 +7,13 @@ builds an app with its own.
 from __future__ import annotations
 
 from functools import lru_cache
+from os import PathLike
 from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.store.url import BadDatabaseSetting, parse_db
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.catalog.exported import MAX_EXPORT_BYTES
 
@@ -24,7 +26,27 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="BOUNDARY_", extra="ignore", frozen=True)
 
-    DB: Path = Field(default=REPO_ROOT / "var" / "boundary.sqlite3", description="SQLite file.")
+    DB: str = Field(
+        default=str(REPO_ROOT / "var" / "boundary.sqlite3"),
+        description="The store: a SQLite file path, or postgresql://user@host:port/database.",
+    )
+    DB_TIMEOUT_S: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="PostgreSQL: the longest wait to connect, for a pooled connection or a lock.",
+    )
+    DB_STATEMENT_TIMEOUT_S: float = Field(
+        default=15.0, gt=0, le=600, description="PostgreSQL: the longest one statement may run."
+    )
+    DB_POOL_SIZE: int = Field(
+        default=4, ge=2, le=64, description="PostgreSQL: connections each replica may hold."
+    )
+    DB_SYNCHRONOUS_COMMIT: bool = Field(
+        default=False,
+        description="PostgreSQL: wait for every commit to reach disk (off: like SQLite's "
+        "synchronous=NORMAL, a crash of the database host may lose the last commits).",
+    )
     WORKER_TOKEN: str | None = Field(
         default=None, description="Shared by `serve` and `worker`; `serve` makes one when unset."
     )
@@ -137,6 +159,20 @@ class Settings(BaseSettings):
     MAX_STREAMS: int = Field(
         default=1000, ge=1, description="Open event streams in all; more get 503."
     )
+
+    @field_validator("DB", mode="before")
+    @classmethod
+    def _a_database(cls, value: object) -> str:
+        # A path (tests pass Path objects) or a URL; anything else stops start-up here,
+        # before a folder named "postgresql:" could appear.
+        text = str(value) if isinstance(value, str | PathLike) else value
+        if not isinstance(text, str):
+            raise ValueError("give a SQLite file path or a postgresql:// URL")
+        try:
+            parse_db(text)
+        except BadDatabaseSetting as exc:
+            raise ValueError(str(exc)) from None
+        return text
 
     @field_validator("WORKER_TOKEN", "SUBMIT_TOKEN")
     @classmethod

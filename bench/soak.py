@@ -53,7 +53,7 @@ JOB: dict[str, Any] = {
     "measure": {"samples": 5},
 }
 ROW_BUDGET = 64 * 1024
-WAL_LIMIT = 4 * 1024 * 1024  # app.store.WAL_LIMIT_BYTES
+WAL_LIMIT = 4 * 1024 * 1024  # app.store.sqlite.WAL_LIMIT_BYTES
 
 
 def free_port() -> int:

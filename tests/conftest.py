@@ -1,13 +1,16 @@
-"""Fixtures shared by every test: fresh settings and an in-process app per test."""
+"""Fixtures shared by every test: fresh settings and an in-process app per test, and
+the store's databases (a SQLite file, or a throwaway PostgreSQL cluster)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from dependencies import require
+from pgcluster import Cluster, PostgresMissing, reset, running_cluster
 
 from workers.compiler.jaxenv import apply_jax_environment
 
@@ -21,6 +24,40 @@ from app.settings import Settings  # noqa: E402
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# --- the store's databases ------------------------------------------------------------------
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL cluster for the whole session (tests/pgcluster.py); fails
+    with how to install PostgreSQL when its binaries are missing, unless
+    BOUNDARY_ALLOW_MISSING names postgresql."""
+    try:
+        with running_cluster() as cluster:
+            yield cluster
+    except PostgresMissing as missing:
+        require("postgresql", str(missing))
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """The session cluster's database, emptied for this test."""
+    reset(pg_cluster.url)
+    return pg_cluster.url
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """BOUNDARY_DB for a fresh store, once per backend: a SQLite file, or an empty
+    PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.sqlite3")
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 @pytest.fixture
@@ -46,10 +83,17 @@ BENCH_WORKER_TOKEN = "test-worker-token"
 
 
 @pytest.fixture
-def bench_settings(tmp_path: Path) -> Settings:
+def bench_db(tmp_path: Path) -> str:
+    """The database of `bench_settings`: a SQLite file. A test module that overrides it
+    with `db` runs each of its tests on both backends."""
+    return str(tmp_path / "bench.sqlite3")
+
+
+@pytest.fixture
+def bench_settings(tmp_path: Path, bench_db: str) -> Settings:
     """Settings for dispatch tests: a worker token, short poll, quick reaper."""
     return Settings(
-        DB=tmp_path / "bench.sqlite3",
+        DB=bench_db,
         CACHE_DIR=tmp_path / "jax-cache",
         WORKER_TOKEN=BENCH_WORKER_TOKEN,
         POLL_S=2.0,

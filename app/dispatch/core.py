@@ -1,6 +1,12 @@
 """The dispatcher's shared state: its store, settings and progress hub, the workers it
-knows, and the wake-up event lease requests wait on. The dispatcher's other parts (leasing,
-reports, the reaper) build on this class.
+knows (from the store, whichever replica they registered with), and the wake-up event
+lease requests wait on. The dispatcher's other parts (leasing, reports, the reaper)
+build on this class.
+
+A replica keeps nothing in memory that another replica needs: jobs, leases and their
+deadlines, workers and admission counts are in the store. What it does keep is the live
+progress of running jobs (also relayed to every other replica) and its open event
+streams.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from typing import Any
 from app.dispatch.progress import ProgressHub
 from app.dispatch.requirements import describe_need, unmet
 from app.settings import Settings
-from app.store import JobRow, Store, WorkerRow, now
+from app.store import JobRow, Store, WorkerRow
 from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
 
-FORGET_WORKERS_S = 24 * 3600.0  # workers silent this long are not even remembered
+RECENT_S = 0.5
+"""How long admission and a job's waiting reason reuse a read of the connected workers."""
 
 
 class UnknownWorker(LookupError):
@@ -32,7 +39,7 @@ class LeaseEnded(PermissionError):
         self.verdict = verdict
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerEntry:
     """A registered worker as the dispatcher sees it."""
 
@@ -41,10 +48,29 @@ class WorkerEntry:
     capabilities: Capabilities
     registered_at: float
     last_seen: float
-    current_job: str | None = None
-    polling: int = 0
-    key: str | None = None
-    """The secret its registration returned: re-registering with it keeps the id."""
+    current_job: str | None
+    polling: bool
+    """It waits in a lease request now, on some replica."""
+    age_s: float
+    """Seconds since it was last heard from."""
+
+    @classmethod
+    def of(cls, row: WorkerRow) -> WorkerEntry | None:
+        """The entry for a stored worker; None when its capabilities no longer parse."""
+        try:
+            caps = Capabilities.model_validate(row.capabilities)
+        except ValueError:
+            return None
+        return cls(
+            row.id,
+            row.name,
+            caps,
+            row.registered_at,
+            row.last_heartbeat,
+            row.current_job,
+            row.polling,
+            row.age_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -58,15 +84,6 @@ class LeaseGrant:
     requirements: dict[str, Any]
     lease_deadline: float
     timeout_s: float
-
-
-@dataclass(frozen=True)
-class HeldLease:
-    """A running lease as the reaper sees it, on the monotonic clock."""
-
-    lease_id: str
-    deadline: float
-    since: float
 
 
 @dataclass(frozen=True)
@@ -93,50 +110,40 @@ class DispatcherCore:
     def __init__(self, store: Store, settings: Settings, hub: ProgressHub | None = None) -> None:
         self.store = store
         self.settings = settings
-        self.hub = hub or ProgressHub()
+        self.hub = hub or ProgressHub(channel=store.channel())
+        self.hub.on_wake(self._notify)
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
-        self._workers: dict[str, WorkerEntry] = {}
-        for row in store.list_workers(seen_since=now() - FORGET_WORKERS_S):
-            self._remember(row)
-        # Lease expiry is decided on the monotonic clock, so a step of the wall clock
-        # cannot expire every lease at once. Leases found running when the server starts
-        # get one full lease period (downtime is not the workers' fault).
-        self._deadlines: dict[str, HeldLease] = {}
-        self.hold_running_leases()
+        self._relay: asyncio.Task[None] | None = None
+        self._recent: tuple[float, list[WorkerEntry]] | None = None
         self.leasing = True  # False once the server is shutting down
         self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
 
-    def hold_running_leases(self) -> None:
-        """Give every running job's lease a full lease period from now (at start-up)."""
-        for job_id, lease_id in self.store.running_leases():
-            self._deadlines.pop(job_id, None)
-            self._hold(job_id, lease_id)
-
-    def _hold(self, job_id: str, lease_id: str) -> None:
-        """Give lease `lease_id` on `job_id` a full lease period from now."""
-        at = time.monotonic()
-        held = self._deadlines.get(job_id)
-        since = held.since if held is not None and held.lease_id == lease_id else at
-        self._deadlines[job_id] = HeldLease(lease_id, at + self.settings.LEASE_S, since)
-
-    def _lease_of(self, worker_id: str, job_id: str, lease_id: str | None) -> JobRow:
-        """The job, while `lease_id` is its current lease and `worker_id` holds it.
+    def _lease_of(
+        self, worker_id: str, job_id: str, lease_id: str | None, read: JobRow | None = None
+    ) -> JobRow:
+        """The job (as `read` just now, or as the store has it), while `lease_id` is its
+        current lease and `worker_id` holds it.
 
         UnknownWorker for a worker never registered, LookupError for an unknown job and
         LeaseEnded for any other lease (expired, re-queued, given back, finished).
         """
-        self.worker(worker_id)
-        job = self.store.get_job(job_id)
-        if job is None:
-            raise LookupError(job_id)
+        job = read if read is not None and read.id == job_id else self.store.get_job(job_id)
         if (
-            job.status == JobStatus.RUNNING
+            job is not None
+            and job.status == JobStatus.RUNNING
             and lease_id
             and job.lease_id == lease_id
             and job.lease_owner == worker_id
         ):
-            return job
+            return job  # (its holder is a registered worker: the store leased it to one)
+        self.worker(worker_id)
+        if job is None:
+            raise LookupError(job_id)
+        raise LeaseEnded(self._ended_verdict(job))
+
+    def _ended_verdict(self, job: JobRow) -> Verdict:
+        """Why a report's lease is not `job`'s current one."""
         if job.status == JobStatus.CANCELLED:
             reason = "the job was cancelled"
         elif job.status in FINAL_STATUSES:
@@ -150,22 +157,13 @@ class DispatcherCore:
             )
         else:
             reason = "this lease has ended (it expired or was given back); the job was re-queued"
-        raise LeaseEnded(Verdict(False, job.status, True, reason))
-
-    def _remember(self, row: WorkerRow) -> None:
-        try:
-            caps = Capabilities.model_validate(row.capabilities)
-        except ValueError:
-            return
-        self._workers[row.id] = WorkerEntry(
-            row.id, row.name, caps, row.registered_at, row.last_heartbeat, row.current_job
-        )
+        return Verdict(False, job.status, True, reason)
 
     def waiting_reason(self, job: JobRow) -> str | None:
         """Why a queued job is not running: None when a capable worker is connected."""
         if job.status != JobStatus.QUEUED:
             return job.reason
-        connected = self.connected_workers()
+        connected = self.recent_workers()
         if any(unmet(job.requirements, w.capabilities) is None for w in connected):
             return None
         text = f"no worker for {describe_need(job.requirements)} is connected"
@@ -175,40 +173,46 @@ class DispatcherCore:
         return text
 
     def worker_or_none(self, worker_id: str) -> WorkerEntry | None:
-        return self._workers.get(worker_id)
+        row = self.store.get_worker(worker_id)
+        return WorkerEntry.of(row) if row is not None else None
 
     def worker(self, worker_id: str) -> WorkerEntry:
-        entry = self._workers.get(worker_id)
+        entry = self.worker_or_none(worker_id)
         if entry is None:
             raise UnknownWorker(worker_id)
         return entry
 
     def worker_name(self, worker_id: str | None) -> str | None:
-        """The name a worker registered with, as /workers shows it, also once it has gone
-        (from the store); None for no worker or no name."""
-        if worker_id is None:
-            return None
-        entry = self._workers.get(worker_id)
-        return entry.name if entry is not None else self.store.worker_name(worker_id)
+        """The name a worker registered with, as /workers shows it, also once it has gone;
+        None for no worker or no name."""
+        return self.store.worker_name(worker_id) if worker_id is not None else None
 
     def connected_workers(self) -> list[WorkerEntry]:
-        cutoff = now() - self.settings.WORKER_STALE_S
-        return [w for w in self._workers.values() if w.polling or w.last_seen >= cutoff]
+        """Workers heard from within WORKER_STALE_S, or waiting for a lease now, on any
+        replica."""
+        rows = self.store.list_workers(stale_s=self.settings.WORKER_STALE_S)
+        entries = [e for e in map(WorkerEntry.of, rows) if e is not None]
+        self._recent = (time.monotonic(), entries)
+        return entries
 
-    def _seen(self, entry: WorkerEntry) -> None:
-        entry.last_seen = now()
-        self.store.touch_worker(entry.id, entry.last_seen)
+    def recent_workers(self) -> list[WorkerEntry]:
+        """`connected_workers`, read at most RECENT_S ago: what admission and the reasons a
+        job waits ask on every request. A worker that registered here is seen at once;
+        one that registered with another replica within RECENT_S."""
+        if self._recent is not None and time.monotonic() - self._recent[0] < RECENT_S:
+            return self._recent[1]
+        return self.connected_workers()
 
-    def _worker_done(self, worker_id: str, job_id: str) -> None:
-        entry = self._workers.get(worker_id)
-        if entry is not None and entry.current_job == job_id:
-            entry.current_job = None
+    def recent_worker(self, worker_id: str) -> WorkerEntry | None:
+        """A worker as `recent_workers` saw it, or as the store has it now."""
+        entry = next((w for w in self.recent_workers() if w.id == worker_id), None)
+        return entry or self.worker_or_none(worker_id)
 
     def _notify(self) -> None:
+        """Wake this replica's lease requests: the queue or the workers changed."""
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _announce(self, job_id: str) -> None:
-        job = self.store.get_job(job_id)
-        if job is not None:
-            self.hub.publish_status(job.id, job.status, job.reason, job.attempts)
+    def _announce(self, job: JobRow) -> None:
+        """Tell subscribers, here and on every replica, that `job`'s status changed."""
+        self.hub.publish_status(job.id, job.status, job.reason, job.attempts)

@@ -1,25 +1,29 @@
 """Queueing jobs and leasing them to capable workers.
 
-Every decision reads and writes the store without an `await` in between, so with one
-event loop two lease requests can never take the same job. A lease request waits on an
-asyncio event that is set whenever a job enters the queue (submitted, re-queued or
-given back), never on a fixed polling sleep.
+A lease is one conditional statement in the store (app.store.jobs): the oldest queued job
+this worker can run, taken with `FOR UPDATE SKIP LOCKED` on PostgreSQL, so that two lease
+requests never take the same job, on one replica or on several. A lease request waits on
+an asyncio event that is set whenever a job enters the queue, here or on another replica
+(the channel's wake-ups), never on a fixed polling sleep; it looks at the queue again
+every RECHECK_S all the same, so a wake-up lost with the channel costs seconds, not a job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import secrets
 import time
+from collections.abc import Sequence
 
-from app.dispatch.core import DispatcherCore, LeaseGrant, WorkerEntry
+from app.dispatch.core import DispatcherCore, LeaseGrant, UnknownWorker, WorkerEntry
 from app.dispatch.requirements import job_requirements, unmet
-from app.store import JobRow, now
+from app.store import Gate, JobRow, NewJob
 from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus
+
+RECHECK_S = 5.0
 
 
 class LeasingMixin(DispatcherCore):
@@ -27,31 +31,32 @@ class LeasingMixin(DispatcherCore):
 
     # --- jobs ----------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec, devices: int, client: str | None) -> JobRow:
-        """Queue a validated job and wake the workers waiting for one."""
-        job_id = secrets.token_hex(8)
-        spec_json = spec.model_dump(mode="json")
-        at = now()
-        job = self.store.insert_job(
-            job_id, spec_json, dict(job_requirements(spec, devices)), client, at
-        )
-        # The files it names were used now: least-recently-used eviction spares them.
-        fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
-        named = [spec.params.get(name) for name in fields]
-        self.store.touch_files([sha for sha in named if isinstance(sha, str)], at)
+    def submit(self, gate: Gate, jobs: Sequence[tuple[JobSpec, int]]) -> list[JobRow]:
+        """Queue validated jobs (spec, devices it spans) inside an admission's
+        transaction; the files they name count as used now. Other replicas' lease
+        requests wake when it commits; `queued` wakes this one's."""
+        new: list[NewJob] = []
+        files: list[str] = []
+        for spec, devices in jobs:
+            spec_json = spec.model_dump(mode="json")
+            new.append(
+                NewJob(secrets.token_hex(8), spec_json, dict(job_requirements(spec, devices)))
+            )
+            fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
+            named = [spec.params.get(name) for name in fields]
+            files += [sha for sha in named if isinstance(sha, str) and sha not in files]
+        return gate.insert(new, files)
+
+    def queued(self) -> None:
+        """Jobs were queued (the admission committed): wake the lease requests here."""
         self._notify()
-        return job
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a queued or running job; False if it had already ended."""
-        job = self.store.get_job(job_id)
-        ended = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request", now())
-        if ended:
-            self._deadlines.pop(job_id, None)
-            if job is not None and job.lease_owner is not None:
-                self._worker_done(job.lease_owner, job_id)
-            self._announce(job_id)
-        return ended
+        job = self.store.end_job(job_id, JobStatus.CANCELLED, "cancelled on request")
+        if job is not None:
+            self._announce(job)
+        return job is not None
 
     # --- workers -------------------------------------------------------------------------
 
@@ -64,45 +69,43 @@ class LeasingMixin(DispatcherCore):
     ) -> tuple[str, str]:
         """Record a worker; its id and key. The server makes the id: a worker never
         chooses one, so it cannot take another's. A worker registering again (new
-        capabilities) keeps its id by presenting the key its first registration got."""
-        at = now()
-        entry = self._workers.get(worker_id) if worker_id else None
-        if (
-            entry is not None
-            and entry.key is not None
-            and key is not None
-            and hmac.compare_digest(entry.key.encode(), key.encode())
-        ):
-            entry.capabilities, entry.name, entry.last_seen = caps, name, at
-        else:
-            entry = WorkerEntry(f"w-{secrets.token_hex(8)}", name, caps, at, at)
-            entry.key = secrets.token_urlsafe(24)
-            self._workers[entry.id] = entry
-        self.store.upsert_worker(entry.id, name, caps.model_dump(mode="json"), at)
+        capabilities) keeps its id by presenting the key its first registration got,
+        through whichever replica."""
+        registered = self.store.register_worker(
+            f"w-{secrets.token_hex(8)}",
+            secrets.token_urlsafe(24),
+            name,
+            caps.model_dump(mode="json"),
+            claimed_id=worker_id,
+            claimed_key=key,
+        )
+        self._recent = None  # read the connected workers again: this one is new
         self._notify()  # a new worker may make a waiting job runnable
-        assert entry.key is not None
-        return entry.id, entry.key
+        return registered
 
     async def lease(self, worker_id: str, wait_s: float) -> LeaseGrant | None:
         """A job for this worker, waiting up to `wait_s` for one; None when none came."""
-        entry = self.worker(worker_id)
-        self._seen(entry)
+        row = self.store.touch_worker(worker_id, polling_s=wait_s)
+        entry = WorkerEntry.of(row) if row is not None else None
+        if entry is None:
+            raise UnknownWorker(worker_id)
         give_up = time.monotonic() + wait_s
-        entry.polling += 1
+        granted = False
         try:
             while True:
                 grant = self._try_claim(entry)
                 if grant is not None:
+                    granted = True  # the lease itself marked the worker as no longer waiting
                     return grant
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
                     return None
                 changed = self._changed
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), remaining)
+                    await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_S))
         finally:
-            entry.polling -= 1
-            entry.last_seen = now()
+            if not granted:
+                self.store.touch_worker(worker_id)
 
     def stop_leasing(self) -> None:
         """Grant no more leases (the server is shutting down); waiting requests return."""
@@ -119,23 +122,17 @@ class LeasingMixin(DispatcherCore):
             for text, _ in self.store.queued_requirements()
             if unmet(json.loads(text), entry.capabilities) is None
         ]
-        for job in self.store.oldest_queued(meets):
-            at = now()
-            deadline = at + self.settings.LEASE_S
-            lease_id = secrets.token_urlsafe(18)
-            attempt = self.store.claim(job.id, entry.id, lease_id, deadline, at)
-            if attempt is None:
-                continue
-            self._hold(job.id, lease_id)
-            entry.current_job = job.id
-            self.hub.publish_status(job.id, JobStatus.RUNNING, None, attempt)
-            return LeaseGrant(
-                job.id,
-                lease_id,
-                attempt,
-                job.spec,
-                job.requirements,
-                deadline,
-                self.settings.JOB_TIMEOUT_S,
-            )
-        return None
+        lease_id = secrets.token_urlsafe(18)
+        job = self.store.lease(entry.id, meets, lease_id, self.settings.LEASE_S)
+        if job is None or job.lease_deadline is None:
+            return None
+        self.hub.publish_status(job.id, job.status, None, job.attempts, relayed=True)
+        return LeaseGrant(
+            job.id,
+            lease_id,
+            job.attempts,
+            job.spec,
+            job.requirements,
+            job.lease_deadline,
+            self.settings.JOB_TIMEOUT_S,
+        )

@@ -2,10 +2,13 @@
 
 A posted run is first checked against the job its lease carries (`lease_problems`: the
 workload, path, target, stages, measurement options and parameters after validation and
-defaults must be the leased job's, or the report is refused naming the field), then
-passed through the same rules as the publish step (`workers.protocol.gate.gate`, one
-implementation for both halves): validity re-derived from its own verdict, and a run
-that is not valid stripped of every speed-bearing field. What the gate returns is all
+defaults must be the leased job's; each measurement's boundary must be one its mode
+reports, its samples within what the job takes, finite and above zero; `extra.cuda` of
+its documented types; or the report is refused naming the field), then passed through
+the same rules as the publish step (`workers.protocol.gate.gate`, one implementation for
+both halves): validity re-derived from its own verdict, a run that is not valid or that
+ran nothing stripped of every speed-bearing field, and every statistic and rate of a
+valid one worked out again from its samples. What the gate returns is all
 the server stores and all that any page, download or API answer reads.
 
 `prepare` also caps each artifact and explains the optimized HLO from the text already

@@ -27,16 +27,22 @@ MLIR_ARTIFACTS: tuple[str, ...] = ("stablehlo", "mosaic", "triton", "mosaic_gpu"
 """Artifacts printed as MLIR with `loc(...)` notes: StableHLO, and each Pallas kernel's
 own IR (Mosaic TPU, Triton, Mosaic GPU), whose locations point into the kernel body."""
 
-_JAXPR_NOTE = re.compile(r"#\s+(?P<file>[^\s#][^#]*?):(?P<line>\d+)(?::\d+)?(?:\s+\([^)]*\))?\s*$")
+_N = r"\d{1,12}(?!\d)"
+"""A line number or table id as the IR may give it: a number of thousands of digits (which
+Python will not even convert) is no position, so it is not read as one."""
+
+_JAXPR_NOTE = re.compile(
+    r"#\s+(?P<file>[^\s#][^#]*?):(?P<line>" + _N + r")(?::\d+)?(?:\s+\([^)]*\))?\s*$"
+)
 _MLIR_USE = re.compile(r"\bloc\((#loc\d*)\)\s*$")
 _MLIR_DEF = re.compile(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$")
-_MLIR_FILE = re.compile(r'^"(?P<file>(?:[^"\\]|\\.)*)":(?P<line>\d+):\d+')
+_MLIR_FILE = re.compile(r'^"(?P<file>(?:[^"\\]|\\.)*)":(?P<line>' + _N + r"):\d+")
 _MLIR_NAMED = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
 _MLIR_CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
 _MLIR_FUSED = re.compile(r"^fused\[(.*)\]$")
-_HLO_SOURCE = re.compile(r'\bsource_file="([^"]*)"\s+source_line=(\d+)')
-_HLO_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
-_HLO_FIELD = re.compile(r"(\w+)=(\d+)")
+_HLO_SOURCE = re.compile(r'\bsource_file="([^"]*)"\s+source_line=(' + _N + ")")
+_HLO_TABLE_ROW = re.compile("^(" + _N + r")\s+(.*)$")
+_HLO_FIELD = re.compile(r"\b(\w+)=(" + _N + ")")
 _HLO_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 

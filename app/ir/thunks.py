@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass
 
 _LINE = re.compile(
-    r"^(?P<order>\d+):\s+(?P<kind>\w+)\s+\[(?P<links>[^\]]*)\]\s+(?P<name>\S+)"
+    r"^(?P<order>\d{1,12}):\s+(?P<kind>\w+)\s+\[(?P<links>[^\]]*)\]\s+(?P<name>\S+)"
     r"(?:\s+grid:\s*\[(?P<grid>[^\]]*)\]\s+threads:\s*\[(?P<threads>[^\]]*)\])?"
-    r"(?:\s+shared_memory:\s*(?P<shared>\d+) bytes)?"
+    r"(?:\s+shared_memory:\s*(?P<shared>\d{1,18}) bytes)?"
 )
 _KINDS = {
     "kKernel": "kernel",

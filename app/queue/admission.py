@@ -14,6 +14,10 @@ counted per job (a matrix counts its cells):
 A refusal is 429 with Retry-After and a reason. The submission token is checked first,
 before a body is read, with `check_token`. The client is the peer's address;
 `X-Forwarded-For` counts only when the peer is one of FORWARDED_ALLOW_IPS.
+
+Everything is counted in the store, in one transaction per admission under the store's
+admission lock (app.store.limits): the decision and the queueing are one step, and
+several replicas share every limit (two replicas never each admit a client's quota).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from typing import TYPE_CHECKING
 from fastapi import HTTPException, Request
 
 from app.dispatch.requirements import job_requirements, unmet
-from app.queue.ratelimit import RateLimiter
+from app.queue.ratelimit import retry_after
 from app.settings import Settings
-from app.store import JobRow, now
+from app.store import Gate, JobRow
 from app.web.clients import client_of, parse_networks
 from app.web.tokens import bearer_of, token_matches
+from workers.protocol import Capabilities
 
 if TYPE_CHECKING:
     from app.dispatch import Dispatcher
@@ -55,7 +60,6 @@ class Admission:
     def __init__(self, dispatcher: Dispatcher, settings: Settings) -> None:
         self.dispatcher = dispatcher
         self.settings = settings
-        self.rate = RateLimiter(settings.SUBMIT_RATE)
         self._trusted = parse_networks(settings.FORWARDED_ALLOW_IPS)
 
     # --- who is asking ------------------------------------------------------------------
@@ -86,47 +90,41 @@ class Admission:
     def throttle(self, client: str) -> None:
         """Count one request that stores something without queueing work (an upload)
         against the client's rate; 429 with Retry-After when over it."""
-        wait = self.rate.retry_after(client, now(), 1)
-        if wait is not None:
-            raise _busy(
-                f"more than {self.rate.per_minute} submissions a minute from this client", wait
-            )
+        per = self.settings.SUBMIT_RATE
+        with self.dispatcher.store.admitting(client) as gate:
+            wait = retry_after(gate.hits(), 1, per, gate.at)
+            if wait is not None:
+                raise _busy(f"more than {per} submissions a minute from this client", wait)
+            gate.count(1)
 
     # --- whether jobs may queue -----------------------------------------------------------
 
-    def _runnable(self, requirements: dict[str, object]) -> bool:
-        connected = self.dispatcher.connected_workers()
-        return any(unmet(requirements, w.capabilities) is None for w in connected)
+    def check(
+        self, gate: Gate, jobs: Sequence[ValidJob], connected: Sequence[Capabilities]
+    ) -> None:
+        """429 (with Retry-After and the reason) unless every one of `jobs` may queue,
+        counted inside the admission `gate`, with the `connected` workers' capabilities."""
 
-    def _waiting_now(self) -> int:
-        """Queued jobs no connected worker can run."""
-        return sum(
-            count
-            for requirements, count in self.dispatcher.store.queued_requirements()
-            if not self._runnable(json.loads(requirements))
-        )
+        def runnable(requirements: dict[str, object]) -> bool:
+            return any(unmet(requirements, caps) is None for caps in connected)
 
-    def check(self, client: str, jobs: Sequence[ValidJob]) -> None:
-        """429 (with Retry-After and the reason) unless every one of `jobs` may queue."""
         settings = self.settings
-        store = self.dispatcher.store
         n = len(jobs)
         what = "the job" if n == 1 else f"{n} jobs"
-        wait = self.rate.retry_after(client, now(), n, record=False)
+        per = settings.SUBMIT_RATE
+        wait = retry_after(gate.hits(), n, per, gate.at)
         if wait is not None:
-            per = self.rate.per_minute
             if n > per:
                 detail = f"{what} are more than the {per} submissions a minute one client may make"
             else:
                 detail = f"more than {per} submissions a minute from this client"
             raise _busy(detail, wait)
-        queued = store.count_queued()
+        queued, mine = gate.queued()
         if queued + n > settings.MAX_QUEUE:
             head = "the queue is full" if n == 1 else f"the queue cannot take {n} more jobs"
             raise _busy(
                 f"{head} ({settings.MAX_QUEUE} jobs at most); try again later", QUEUE_RETRY_S
             )
-        mine = store.count_queued(client=client)
         if mine + n > settings.MAX_QUEUE_PER_CLIENT:
             raise _busy(
                 f"this client has {mine} jobs queued; {what} would pass the "
@@ -134,10 +132,14 @@ class Admission:
                 QUEUE_RETRY_S,
             )
         unrunnable = sum(
-            1 for job in jobs if not self._runnable(dict(job_requirements(job.spec, job.devices)))
+            1 for job in jobs if not runnable(dict(job_requirements(job.spec, job.devices)))
         )
-        if unrunnable:
-            waiting = self._waiting_now()
+        if unrunnable:  # queued jobs no connected worker can run, and these
+            waiting = sum(
+                count
+                for requirements, count in gate.queued_requirements()
+                if not runnable(json.loads(requirements))
+            )
             if waiting + unrunnable > settings.MAX_WAITING:
                 raise _busy(
                     f"no connected worker can run {'it' if n == 1 else 'them'}, and "
@@ -147,8 +149,12 @@ class Admission:
                 )
 
     def queue(self, client: str, jobs: Sequence[ValidJob]) -> list[JobRow]:
-        """Queue `jobs` whole or not at all: `check`, count them against the client's rate,
-        and submit each. No `await` runs between the check and the last submission."""
-        self.check(client, jobs)
-        self.rate.retry_after(client, now(), len(jobs))
-        return [self.dispatcher.submit(job.spec, job.devices, client) for job in jobs]
+        """Queue `jobs` whole or not at all: in one transaction of the store, `check`,
+        count them against the client's rate, and submit each; then wake the workers."""
+        connected = [w.capabilities for w in self.dispatcher.recent_workers()]
+        with self.dispatcher.store.admitting(client) as gate:
+            self.check(gate, jobs, connected)
+            gate.count(len(jobs))
+            rows = self.dispatcher.submit(gate, [(job.spec, job.devices) for job in jobs])
+        self.dispatcher.queued()
+        return rows

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, FiniteFloat, model_validator
 
 from app.queue.job_files import with_files
 from app.queue.validation import JobRefused, ValidJob, validate_job
@@ -39,7 +39,7 @@ OPTIONS = "compiler_options"
 """The axis whose values are compiler options (objects of XLA options; {} for none)."""
 OBJECT_AXES = (SHAPE, OPTIONS)
 
-Scalar = int | float | str | bool
+Scalar = int | FiniteFloat | str | bool
 Value = Scalar | dict[str, Scalar]
 
 

@@ -9,6 +9,7 @@ so every error names its field without echoing the input. The job itself is chec
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, NoReturn
 
 from fastapi import HTTPException, Request
@@ -75,15 +76,22 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+MAX_DEPTH = 64
+"""How deeply arrays and objects may nest in a message read by `parse_strict_json`: no
+job, matrix or worker report comes near it, and a deeper one would only reach a
+recursion limit further on (in validation or serialization) as a 500."""
+
+
 def parse_strict_json(body: bytes) -> Any:
-    """`body` as JSON with NaN, Infinity, duplicate keys and integers of thousands of
-    digits refused (422 naming 'body')."""
+    """`body` as JSON with NaN, Infinity, duplicate keys, integers of thousands of digits,
+    nesting past `MAX_DEPTH` (422 naming 'body') and numbers too large for a float, such
+    as 1e999 (422 naming where they are, e.g. 'axis.values.0') refused."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         field_errors([("body", "not UTF-8 text")])
     try:
-        return json.loads(
+        data = json.loads(
             text,
             parse_constant=_reject_constant,
             object_pairs_hook=_no_duplicates,
@@ -94,7 +102,37 @@ def parse_strict_json(body: bytes) -> Any:
     except json.JSONDecodeError as exc:
         field_errors([("body", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")])
     except RecursionError:
-        field_errors([("body", "nested too deeply")])
+        field_errors([("body", _TOO_DEEP)])
+    _check_tree(data)
+    return data
+
+
+_TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep (at most {MAX_DEPTH})"
+_NOT_FINITE = "a number too large for a 64-bit float (JSON numbers here must be finite)"
+
+
+def _check_tree(data: Any) -> None:
+    """422 for nesting past `MAX_DEPTH`, or for a float json read as infinity (a literal
+    such as 1e999), naming its place as a dotted path."""
+    if isinstance(data, float) and not math.isfinite(data):
+        field_errors([("body", _NOT_FINITE)])
+    stack: list[tuple[Any, str, int]] = [(data, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            items: Any = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            field_errors([("body", _TOO_DEEP)])
+        for key, item in items:
+            if isinstance(item, float):
+                if not math.isfinite(item):
+                    field_errors([(f"{path}{clip(str(key), 40)}", _NOT_FINITE)])
+            elif isinstance(item, dict | list):
+                stack.append((item, f"{path}{clip(str(key), 40)}.", depth + 1))
 
 
 def validate_submission(data: Any, store: Store, max_job_bytes: int) -> ValidJob:

@@ -29,7 +29,7 @@ from app.routes.schemas import (
     WorkloadsPublic,
     inline_schema,
 )
-from app.store import JobRow, now
+from app.store import JobRow
 from workers.catalog import catalog_listing
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
 
@@ -213,7 +213,6 @@ async def list_workloads() -> JSONResponse:
 )
 async def list_workers(dispatcher: DispatcherDep) -> JSONResponse:
     """Workers heard from recently, with their capabilities and current job."""
-    at = now()
     data = []
     for w in dispatcher.connected_workers():
         caps = w.capabilities
@@ -232,9 +231,9 @@ async def list_workers(dispatcher: DispatcherDep) -> JSONResponse:
             hostname=caps.hostname,
             registered_at=iso(w.registered_at),
             last_heartbeat=iso(w.last_seen),
-            last_heartbeat_age_s=round(max(0.0, at - w.last_seen), 3),
+            last_heartbeat_age_s=round(w.age_s, 3),
             current_job=w.current_job,
-            polling=w.polling > 0,
+            polling=w.polling,
         )
         data.append(item.model_dump(mode="json"))
     return JSONResponse({"data": data, "count": len(data)})

@@ -30,15 +30,16 @@ from app.queue.submission import (
     read_capped_body,
     validate_submission,
 )
-from app.queue.uploads import KINDS, UploadError, describe
+from app.queue.uploads import UploadError, check_upload, keep_together, keep_upload
 from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
-from app.store import JobRow, now
+from app.store import JobRow
 from app.store.files import FileWouldGo
+from app.store.url import parse_db
 from app.web.multipart import FormPolicy, FormRefused, read_form
 from app.web.spool import OverCap, Spooled, spool_body, spool_folder
 from workers.catalog.exported import JAX_PLATFORM, SHA256
@@ -72,24 +73,20 @@ UPLOAD_BODY = {
 
 
 def _store_upload(dispatcher: Dispatcher, kind: str, spooled: Spooled, settings: Settings) -> str:
-    """Check and keep a spooled upload, read from disk in chunks; UploadError when it is
-    unusable, FileWouldGo when retention would remove it at once."""
-    if not spooled.size:
-        raise UploadError("the file is empty")
-    with open(spooled.path, "rb") as source:
-        describe(kind, source)
-    store = dispatcher.store
-    if store.file_info(spooled.sha256) is not None:  # the same bytes again: kept once
-        store.touch_files([spooled.sha256], now())
-        return spooled.sha256
-    sha = store.put_file(spooled.chunks(), KINDS[kind], files_max_bytes=settings.FILES_MAX_BYTES)
+    """Check and keep one spooled upload: UploadError when it is unusable, FileWouldGo
+    when retention would remove it at once."""
+    check_upload(kind, spooled)
+    sha = keep_upload(dispatcher.store, kind, spooled, settings.FILES_MAX_BYTES)
     dispatcher.prune()  # the files' cap holds after every upload, not only every interval
     return sha
 
 
 def _spool(settings: Settings) -> Path:
-    """Where uploads are spooled: beside the database, on the disk that keeps them."""
-    return spool_folder(settings.DB.parent)
+    """Where uploads are spooled: beside a SQLite database, on the disk that keeps them;
+    with PostgreSQL (no database file here), beside the compilation cache."""
+    database = parse_db(settings.DB)
+    local = Path(database.target).parent if database.kind == "sqlite" else None
+    return spool_folder(local or Path(settings.CACHE_DIR).parent)
 
 
 CLOSE = {"Connection": "close"}
@@ -220,23 +217,29 @@ async def upload_from_page(
         shown = exc.field if exc.field in (*UPLOAD_FIELDS, "token") else "general"
         errors[shown] = exc.message if shown != "general" else f"{exc.field}: {exc.message}"
         return again(exc.status, CLOSE)
+    parts = {name: part for name in UPLOAD_FIELDS if (part := form.files.get(name)) is not None}
     stored: dict[str, str] = {}
     status = 422
     try:
-        for name, kind in UPLOAD_FIELDS.items():
-            part = form.files.get(name)
-            if part is None:
-                if name == "artifact":
-                    errors[name] = "choose a .jaxexport file (made by boundary export-fn)"
-                continue
+        if "artifact" not in parts:
+            errors["artifact"] = "choose a .jaxexport file (made by boundary export-fn)"
+        for name, part in parts.items():  # every file checked before any is kept
             try:
-                stored[name] = await asyncio.to_thread(
-                    _store_upload, dispatcher, kind, part, settings
-                )
+                await asyncio.to_thread(check_upload, UPLOAD_FIELDS[name], part)
             except UploadError as exc:
                 errors[name] = str(exc)
+        if not errors:
+            try:
+                kinds = {name: (UPLOAD_FIELDS[name], part) for name, part in parts.items()}
+                stored = await asyncio.to_thread(
+                    keep_together,
+                    dispatcher.store,
+                    dispatcher.prune,
+                    kinds,
+                    settings.FILES_MAX_BYTES,
+                )
             except FileWouldGo as exc:
-                errors[name] = str(exc)
+                errors["general"] = str(exc)
                 status = 507
     finally:
         form.discard()

@@ -83,7 +83,7 @@ def render(
 def connected_paths(dispatcher: Dispatcher) -> list[str]:
     """The paths some connected worker offers, in the order they were first seen."""
     paths: list[str] = []
-    for w in dispatcher.connected_workers():
+    for w in dispatcher.recent_workers():
         for p in w.capabilities.paths:
             if p.value not in paths:
                 paths.append(p.value)

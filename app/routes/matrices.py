@@ -29,7 +29,6 @@ from app.routes.forms import FormValueError, sample_count, typed_value
 from app.routes.routing import reads
 from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, inline_schema
 from app.settings import Settings
-from app.store import now
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
@@ -67,7 +66,7 @@ def create_matrix(spec: MatrixSpec, admission: Admission, settings: Settings, cl
         for cell in cells
     ]
     matrix_id = secrets.token_hex(8)
-    dispatcher.store.insert_matrix(matrix_id, spec.model_dump(mode="json"), stored, now())
+    dispatcher.store.insert_matrix(matrix_id, spec.model_dump(mode="json"), stored)
     return matrix_id
 
 

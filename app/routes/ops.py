@@ -5,25 +5,28 @@ The exposition format is simple enough to write by hand, which spares a dependen
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app.deps import DispatcherDep
-from app.store import now
 from workers.protocol import JobStatus
 
 router = APIRouter(tags=["operations"])
 
 QUANTILES = (0.5, 0.9, 0.99)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+READY_TIMEOUT_S = 2.0
 
 
 @router.api_route("/readyz", methods=["GET", "HEAD"], include_in_schema=False)
 async def readyz(dispatcher: DispatcherDep) -> JSONResponse:
-    """200 when the job store answers a query, 503 otherwise."""
-    if dispatcher.store.ping():
+    """200 when the job store answers a query within READY_TIMEOUT_S, 503 otherwise (on
+    PostgreSQL: while the database is unreachable). Asked off the event loop, so a stalled
+    database does not hold up the other requests meanwhile."""
+    if await asyncio.to_thread(dispatcher.store.ping, READY_TIMEOUT_S):
         return JSONResponse({"status": "ready"})
     return JSONResponse({"status": "store unreachable"}, status_code=503)
 
@@ -99,9 +102,8 @@ async def metrics(dispatcher: DispatcherDep) -> PlainTextResponse:
 
     age = "boundary_worker_last_heartbeat_age_seconds"
     out.metric(age, "gauge", "Seconds since each connected worker was last heard from.")
-    at = now()
     for w in workers:
-        out.sample(age, round(max(0.0, at - w.last_seen), 3), worker=w.id)
+        out.sample(age, round(w.age_s, 3), worker=w.id)
 
     out.metric("boundary_event_subscribers", "gauge", "Open job event streams.")
     out.sample("boundary_event_subscribers", dispatcher.hub.subscriber_count())

@@ -123,7 +123,7 @@ def _form_context(
 ) -> dict[str, Any]:
     workload = WORKLOADS[form.workload]
     connected = connected_paths(dispatcher)
-    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    workers = [w.capabilities for w in dispatcher.recent_workers()]
     options = target_options(form.workload, form.path, workers)
     chosen = next((o for o in options if o.id == form.target), None)
     compiler = PATH_COMPILER.get(form.path)
@@ -144,7 +144,7 @@ def _form_context(
         "offered": [
             f"{p} (compile only)"
             if p == PathId.CUDA.value
-            and not any(w.capabilities.cuda_run for w in dispatcher.connected_workers())
+            and not any(w.capabilities.cuda_run for w in dispatcher.recent_workers())
             else p
             for p in connected
         ],
@@ -175,7 +175,7 @@ async def new_run(
     """
     if workload not in WORKLOADS:
         workload = "matmul"
-    workers = [w.capabilities for w in dispatcher.connected_workers()]
+    workers = [w.capabilities for w in dispatcher.recent_workers()]
     picked = shown_path is not None  # the user chose this path in the form itself
     choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)
     form = FormState(workload=workload, path=choice.path, stages=choice.stages)

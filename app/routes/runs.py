@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
+import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -29,7 +30,6 @@ from app.routes.errors import MissingPart
 from app.routes.routing import Endpoint, reads
 from app.routes.run_form import FORM_MAX_BYTES
 from app.state import AppState
-from app.store import now
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
@@ -74,10 +74,19 @@ async def run_profile(job_id: str, state: StateDep, dispatcher: DispatcherDep) -
     return profile_response(dispatcher.store, job_id, False, state.settings.PROFILE_MAX_BYTES)
 
 
+TRACE_READERS = anyio.CapacityLimiter(2)
+"""How many stored traces are unpacked (and rewritten for the viewer) at once, each in a
+worker thread: a few requests for a large trace take two threads' memory, not forty."""
+
+
 @router.api_route("/runs/{job_id}/profile/perfetto.json.gz", methods=["GET", "HEAD"])
 async def run_profile_perfetto(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
     """The trace's Chrome-format .json.gz alone, which ui.perfetto.dev opens directly."""
-    return profile_response(dispatcher.store, job_id, True, state.settings.PROFILE_MAX_BYTES)
+    max_bytes = state.settings.PROFILE_MAX_BYTES
+    return await anyio.to_thread.run_sync(  # unpacks the archive
+        lambda: profile_response(dispatcher.store, job_id, True, max_bytes),
+        limiter=TRACE_READERS,
+    )
 
 
 @page_route("/runs/{job_id}/profile/timeline")
@@ -100,9 +109,13 @@ async def run_timeline(job_id: str, state: StateDep, dispatcher: DispatcherDep) 
 async def run_timeline_trace(job_id: str, state: StateDep, dispatcher: DispatcherDep) -> Response:
     """The trace as the timeline viewer reads it (Chrome JSON, sent gzip-encoded); the
     download at /profile/perfetto.json.gz is the profiler's file unchanged."""
-    stored = chrome_trace(dispatcher.store, job_id, state.settings.PROFILE_MAX_BYTES)
+    max_bytes = state.settings.PROFILE_MAX_BYTES
+
+    def convert() -> bytes:  # unpacks, inflates, parses and packs again: seconds, not on the loop
+        return viewer_trace(chrome_trace(dispatcher.store, job_id, max_bytes))
+
     try:
-        data = viewer_trace(stored)
+        data = await anyio.to_thread.run_sync(convert, limiter=TRACE_READERS)
     except TraceTooLarge as exc:
         raise HTTPException(status_code=413, detail=f"{exc}; download it instead") from None
     except ValueError as exc:
@@ -314,13 +327,12 @@ async def runs_page(
 @page_route("/workers")
 async def workers_page(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """Connected workers: capabilities, last heartbeat, current job."""
-    at = now()
     workers = [
         {
             "id": w.id,
             "name": w.name,
             "caps": w.capabilities,
-            "seen_s": at - w.last_seen,
+            "seen_s": w.age_s,
             "job": w.current_job,
         }
         for w in dispatcher.connected_workers()

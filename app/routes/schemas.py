@@ -237,6 +237,10 @@ class Failure(WorkerMessage):
     stderr_tail: str | None = Field(default=None, max_length=64_000)
 
 
+MAX_RUN_SECONDS = 86_400.0
+"""The longest whole-job time a worker may report: a day, far beyond any job's timeout."""
+
+
 class ResultReport(WorkerMessage):
     """Exactly one of `result` and `failure`."""
 
@@ -246,7 +250,12 @@ class ResultReport(WorkerMessage):
     attempt: int = Field(default=0, description="Ignored: the server counts attempts.")
     result: RunResult | None = None
     failure: Failure | None = None
-    run_seconds: float | None = None
+    run_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RUN_SECONDS,
+        description="The runner's wall time for the whole job, in seconds (at most a day).",
+    )
 
 
 class ReleaseRequest(WorkerMessage):

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
-from app.dispatch.results import lease_problems, prepare
+from app.dispatch.results import Prepared, lease_problems, prepare
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
     HeartbeatRequest,
@@ -37,6 +37,7 @@ from app.routes.schemas import (
     WorkerRegister,
     inline_schema,
 )
+from app.store.profiles import screen_profile
 from app.web.bodylimit import WORKER_BODY_BYTES, Caps
 from app.web.tokens import bearer_of, token_matches
 from workers.catalog import CATALOG_VERSION
@@ -218,8 +219,6 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
     message = await _message(request, LeaseRequest)
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
-    if dispatcher.worker_or_none(message.worker_id) is None:
-        raise _unknown_worker(message.worker_id)
     # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
     # so that a departed worker is never handed a job and the server can shut down.
     leasing = asyncio.create_task(dispatcher.lease(message.worker_id, wait_s))
@@ -232,7 +231,10 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
         with contextlib.suppress(asyncio.CancelledError):
             await leasing
         return Response(status_code=204)
-    grant = leasing.result()
+    try:
+        grant = leasing.result()
+    except UnknownWorker:
+        raise _unknown_worker(message.worker_id) from None
     if grant is None:
         return Response(status_code=204)
     if gone:  # a job came just as the worker left: give it straight back
@@ -303,8 +305,8 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
 
     A run is the server's to judge: it is refused (422 naming the field) unless it is the
     job its lease carries, and stored only as the result gate returns it. Parsing,
-    gating, capping and explaining run off the event loop: a large result does not stall
-    other requests."""
+    gating, capping, explaining and measuring how far a trace inflates run off the event
+    loop: a large result does not stall other requests."""
     body = await read_capped_body(request, Caps.from_settings(settings).result)
     message = await run_in_threadpool(_parsed, body, ResultReport)
     if (message.result is None) == (message.failure is None):
@@ -328,18 +330,27 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
         problems = lease_problems(job.spec, posted)
         if problems:
             field_errors(list(problems))
-    prepared = await run_in_threadpool(
-        lambda: prepare(
+
+    def gated() -> Prepared:
+        prepared = prepare(
             posted,
             artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
             inline_bytes=settings.INLINE_ARTIFACT_BYTES,
             pipeline_max_bytes=settings.PIPELINE_MAX_BYTES,
         )
-    )
+        prepared.run = screen_profile(prepared.run)  # inflates the trace, bounded
+        return prepared
+
+    prepared = await run_in_threadpool(gated)
     return _answer(
         message.worker_id,
         lambda: dispatcher.complete(
-            message.worker_id, message.job_id, message.lease_id, prepared, message.run_seconds
+            message.worker_id,
+            message.job_id,
+            message.lease_id,
+            prepared,
+            message.run_seconds,
+            read=job,
         ),
     )
 
@@ -351,7 +362,8 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
 )
 async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
     """A stored file (an exported function or an .npz) a job names by its SHA-256,
-    streamed chunk by chunk (it is never held whole in the server's memory)."""
+    streamed chunk by chunk from the store, whichever replica it was uploaded to (it
+    is never held whole in the server's memory)."""
     store = dispatcher.store
     info = store.file_info(sha256) if len(sha256) == 64 else None
     chunks = store.file_chunks(sha256) if info is not None else None

@@ -1,104 +1,123 @@
-"""The job store: one SQLite file in WAL mode holding jobs, their state changes, runs,
-full artifact text and workers.
+"""The job store: jobs, their state changes, runs, full artifact text, workers, files,
+matrices and admission counts, on one of two backends.
 
-Concurrency: one connection, opened with `check_same_thread=False` and guarded by a
-lock; every method is a short synchronous transaction called straight from the event
-loop. Each statement touches a handful of indexed rows in a local file (tens of
-microseconds; a result with large IR text a few milliseconds), which costs less than a
-hop to a thread pool and keeps the order of state changes exactly the order in which
-the dispatcher decided them: the dispatcher reads and writes without an `await` in
-between, so with uvicorn's single event loop no two requests interleave inside a
-decision. The lock makes the store safe to call from other threads too (tests, tools).
+- SQLite (the embedded default, `BOUNDARY_DB` a file path): one file in WAL mode, one
+  server (app.store.sqlite).
+- PostgreSQL (`BOUNDARY_DB=postgresql://…`): the shared store of several replicas
+  (app.store.postgres), with LISTEN/NOTIFY between them (app.store.channel).
 
-Durability: WAL with `synchronous=NORMAL` survives a crash of the process (what a
-server restart is); only a power failure can lose the last transactions.
+The API is synchronous on both: every method is a short transaction or one statement,
+called straight from the event loop; on PostgreSQL every wait is bounded (see
+app.store.postgres). Each state change is one conditional statement (app.store.jobs), so
+it holds with several writers as with one. SQL is written once per concern with the
+few tokens that differ (app.store.dialect); a statement that differs as a whole sits in
+its concern's module as one entry per dialect.
 
-The schema is versioned by `PRAGMA user_version` and the ordered list `MIGRATIONS`:
-a database at version v gets migrations v+1.. applied, each in its own transaction.
+The schema is versioned (app.store.migrations): opening a store brings the database up
+to this server's version, under a lock, and refuses a newer one.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from app.store.base import DEFAULT_RETAIN_RUNS, StoreBase, now
-from app.store.files import Files
-from app.store.jobs import Jobs
+from app.store.channel import Channel, News
+from app.store.dialect import Backend
+from app.store.files import Files, StoredFile
+from app.store.jobs import Jobs, NewJob
+from app.store.limits import Gate, Limits
 from app.store.matrices import Matrices
+from app.store.migrations import SCHEMA_VERSION, SchemaTooNew, migrate, schema_version
+from app.store.reaping import Expired, Reaping
+from app.store.registry import Registry
 from app.store.retention import Pruned, Retention
 from app.store.runs import Runs
-from app.store.schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    JobRow,
-    NewRun,
-    RunRow,
-    WorkerRow,
-)
+from app.store.schema import JobRow, NewRun, RunRow, WorkerRow
+from app.store.sqlite import SQLiteBackend
+from app.store.url import BadDatabaseSetting, Database, Timeouts, parse_db
 
-WAL_LIMIT_BYTES = 4 * 1024 * 1024
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be opened (unreachable, refused the login, unwritable)."""
+
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BadDatabaseSetting",
+    "Channel",
+    "Database",
+    "Expired",
+    "Gate",
     "JobRow",
+    "NewJob",
     "NewRun",
+    "News",
     "Pruned",
     "RunRow",
+    "SchemaTooNew",
     "Store",
     "StoreBase",
+    "StoreUnavailable",
+    "StoredFile",
+    "Timeouts",
     "WorkerRow",
     "now",
+    "parse_db",
 ]
 
 
-class Store(Jobs, Runs, Retention, Files, Matrices):
-    """The SQLite job store: every part's queries over one connection (see
-    app.store.base). Create with `Store.open(path)`; close when done."""
+class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Limits):
+    """Every part's queries over one backend. Create with `Store.open(db)`; close when
+    done."""
 
     @classmethod
-    def open(cls, path: Path, retain_runs: int = DEFAULT_RETAIN_RUNS) -> Store:
-        """Open (creating if needed) the database at `path` and bring its schema up to date."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=5.0)
-        db.row_factory = sqlite3.Row
-        # Only a new file takes this (before its first table): freed pages then go back
-        # to the file system when retention prunes (app.store.retention).
-        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        db.execute("PRAGMA journal_mode=WAL")
-        # After a checkpoint the WAL file is cut back to this, so one large write does
-        # not leave it large for good.
-        db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        store = cls(db, retain_runs)
-        store._migrate()
-        return store
+    def open(
+        cls,
+        db: str | Path,
+        retain_runs: int = DEFAULT_RETAIN_RUNS,
+        *,
+        timeouts: Timeouts | None = None,
+        pool_size: int = 4,
+        synchronous_commit: bool = False,
+    ) -> Store:
+        """Open the database `db` names (a SQLite path, created if needed, or a
+        postgresql:// URL) and bring its schema up to date. BadDatabaseSetting for
+        anything else, SchemaTooNew for a database a newer server migrated,
+        StoreUnavailable (naming the database, never its password) when it did not open."""
+        database = parse_db(str(db))
+        backend: Backend
+        if database.kind == "sqlite":
+            backend = SQLiteBackend(Path(database.target))
+        else:
+            from app.store.postgres import PostgresBackend  # psycopg only when it is used
+
+            backend = PostgresBackend(
+                database.target,
+                database.shown,
+                timeouts=timeouts,
+                pool_size=pool_size,
+                synchronous_commit=synchronous_commit,
+            )
+        try:
+            migrate(backend)
+        except Exception as error:
+            backend.close()  # refused (a newer schema, an unreachable server): leave nothing
+            if isinstance(error, SchemaTooNew):
+                raise
+            raise StoreUnavailable(f"the store at {backend.where} did not open: {error}") from error
+        return cls(backend, retain_runs)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _migrate(self) -> None:
-        with self._lock:
-            version: int = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"the database schema is version {version}, newer than this server's "
-                f"{SCHEMA_VERSION}: upgrade the server"
-            )
-        for number in range(version, SCHEMA_VERSION):
-            with self._tx() as db:
-                MIGRATIONS[number](db)
-                db.execute(f"PRAGMA user_version = {number + 1}")
+        self.backend.close()
 
     def schema_version(self) -> int:
-        return int(self._read("PRAGMA user_version")[0][0])
+        return schema_version(self.backend)
 
-    def ping(self) -> bool:
-        """True when the database answers a query."""
-        try:
-            self._read("SELECT 1")
-        except sqlite3.Error:
-            return False
-        return True
+    def ping(self, timeout_s: float = 2.0) -> bool:
+        """True when the database answers a query within `timeout_s`."""
+        return self.backend.ping(timeout_s)
+
+    def channel(self) -> Channel:
+        """A new end of the news between replicas, over this store's database."""
+        return Channel(self.backend, self.origin)

@@ -1,18 +1,25 @@
-"""Content-addressed files in the job store, kept in chunks: each distinct byte string is
-kept once, and no file is ever held whole in memory to store or to read it.
+"""Content-addressed files in the job store, kept in chunks on both backends: each
+distinct byte string is kept once, and no file is ever held whole in memory to store or
+to read it.
 
-A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
+A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
+
+Why chunks: a file stored as one value costs about four times its size in the replica
+and in the database server while it is written or read (measured for PostgreSQL's bytea:
+256 MiB for a 64 MiB file); as 1 MiB chunks, one chunk each way. Being in the database,
+a file uploaded through one replica is served by any other.
 
 The file API, the same whatever database holds the chunks:
 
 - `put_file(chunks, media_type)`: store a file from an iterable of byte strings (any
   sizes); its SHA-256 is computed on the way and returned. The chunks are written in
-  short transactions of their own (other requests go on meanwhile) under a blob id, and
-  the file appears under its SHA-256 only in the last one, so no reader sees half a
-  file. Storing the same bytes again keeps the first copy.
+  short statements of their own (other requests go on meanwhile) under a blob id, and
+  the file appears under its SHA-256 only in the last transaction, so no reader sees
+  half a file. Storing the same bytes again (even through two replicas at once) keeps
+  one copy and drops the other's chunks.
 - `file_info(sha)`: its media type and size, or None.
 - `file_chunks(sha)`: its bytes as an iterator of chunks of CHUNK_BYTES (the last one
-  shorter), or None; each chunk is one short read.
+  shorter), or None; each chunk is one short read, no transaction stays open.
 - `open_file(sha)`: a seekable binary reader over the chunks (for zipfile, tarfile and
   header readers), or None.
 
@@ -26,19 +33,17 @@ from __future__ import annotations
 
 import hashlib
 import io
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from app.store.base import StoreBase
 from app.store.retention import STALE_BLOB_S, needed_bytes
-from app.store.schema import FILE_CHUNK_BYTES
 
 __all__ = ["CHUNK_BYTES", "STALE_BLOB_S", "ChunkReader", "FileWouldGo", "Files", "StoredFile"]
 
-CHUNK_BYTES = FILE_CHUNK_BYTES
-"""The size of every stored chunk but a file's last."""
+CHUNK_BYTES = 1024 * 1024
+"""The size of every stored chunk but a file's last (migration 5 cuts old files so)."""
 
 
 @dataclass(frozen=True)
@@ -64,27 +69,34 @@ class Files(StoreBase):
         media_type: str,
         *,
         files_max_bytes: int | None = None,
+        together: int = 0,
     ) -> str:
         """Keep the bytes `chunks` yields (once, whatever the number of callers); their
         SHA-256. With `files_max_bytes`, FileWouldGo (nothing kept) when the files that
-        queued and running jobs need leave no room for this one under that cap."""
+        queued and running jobs need leave no room for this one under that cap, and for
+        `together` bytes of files stored with it (an upload form's others): least
+        recently used files make room for the newest, so files that fit together stay."""
         pieces: Iterable[bytes] = [chunks] if isinstance(chunks, bytes) else chunks
-        with self._tx() as db:
-            blob = db.execute(
-                "INSERT INTO file_blobs (started_at) VALUES (?)", (time.time(),)
-            ).lastrowid
-        assert blob is not None
+        blob = int(
+            self._read("INSERT INTO file_blobs (started_at) VALUES ({NOW}) RETURNING id")[0][0]
+        )
         try:
             digest, size = self._write_chunks(blob, pieces)
-            with self._tx() as db:
-                at = time.time()
-                if db.execute(
-                    "UPDATE files SET used_at = ? WHERE sha256 = ?", (at, digest)
-                ).rowcount:
-                    db.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))
-                    return digest
-                if files_max_bytes is not None:
-                    needed = needed_bytes(db)
+            with self._tx() as tx:
+                touched = tx.execute(
+                    self._sql("UPDATE files SET used_at = {NOW} WHERE sha256 = ? RETURNING blob"),
+                    (digest,),
+                )
+                if not touched and files_max_bytes is not None:
+                    needed = needed_bytes(tx)
+                    if together and needed + size + together > files_max_bytes:
+                        raise FileWouldGo(
+                            f"the form's files come to {size + together:,} bytes together, "
+                            f"and the server's limit for files is {files_max_bytes:,} bytes "
+                            f"({needed:,} of them held by files that queued and running jobs "
+                            "need): storing the last would remove the first. Send smaller "
+                            "files, or ask the operator to raise BOUNDARY_FILES_MAX_BYTES"
+                        )
                     if needed + size > files_max_bytes:
                         raise FileWouldGo(
                             f"the server keeps {needed:,} bytes of files that queued and "
@@ -92,57 +104,56 @@ class Files(StoreBase):
                             f"this file of {size:,} bytes would be removed at once: try "
                             "again when they have run"
                         )
-                db.execute(
-                    "INSERT INTO files (sha256, blob, media_type, size, created_at, used_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (digest, blob, media_type, size, at, at),
+                # Another replica may name the same bytes between the UPDATE and here:
+                # the first name stays, and this upload's blob goes.
+                kept = touched or tx.execute(
+                    self._sql(
+                        "INSERT INTO files (sha256, blob, media_type, size, created_at, used_at) "
+                        "VALUES (?, ?, ?, ?, {NOW}, {NOW}) ON CONFLICT (sha256) "
+                        "DO UPDATE SET used_at = excluded.used_at RETURNING blob"
+                    ),
+                    (digest, blob, media_type, size),
                 )
+                if int(kept[0][0]) != blob:
+                    tx.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))  # and its chunks
         except BaseException:
-            with self._tx() as db:
-                db.execute("DELETE FROM file_blobs WHERE id = ?", (blob,))
+            self._read("DELETE FROM file_blobs WHERE id = ?", (blob,))
             raise
         return digest
 
     def _write_chunks(self, blob: int, pieces: Iterable[bytes]) -> tuple[str, int]:
         """Write `pieces` as chunks of CHUNK_BYTES under `blob`; (sha256, size)."""
+        insert = self._sql("INSERT INTO file_chunks (blob, seq, data) VALUES (?, ?, ?)")
         digest = hashlib.sha256()
-        size = 0
-        seq = 0
+        size = seq = 0
         pending = bytearray()
-
-        def flush(data: bytes) -> None:
-            nonlocal seq
-            with self._tx() as db:
-                db.execute(
-                    "INSERT INTO file_chunks (blob, seq, data) VALUES (?, ?, ?)",
-                    (blob, seq, data),
-                )
-            seq += 1
-
         for piece in pieces:
             digest.update(piece)
             size += len(piece)
             pending += piece
             while len(pending) >= CHUNK_BYTES:
-                flush(bytes(pending[:CHUNK_BYTES]))
+                self.backend.execute(insert, (blob, seq, bytes(pending[:CHUNK_BYTES])))
                 del pending[:CHUNK_BYTES]
+                seq += 1
         if pending or seq == 0:
-            flush(bytes(pending))
+            self.backend.execute(insert, (blob, seq, bytes(pending)))
         return digest.hexdigest(), size
 
     def file_info(self, sha256: str) -> StoredFile | None:
         rows = self._read("SELECT sha256, media_type, size FROM files WHERE sha256 = ?", (sha256,))
-        return StoredFile(rows[0][0], rows[0][1], rows[0][2]) if rows else None
+        return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
     def _blob_of(self, sha256: str) -> tuple[int, int] | None:
         rows = self._read("SELECT blob, size FROM files WHERE sha256 = ?", (sha256,))
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def _chunk(self, blob: int, seq: int) -> bytes:
-        rows = self._read("SELECT data FROM file_chunks WHERE blob = ? AND seq = ?", (blob, seq))
-        if not rows:
+        data = self.backend.read_bytes(
+            self._sql("SELECT data FROM file_chunks WHERE blob = ? AND seq = ?"), (blob, seq)
+        )
+        if data is None:
             raise FileNotFoundError(f"stored file chunk {seq} is gone (the file was removed)")
-        return bytes(rows[0][0])
+        return data
 
     def file_chunks(self, sha256: str) -> Iterator[bytes] | None:
         """The file's bytes, chunk by chunk; None when there is no such file. A file
@@ -171,11 +182,11 @@ class Files(StoreBase):
 
     def attach_file(self, job_id: str, name: str, sha256: str) -> None:
         """Name a stored file on a job (replacing an earlier file of that name)."""
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO job_files (job_id, name, sha256) VALUES (?, ?, ?)",
-                (job_id, name, sha256),
-            )
+        self._read(
+            "INSERT INTO job_files (job_id, name, sha256) VALUES (?, ?, ?) "
+            "ON CONFLICT (job_id, name) DO UPDATE SET sha256 = excluded.sha256",
+            (job_id, name, sha256),
+        )
 
     def job_file(self, job_id: str, name: str) -> StoredFile | None:
         rows = self._read(
@@ -183,7 +194,7 @@ class Files(StoreBase):
             "JOIN files f ON f.sha256 = j.sha256 WHERE j.job_id = ? AND j.name = ?",
             (job_id, name),
         )
-        return StoredFile(rows[0][0], rows[0][1], rows[0][2]) if rows else None
+        return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
     def job_files(self, job_id: str) -> Iterator[tuple[str, str, int]]:
         """(name, sha256, size) of every file attached to a job."""
@@ -192,7 +203,7 @@ class Files(StoreBase):
             "ON f.sha256 = j.sha256 WHERE j.job_id = ? ORDER BY j.name",
             (job_id,),
         )
-        return iter([(r[0], r[1], r[2]) for r in rows])
+        return iter([(r[0], r[1], int(r[2])) for r in rows])
 
 
 class ChunkReader(io.RawIOBase):

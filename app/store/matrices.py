@@ -37,14 +37,13 @@ class Matrices(StoreBase):
         matrix_id: str,
         spec: dict[str, Any],
         cells: Sequence[CellRow],
-        now: float,
     ) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO matrices (id, spec, created_at) VALUES (?, ?, ?)",
-                (matrix_id, json.dumps(spec), now),
+        with self._tx() as tx:
+            tx.execute(
+                self._sql("INSERT INTO matrices (id, spec, created_at) VALUES (?, ?, {NOW})"),
+                (matrix_id, json.dumps(spec)),
             )
-            db.executemany(
+            tx.executemany(
                 "INSERT INTO matrix_cells (matrix_id, row, col, job_id, reason) "
                 "VALUES (?, ?, ?, ?, ?)",
                 [(matrix_id, c.row, c.col, c.job_id, c.reason) for c in cells],
@@ -54,7 +53,7 @@ class Matrices(StoreBase):
         rows = self._read("SELECT id, spec, created_at FROM matrices WHERE id = ?", (matrix_id,))
         if not rows:
             return None
-        return MatrixRow(rows[0][0], json.loads(rows[0][1]), rows[0][2])
+        return MatrixRow(rows[0][0], json.loads(rows[0][1]), float(rows[0][2]))
 
     def matrix_cells(self, matrix_id: str) -> list[CellRow]:
         rows = self._read(
@@ -62,10 +61,10 @@ class Matrices(StoreBase):
             "ORDER BY row, col",
             (matrix_id,),
         )
-        return [CellRow(r[0], r[1], r[2], r[3]) for r in rows]
+        return [CellRow(int(r[0]), int(r[1]), r[2], r[3]) for r in rows]
 
     def list_matrices(self, limit: int = 50) -> list[MatrixRow]:
         rows = self._read(
             "SELECT id, spec, created_at FROM matrices ORDER BY created_at DESC LIMIT ?", (limit,)
         )
-        return [MatrixRow(r[0], json.loads(r[1]), r[2]) for r in rows]
+        return [MatrixRow(r[0], json.loads(r[1]), float(r[2])) for r in rows]

@@ -1,67 +1,128 @@
-"""The job store's runs, their artifacts and the workers.
+"""The job store's runs and their artifacts: a run in (its job done, exactly once), runs
+and artifacts out.
 
-A part of `app.store.Store`, on the connection of `app.store.base.StoreBase`.
+A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from app.store.base import StoreBase
-from app.store.jobs import end_in_tx
-from app.store.schema import NewRun, RunRow, WorkerRow
+from app.store.channel import CHANNEL, News, encode
+from app.store.jobs import CLEAR_WORKER, event_in
+from app.store.schema import NewRun, RunRow
 from workers.protocol import JobStatus
+
+# Exactly once: only the holder of the job's current lease moves it from running to done;
+# a second finish, or one on a lease that ended, matches no row and stores nothing.
+_DONE = (
+    "UPDATE jobs SET status = 'done', reason = NULL, stderr_tail = NULL, lease_owner = NULL, "
+    "lease_deadline = NULL, lease_id = NULL, updated_at = {NOW} "
+    "WHERE id = ? AND status = 'running' AND lease_id = ? AND lease_owner = ?"
+)
+_RUN_COLUMNS = (
+    "job_id, attempt, worker_id, result, truncated, valid, trace_s, lower_s, compile_s, run_s, "
+    "created_at"
+)
+_INSERT_RUN = f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {{NOW}}) "
+_ARTIFACT = "INSERT INTO artifacts (run_id, name, text, truncated) VALUES (?, ?, ?, ?)"
+# Keep the newest `retain_runs` runs; artifacts go with them (ON DELETE CASCADE). Rows
+# another finisher is deleting are skipped, never waited for.
+_TRIM = (
+    "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE id <= "
+    "(SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?){SKIP_LOCKED})"
+)
+FINISH_ONE = {
+    # PostgreSQL stores the run, its artifacts, the worker's row and the event, keeps the
+    # newest runs and tells the other replicas, in the statement that ends the job (one
+    # round trip). Its parts see the tables as the statement began, without the new run,
+    # so its trim is given retain_runs - 1. SQLite runs the steps in a transaction, then
+    # _TRIM (and has no other replica to tell).
+    "postgresql": (
+        f"WITH done AS ({_DONE} RETURNING id, attempts, worker_id), "
+        f"run AS (INSERT INTO runs ({_RUN_COLUMNS}) SELECT id, attempts, worker_id, "
+        "?, ?, ?, ?, ?, ?, ?, {NOW} FROM done RETURNING id, attempt), "
+        "a AS (INSERT INTO artifacts (run_id, name, text, truncated) SELECT run.id, x.name, "
+        "x.text, x.cut FROM run, unnest(?::text[], ?::text[], ?::int[]) AS x (name, text, cut)), "
+        "w AS (UPDATE workers SET current_job = NULL FROM done "
+        "WHERE workers.id = done.worker_id AND workers.current_job = done.id), "
+        "e AS (INSERT INTO job_events (job_id, status, at, detail) "
+        "SELECT id, 'done', {NOW}, 'done' FROM done), "
+        "t AS (DELETE FROM runs WHERE EXISTS (SELECT 1 FROM done) AND id IN (SELECT id "
+        "FROM runs WHERE id <= (SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?) "
+        "FOR UPDATE SKIP LOCKED)) "
+        f"SELECT attempt, pg_notify('{CHANNEL}', ?) FROM run"
+    )
+}
 
 
 class Runs(StoreBase):
-    """finish_job (a run in, its job done), runs and artifacts out, and the workers."""
+    """finish_job (a run in, its job done) and runs and artifacts out."""
 
-    def finish_job(
-        self, job_id: str, attempt: int, worker_id: str, run: NewRun, now: float
-    ) -> bool:
-        """Store a run and mark its job done, in one transaction; False if already final."""
-        with self._tx() as db:
-            if not end_in_tx(
-                db,
+    def finish_job(self, job_id: str, lease_id: str, worker_id: str, run: NewRun) -> int | None:
+        """Store a run and mark its job done, while `lease_id` held by `worker_id` is its
+        current lease; the attempt (the server's count), or None when that lease ended.
+        Other replicas hear that the job is done from the store, with the change."""
+        stages = run.stage_seconds
+        values = (
+            run.result_json,
+            json.dumps(run.truncated),
+            int(run.valid),
+            stages.get("trace"),
+            stages.get("lower"),
+            stages.get("compile"),
+            run.run_s,
+        )
+        one = FINISH_ONE.get(self.dialect.name)
+        if one is None:
+            attempt = self._finish_in_steps(job_id, lease_id, worker_id, values, run)
+            if attempt is not None:
+                self._read(_TRIM, (self.retain_runs,))
+            return attempt
+        names = list(run.artifacts)
+        done = {"id": job_id, "status": JobStatus.DONE.value}
+        rows = self._read(
+            one,
+            (
                 job_id,
-                JobStatus.DONE,
-                None,
-                now,
-                (JobStatus.QUEUED, JobStatus.RUNNING),
-                None,
-            ):
-                return False
-            stages = run.stage_seconds
-            cur = db.execute(
-                "INSERT INTO runs (job_id, attempt, worker_id, result, truncated, valid, "
-                "trace_s, lower_s, compile_s, run_s, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    attempt,
-                    worker_id,
-                    run.result_json,
-                    json.dumps(run.truncated),
-                    int(run.valid),
-                    stages.get("trace"),
-                    stages.get("lower"),
-                    stages.get("compile"),
-                    run.run_s,
-                    now,
-                ),
+                lease_id,
+                worker_id,
+                *values,
+                names,
+                [run.artifacts[n][0] for n in names],
+                [int(run.artifacts[n][1]) for n in names],
+                self.retain_runs - 1,
+                encode(self.origin, News("status", job_id, done)),
+            ),
+        )
+        return int(rows[0][0]) if rows else None
+
+    def _finish_in_steps(
+        self,
+        job_id: str,
+        lease_id: str,
+        worker_id: str,
+        values: tuple[object, ...],
+        run: NewRun,
+    ) -> int | None:
+        with self._tx() as tx:
+            done = tx.execute(
+                self._sql(f"{_DONE} RETURNING attempts, worker_id"), (job_id, lease_id, worker_id)
             )
-            run_id = cur.lastrowid
-            db.executemany(
-                "INSERT INTO artifacts (run_id, name, text, truncated) VALUES (?,?,?,?)",
+            if not done:
+                return None
+            attempt, holder = int(done[0][0]), done[0][1]
+            run_id = tx.execute(
+                self._sql(f"{_INSERT_RUN} RETURNING id"), (job_id, attempt, holder, *values)
+            )[0][0]
+            tx.executemany(
+                _ARTIFACT,
                 [(run_id, name, text, int(cut)) for name, (text, cut) in run.artifacts.items()],
             )
-            # Keep the newest `retain_runs` runs; artifacts go with them (ON DELETE CASCADE).
-            db.execute(
-                "DELETE FROM runs WHERE id <= "
-                "(SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (self.retain_runs,),
-            )
-            return True
+            tx.execute(CLEAR_WORKER, (holder, job_id))
+            event_in(tx, self.dialect, job_id, JobStatus.DONE, JobStatus.DONE.value)
+        return attempt
 
     def get_run(self, job_id: str) -> RunRow | None:
         rows = self._read(
@@ -74,16 +135,21 @@ class Runs(StoreBase):
         r = rows[0]
         names = self._read("SELECT name FROM artifacts WHERE run_id = ? ORDER BY name", (r[0],))
         return RunRow(
-            id=r[0],
+            id=int(r[0]),
             job_id=r[1],
-            attempt=r[2],
+            attempt=int(r[2]),
             worker_id=r[3],
             result=r[4],
             truncated=json.loads(r[5]),
-            run_s=r[6],
-            created_at=r[7],
+            run_s=None if r[6] is None else float(r[6]),
+            created_at=float(r[7]),
             artifact_names=[n[0] for n in names],
         )
+
+    def runs_of(self, job_id: str) -> list[tuple[int, int]]:
+        """(run id, attempt) of every stored run of a job, oldest first."""
+        rows = self._read("SELECT id, attempt FROM runs WHERE job_id = ? ORDER BY id", (job_id,))
+        return [(int(r[0]), int(r[1])) for r in rows]
 
     def get_artifact(self, job_id: str, name: str) -> tuple[str, bool] | None:
         """The full text of a run's artifact, and whether it was cut at the storage cap."""
@@ -106,31 +172,3 @@ class Runs(StoreBase):
 
     def count_runs(self) -> int:
         return int(self._read("SELECT count(*) FROM runs")[0][0])
-
-    def upsert_worker(
-        self, worker_id: str, name: str | None, capabilities: dict[str, Any], now: float
-    ) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO workers (id, name, capabilities, registered_at, last_heartbeat) "
-                "VALUES (?,?,?,?,?) ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
-                "capabilities = excluded.capabilities, last_heartbeat = excluded.last_heartbeat",
-                (worker_id, name, json.dumps(capabilities), now, now),
-            )
-
-    def touch_worker(self, worker_id: str, now: float) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE workers SET last_heartbeat = ? WHERE id = ?", (now, worker_id))
-
-    def worker_name(self, worker_id: str) -> str | None:
-        """The name a worker registered with (None when it gave none or is unknown)."""
-        rows = self._read("SELECT name FROM workers WHERE id = ?", (worker_id,))
-        return str(rows[0][0]) if rows and rows[0][0] else None
-
-    def list_workers(self, seen_since: float = 0.0) -> list[WorkerRow]:
-        rows = self._read(
-            "SELECT id, name, capabilities, registered_at, last_heartbeat, current_job "
-            "FROM workers WHERE last_heartbeat >= ? ORDER BY registered_at",
-            (seen_since,),
-        )
-        return [WorkerRow(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5]) for r in rows]

@@ -64,6 +64,7 @@ QUEUEING_ROUTES = (
     "/matrices",
     "/runs",
     "/artifacts/{sha256}/runs",
+    "/artifacts/{sha256}/compile",
     "/compare/repeat",
     "/runs/{job_id}/repeat",
     "/tour/compare",
@@ -92,8 +93,9 @@ def post_paths(routes: Any, prefix: str = "") -> Iterator[str]:
 async def test_every_job_the_store_inserts_went_through_admission(
     connect: Connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Observe the store's job insert while every route that queues work is driven: each
-    insert must happen inside `Admission.queue`, and admission must account for each."""
+    """Observe every statement that inserts a job, at the store's backend, while every
+    route that queues work is driven: each must run inside `Admission.queue`, and
+    admission must account for each."""
     from app.queue.admission import Admission
     from tests.app.test_artifacts import export
 
@@ -115,13 +117,20 @@ async def test_every_job_the_store_inserts_went_through_admission(
     monkeypatch.setattr(Admission, "queue", queue)
     async with connect(SUBMIT_RATE=1000) as (client, app):
         store = _state(app).dispatcher.store
-        real_insert = store.insert_job
+        from app.store.sqlite import SQLiteBackend, _SQLiteTx
 
-        def insert_job(job_id: str, spec: Any, *rest: Any, **named: Any) -> Any:
-            inserts.append((spec["workload"], inside))
-            return real_insert(job_id, spec, *rest, **named)
+        def counting(real: Any) -> Any:
+            """`real` (a statement's execute), noting every job inserted, however."""
 
-        monkeypatch.setattr(store, "insert_job", insert_job)
+            def execute(self: Any, sql: str, args: Any = ()) -> Any:
+                if "INSERT INTO jobs " in sql:
+                    inserts.append((str(args[2]), inside))  # (its workload)
+                return real(self, sql, args)
+
+            return execute
+
+        monkeypatch.setattr(_SQLiteTx, "execute", counting(_SQLiteTx.execute))
+        monkeypatch.setattr(SQLiteBackend, "execute", counting(SQLiteBackend.execute))
         worker = FakeWorker(client)
         await worker.register()  # the first request: the app's routes are built by now
         posted = list(post_paths(app.app.app.routes))
@@ -153,6 +162,11 @@ async def test_every_job_the_store_inserts_went_through_admission(
             f"/artifacts/{sha}/runs", content="path=jax-cpu&samples=5", headers=FORM
         )
         assert upload_run.status_code == 303, upload_run.text
+        everywhere = store.put_file(export(["cpu", "tpu", "cuda"]), EXPORT_MEDIA_TYPE)
+        compiles = await client.post(
+            f"/artifacts/{everywhere}/compile", content="target=v6e:1x1&target=h100:1", headers=FORM
+        )
+        assert compiles.status_code == 303, compiles.text
         repeats = await client.post("/compare/repeat", data={"a": done, "side": "a"})
         assert repeats.status_code in (200, 303), repeats.text
         again = await client.post(f"/runs/{done}/repeat", data={"profile": "on"})
@@ -162,7 +176,7 @@ async def test_every_job_the_store_inserts_went_through_admission(
 
     assert inserts and all(through for _, through in inserts), inserts
     assert len(inserts) == sum(admitted)
-    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 1 + 2  # each route queued its jobs
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(
@@ -287,12 +301,14 @@ async def test_a_runnable_job_is_leased_wherever_it_sits_in_the_queue(connect: C
         from app.queue.submission import validate_job
 
         cpu = validate_job(MATMUL, 2**30)
-        for _ in range(3):  # jobs spanning more devices than the worker has, queued first
-            dispatcher.submit(cpu.spec, 64, "x")  # (e.g. re-queued, or the limit was lowered)
+        with dispatcher.store.admitting("x") as gate:  # past admission's checks:
+            for _ in range(3):  # jobs spanning more devices than the worker has, queued first
+                dispatcher.submit(gate, [(cpu.spec, 64)])  # (e.g. re-queued, or a lower limit)
         worker = FakeWorker(client)
         await worker.register()
         r = await client.post("/api/v1/jobs", json=MATMUL)
         assert r.status_code == 429  # the queue is full...
-        job = dispatcher.submit(cpu.spec, cpu.devices, "y")  # ...yet one runnable job sits 4th
+        with dispatcher.store.admitting("y") as gate:  # ...yet one runnable job sits 4th
+            (job,) = dispatcher.submit(gate, [(cpu.spec, cpu.devices)])
         grant = await worker.lease()
         assert grant is not None and grant["job_id"] == job.id

@@ -128,13 +128,13 @@ async def test_uploads_are_checked_and_stored_off_the_event_loop(
     from app.routes import artifacts
 
     threads: list[int] = []
-    real = artifacts._store_upload
+    real = artifacts.check_upload  # the form's (and the API's) reading of a file
 
-    def store(*args: Any) -> Any:
+    def check(*args: Any) -> Any:
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(artifacts, "_store_upload", store)
+    monkeypatch.setattr(artifacts, "check_upload", check)
     body, content_type = _multipart([("artifact", b"not a function")])
     r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
     assert r.status_code == 422

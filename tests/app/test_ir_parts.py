@@ -11,6 +11,7 @@ from app.ir.folds import block_folds, inline_folds
 from app.ir.lexers import lexer_for
 from app.ir.render import TOKEN_CLASSES, token_class
 from app.ir.sources import source_map
+from app.ir.thunks import thunk_sequence
 from app.ir.view import MAX_HITS, PAGE_LINES, PART_LINES, build_view
 from app.web.assets import STATIC_DIR
 
@@ -165,3 +166,14 @@ def test_markup_escapes_the_text(artifact: str) -> None:
     view = build_view(artifact, 'a <script>alert("x")</script> & b\n', "/r")
     html = str(view.lines)
     assert "<script" not in html and "</script" not in html and "&lt;" in html
+
+
+def test_a_thunk_sequence_with_numbers_of_thousands_of_digits_is_read_not_raised() -> None:
+    big = "9" * 5000
+    text = (
+        f"{big}: kKernel [source | next=002 (1)] loop_fusion\n"
+        "002: kCustomKernel [prev=001 (1) | sink] gemm grid: [8, 1, 1] threads: [64, 1, 1]"
+        f"  shared_memory: {big} bytes\n"
+    )
+    thunks = thunk_sequence(text)
+    assert [(t.order, t.kernel, t.shared_bytes) for t in thunks] == [(2, "gemm", None)]

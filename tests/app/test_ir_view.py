@@ -129,3 +129,39 @@ def test_shape_bytes_counts_every_array() -> None:
     assert shape_bytes("f32[2,64]{1,0}") == 512
     assert shape_bytes("(bf16[8]{0}, pred[3]{0})") == 19
     assert shape_bytes("f32[]") == 4 and shape_bytes("token[]") is None
+
+
+async def test_source_line_numbers_of_thousands_of_digits_break_neither_the_post_nor_the_pages(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    from tests.app.bench_fakes import MATMUL, FakeWorker, run_result
+
+    big = "9" * 5000
+    worker = FakeWorker(bench_client)
+    await worker.register()
+    job_id = (await bench_client.post("/api/v1/jobs", json=MATMUL)).json()["id"]
+    grant = await worker.lease()
+    assert grant is not None
+    hlo = (
+        'HloModule m\n\nFileNames\n1 "/x/y.py"\n\nFileLocations\n'
+        f"1 {{file_name_id=1 function_name_id=1 line={big} end_line=1}}\n{big} {{line=3}}\n\n"
+        f"StackFrames\n1 {{file_location_id={big} parent_frame_id=1}}\n\n"
+        "ENTRY %main {\n"
+        '  %a = f32[2] parameter(0), metadata={op_name="a" stack_frame_id=1}\n'
+        f'  ROOT %b = f32[2] add(%a, %a), metadata={{source_file="/x/y.py" source_line={big}}}\n'
+        "}\n"
+    )
+    artifacts = {
+        "jaxpr": "{ lambda ; a:f32[2]. let\n"
+        f"    b:f32[2] = add a a  # /x/y.py:{big}\n  in (b,) }}",
+        "stablehlo": "module {\n  %0 = stablehlo.add %a, %a loc(#loc1)\n}\n"
+        f'#loc1 = loc("/x/y.py":{big}:3)\n',
+        "hlo": hlo,
+    }
+    result = run_result(grant["spec"]) | {"artifacts": artifacts}
+    r = await worker.post("result", {"worker_id": worker.id, "job_id": job_id, "result": result})
+    assert r.status_code == 200, r.text
+    for name, words in (("jaxpr", "add a a"), ("stablehlo", "stablehlo.add"), ("hlo", "add(")):
+        page = await bench_client.get(f"/runs/{job_id}/ir/{name}")
+        assert page.status_code == 200, (name, page.text[:300])
+        assert words in unescape(re.sub(r"<[^>]+>", "", page.text)), name

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.anyio
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
-def make(tmp_path: Path, **changes: Any) -> Any:
+def make(tmp_path: Path, db: str, **changes: Any) -> Any:
+    """An app on the database `db` (each test runs on SQLite and on PostgreSQL)."""
     settings = Settings(
-        DB=tmp_path / "retention.sqlite3",
+        DB=db,
         CACHE_DIR=tmp_path / "cache",
         WORKER_TOKEN="test-worker-token",
         **changes,
@@ -41,10 +42,10 @@ def npz(seed: int, size: int = 200) -> bytes:
     return buffer.getvalue()
 
 
-async def test_finished_jobs_go_with_their_events_runs_and_traces(tmp_path: Path) -> None:
+async def test_finished_jobs_go_with_their_events_runs_and_traces(tmp_path: Path, db: str) -> None:
     # Before: with RETAIN_RUNS=10, 64 jobs left 64 jobs and 192 events, and a pruned
     # run's profile was still served.
-    app = make(tmp_path, RETAIN_RUNS=3)
+    app = make(tmp_path, db, RETAIN_RUNS=3)
     dispatcher = app.app.app.state.boundary.dispatcher
     store = dispatcher.store
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
@@ -71,11 +72,11 @@ async def test_finished_jobs_go_with_their_events_runs_and_traces(tmp_path: Path
         assert (await c.get(f"/api/v1/jobs/{ids[0]}")).status_code == 404
 
 
-async def test_stored_files_stay_under_their_cap(tmp_path: Path) -> None:
+async def test_stored_files_stay_under_their_cap(tmp_path: Path, db: str) -> None:
     # Before: twenty 16 MiB uploads grew the database to 354 MB.
     sizes = {len(npz(i)) for i in range(12)}
     (one,) = sizes
-    app = make(tmp_path, FILES_MAX_BYTES=4 * one + 10)
+    app = make(tmp_path, db, FILES_MAX_BYTES=4 * one + 10)
     store = app.app.app.state.boundary.dispatcher.store
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         shas = []
@@ -101,8 +102,8 @@ async def test_stored_files_stay_under_their_cap(tmp_path: Path) -> None:
         assert present == [shas[1], *shas[-3:]]
 
 
-async def test_an_upload_no_job_names_expires(tmp_path: Path) -> None:
-    app = make(tmp_path, FILES_RETAIN_DAYS=0.2 / 86400)
+async def test_an_upload_no_job_names_expires(tmp_path: Path, db: str) -> None:
+    app = make(tmp_path, db, FILES_RETAIN_DAYS=0.2 / 86400)
     dispatcher = app.app.app.state.boundary.dispatcher
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.post("/api/v1/artifacts", params={"kind": "npz"}, content=npz(1), headers=OCTET)

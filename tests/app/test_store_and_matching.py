@@ -1,85 +1,23 @@
-"""The SQLite store (migrations, restarts, pruning) and job-to-worker matching."""
+"""The SQLite file's mode, and job-to-worker matching (the store on both backends:
+test_store_backends.py)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-import pytest
 from bench_fakes import capabilities
 
 from app.dispatch.requirements import job_requirements, unmet
-from app.store import SCHEMA_VERSION, NewRun, Store
-from workers.protocol import Capabilities, JobSpec, JobStatus
-
-SPEC = {"workload": "matmul", "path": "jax-cpu", "params": {"m": 8}}
+from app.store import Store
+from workers.protocol import Capabilities, JobSpec
 
 
-def new_run(valid: bool = True) -> NewRun:
-    return NewRun(
-        result_json="{}",
-        truncated=[],
-        valid=valid,
-        stage_seconds={"trace": 0.1, "lower": 0.2, "compile": 0.3},
-        run_s=1.0,
-        artifacts={"hlo": ("HloModule m", False)},
-    )
-
-
-def test_schema_is_migrated_once_and_wal_is_on(tmp_path: Path) -> None:
+def test_the_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
     db = tmp_path / "sub" / "b.sqlite3"
-    store = Store.open(db)
-    assert store.schema_version() == SCHEMA_VERSION
-    store.close()
-    again = Store.open(db)  # a second open applies nothing and loses nothing
-    assert again.schema_version() == SCHEMA_VERSION
-    again.close()
+    Store.open(db).close()
     mode = sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
-
-
-def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "b.sqlite3"
-    Store.open(db).close()
-    with sqlite3.connect(db) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(RuntimeError, match="upgrade the server"):
-        Store.open(db)
-
-
-def test_every_state_change_survives_reopening(tmp_path: Path) -> None:
-    db = tmp_path / "b.sqlite3"
-    store = Store.open(db)
-    store.upsert_worker("w-1", "one", capabilities(), 1.0)
-    store.insert_job("j1", SPEC, {"path": "jax-cpu"}, "127.0.0.1", 10.0)
-    store.insert_job("j2", SPEC, {"path": "jax-cpu"}, "127.0.0.1", 11.0)
-    assert store.claim("j1", "w-1", "lease-1", 50.0, 12.0) == 1
-    assert store.claim("j1", "w-2", "lease-2", 50.0, 12.0) is None  # taken already
-    assert store.finish_job("j1", 1, "w-1", new_run(), 13.0)
-    assert not store.finish_job("j1", 1, "w-1", new_run(), 14.0)  # twice is harmless
-    store.close()
-
-    store = Store.open(db)
-    j1, j2 = store.get_job("j1"), store.get_job("j2")
-    assert j1 is not None and j1.status == JobStatus.DONE and j1.attempts == 1
-    assert j2 is not None and j2.status == JobStatus.QUEUED
-    run = store.get_run("j1")
-    assert run is not None and run.artifact_names == ["hlo"]
-    assert store.get_artifact("j1", "hlo") == ("HloModule m", False)
-    assert [e[0] for e in store.job_events("j1")] == ["queued", "running", "done"]
-    assert store.list_workers()[0].current_job is None
-    store.close()
-
-
-def test_old_runs_are_pruned_beyond_retain_runs(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "b.sqlite3", retain_runs=3)
-    for i in range(5):
-        store.insert_job(f"j{i}", SPEC, {"path": "jax-cpu"}, None, float(i))
-        store.finish_job(f"j{i}", 1, "w", new_run(), float(i))
-    assert store.count_runs() == 3
-    assert store.get_run("j0") is None and store.get_artifact("j0", "hlo") is None
-    assert store.get_run("j4") is not None
-    store.close()
 
 
 def caps(platform: str = "cpu", **changes: object) -> Capabilities:

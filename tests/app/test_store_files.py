@@ -1,77 +1,124 @@
-"""Content-addressed files in the store: kept once, attached by name, migrated in; kept in
-chunks, so that storing a file from a stream and reading it back (whole, chunk by chunk,
-or seeking) never holds it whole in memory; a file that retention would remove at once
-is refused; a blob whose writer died is removed."""
+"""Content-addressed files in the store, on both backends: kept once, in chunks; read
+back through another replica a chunk at a time, whole, or seeking, never holding the
+file whole in memory; a file that retention would remove at once is refused; a blob
+whose writer died is removed; and files in an older SQLite database moved into chunks
+when it is upgraded."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
+import sqlite3
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.store import SCHEMA_VERSION, Store
-from app.store.files import FileWouldGo
-
-
-def test_files_are_kept_once_and_attached_by_name(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.sqlite3")
-    try:
-        assert store.schema_version() == SCHEMA_VERSION >= 2
-        data = b"\x00\x01 exported function \xff"
-        sha = store.put_file(data, "application/octet-stream")
-        assert sha == hashlib.sha256(data).hexdigest()
-        assert store.put_file(data, "application/octet-stream") == sha  # no duplicate
-        got = store.file_info(sha)
-        assert got is not None and got.size == len(data)
-        assert b"".join(store.file_chunks(sha) or []) == data
-        assert store.file_info("0" * 64) is None and store.file_chunks("0" * 64) is None
-        assert store.job_file("nope", "fn") is None
-    finally:
-        store.close()
-
-
-def old_database(path: Path, version: int, *rows: tuple[str, tuple[object, ...]]) -> Path:
-    """A database at schema `version`, holding `rows` (statement, arguments)."""
-    import sqlite3
-
-    from app.store.schema import MIGRATIONS
-
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")
-    for migrate in MIGRATIONS[:version]:
-        migrate(db)
-    db.execute(f"PRAGMA user_version = {version}")
-    for statement, args in rows:
-        db.execute(statement, args)
-    db.execute("COMMIT")
-    db.close()
-    return path
-
-
-def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
-    store = Store.open(old_database(tmp_path / "old.sqlite3", 1))
-    try:
-        assert store.schema_version() == SCHEMA_VERSION
-        assert store.put_file(b"x", "text/plain")
-    finally:
-        store.close()
-
+from app.store import SCHEMA_VERSION, NewJob, Store, ddl
+from app.store import files as files_module
+from app.store.files import CHUNK_BYTES, FileWouldGo
+from app.store.migrations import statements
 
 MiB = 1024 * 1024
 
 
+def pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def read(store: Store, sha: str) -> bytes | None:
+    chunks = store.file_chunks(sha)
+    return None if chunks is None else b"".join(chunks)
+
+
+def test_files_are_kept_once_in_chunks_and_served_by_another_replica(db: str) -> None:
+    a, b = Store.open(db), Store.open(db)
+    try:
+        data = os.urandom(2 * CHUNK_BYTES + 12345)
+        sha = a.put_file(pieces(data, 64 * 1024), "application/octet-stream")
+        assert sha == hashlib.sha256(data).hexdigest()
+        info = b.file_info(sha)
+        assert info is not None and info.size == len(data)
+        chunks = list(b.file_chunks(sha) or [])
+        assert [len(c) for c in chunks] == [CHUNK_BYTES, CHUNK_BYTES, 12345]
+        assert b"".join(chunks) == data
+        # The same bytes again, through the other replica: stored once.
+        assert b.put_file(data, "application/octet-stream") == sha
+        assert a._read("SELECT count(*) FROM file_chunks")[0][0] == 3
+        assert a._read("SELECT count(*) FROM file_blobs")[0][0] == 1
+        assert a.files_bytes() == len(data)
+        small = b"\x00\x01 exported function \xff"
+        assert read(a, b.put_file(small, "application/octet-stream")) == small
+        assert a.file_info("0" * 64) is None and a.file_chunks("0" * 64) is None
+        assert a.job_file("nope", "fn") is None
+        assert read(a, a.put_file(b"", "text/plain")) == b""
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_file_used_after_retention_planned_its_eviction_stays(db: str) -> None:
+    a, b = Store.open(db), Store.open(db)
+    try:
+        sha = a.put_file(b"x" * 100, "application/octet-stream")
+        (used,) = a._read("SELECT used_at FROM files")[0]
+        b.touch_files([sha])  # another replica's job named it after A's plan
+        with a._tx() as tx:
+            assert not a._delete_file(tx, sha, float(used))
+        assert a.file_info(sha) is not None
+        (used,) = a._read("SELECT used_at FROM files")[0]
+        with a._tx() as tx:
+            assert a._delete_file(tx, sha, float(used))
+        assert a.file_info(sha) is None
+        assert a._read("SELECT count(*) FROM file_chunks")[0][0] == 0
+        assert a._read("SELECT count(*) FROM file_blobs")[0][0] == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_same_bytes_stored_through_two_replicas_at_once_are_kept_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica B names the bytes after A looked for them and before A names them (two
+    writers at once, which only PostgreSQL has): one file, one blob; A's chunks go."""
+    a, b = Store.open(pg_url), Store.open(pg_url)
+    data = b"the same bytes " * 1000
+    counted = files_module.needed_bytes
+
+    def b_names_them_meanwhile(tx: object) -> int:
+        other = threading.Thread(target=b.put_file, args=(data, "text/plain"))
+        other.start()
+        other.join(30)
+        return counted(tx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files_module, "needed_bytes", b_names_them_meanwhile)
+    try:
+        sha = a.put_file(data, "text/plain", files_max_bytes=10**9)
+        assert sha == hashlib.sha256(data).hexdigest()
+        assert a._read("SELECT count(*) FROM files")[0][0] == 1
+        assert a._read("SELECT count(*) FROM file_blobs")[0][0] == 1
+        assert a._read("SELECT count(*) FROM file_chunks")[0][0] == 1
+        assert read(a, sha) == read(b, sha) == data
+    finally:
+        a.close()
+        b.close()
+
+
 def pattern(size: int, piece: int = 300_000) -> Iterator[bytes]:
-    """`size` bytes in pieces of an odd size, the same every time."""
+    """`size` bytes in pieces of an odd size, the same every time: piece k counts
+    k, k + 1, … modulo 251 (sliced from one cycle, so making them costs little)."""
+    cycle = bytes(range(251)) * (piece // 251 + 2)
     for start in range(0, size, piece):
-        yield bytes((start // piece + i) % 251 for i in range(min(piece, size - start)))
+        offset = (start // piece) % 251
+        yield cycle[offset : offset + min(piece, size - start)]
 
 
-def test_a_file_is_stored_from_a_stream_and_read_back_in_chunks(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.sqlite3")
+def test_a_file_is_stored_from_a_stream_and_read_back_in_chunks(db: str) -> None:
+    store = Store.open(db)
     try:
         size = 3 * MiB + 12345
         expected = b"".join(pattern(size))
@@ -95,8 +142,8 @@ def test_a_file_is_stored_from_a_stream_and_read_back_in_chunks(tmp_path: Path) 
         store.close()
 
 
-def test_storing_and_reading_a_file_does_not_hold_it_in_memory(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.sqlite3")
+def test_storing_and_reading_a_file_does_not_hold_it_in_memory(db: str) -> None:
+    store = Store.open(db)
     size = 48 * MiB
     try:
         tracemalloc.start()
@@ -117,12 +164,13 @@ def test_storing_and_reading_a_file_does_not_hold_it_in_memory(tmp_path: Path) -
         store.close()
 
 
-def test_a_file_retention_would_remove_at_once_is_refused(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.sqlite3")
+def test_a_file_retention_would_remove_at_once_is_refused(db: str) -> None:
+    store = Store.open(db)
     try:
         needed = store.put_file(b"n" * 6000, "application/x-npz")
-        spec = {"workload": "exported", "params": {"artifact": needed}}
-        store.insert_job("j1", {**spec, "path": "jax-cpu"}, {}, "c", 0.0)
+        spec = {"workload": "exported", "path": "jax-cpu", "params": {"artifact": needed}}
+        with store.admitting("c") as gate:
+            gate.insert([NewJob("j1", spec, {})])
         with pytest.raises(FileWouldGo, match="6,000 bytes of files that queued"):
             store.put_file(b"x" * 5000, "application/x-npz", files_max_bytes=10_000)
         assert store.put_file(b"y" * 4000, "application/x-npz", files_max_bytes=10_000)
@@ -132,8 +180,8 @@ def test_a_file_retention_would_remove_at_once_is_refused(tmp_path: Path) -> Non
         store.close()
 
 
-def test_a_blob_whose_writer_died_is_removed(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.sqlite3")
+def test_a_blob_whose_writer_died_is_removed(db: str) -> None:
+    store = Store.open(db)
     try:
 
         def dies() -> Iterator[bytes]:
@@ -144,34 +192,100 @@ def test_a_blob_whose_writer_died_is_removed(tmp_path: Path) -> None:
             store.put_file(dies(), "text/plain")
         assert store._read("SELECT count(*) FROM file_chunks")[0][0] == 0
         # A writer killed outright leaves its blob: retention takes it once it is stale.
-        with store._tx() as db:
-            blob = db.execute("INSERT INTO file_blobs (started_at) VALUES (0)").lastrowid
-            db.execute("INSERT INTO file_chunks VALUES (?, 0, x'00')", (blob,))
+        (blob,) = store._read("INSERT INTO file_blobs (started_at) VALUES (0) RETURNING id")[0]
+        store._read("INSERT INTO file_chunks (blob, seq, data) VALUES (?, 0, ?)", (blob, b"\0"))
+        fresh = store.put_file(b"a file being named now", "text/plain")
         store.prune(
             keep_jobs=10,
-            finished_before=0,
-            unused_before=0,
+            finished_age_s=3600,
+            unused_age_s=3600,
             files_max_bytes=MiB,
             attached_media="application/gzip",
         )
-        assert store._read("SELECT count(*) FROM file_chunks")[0][0] == 0
+        assert store._read("SELECT count(*) FROM file_chunks")[0][0] == 1
+        assert read(store, fresh) == b"a file being named now"
     finally:
         store.close()
 
 
-def test_files_of_a_version_4_database_are_moved_into_chunks(tmp_path: Path) -> None:
-    old = b"".join(pattern(2 * MiB + 7))
-    sha = hashlib.sha256(old).hexdigest()
-    insert = (
-        "INSERT INTO files (sha256, data, media_type, size, created_at, used_at) "
-        "VALUES (?, ?, 'application/x-npz', ?, 0, 0)"
+def old_database(path: Path, version: int) -> sqlite3.Connection:
+    """A SQLite file as servers before schema_migrations left it, at `version` (5: as
+    issue 23's chunked files left it)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    scripts = (ddl.SQLITE_1, ddl.SQLITE_2, ddl.SQLITE_3, ddl.SQLITE_4, ddl.SQLITE_5)
+    for script in scripts[:version]:
+        for statement in statements(script):
+            db.execute(statement)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.execute("COMMIT")
+    return db
+
+
+def test_an_old_sqlite_file_is_upgraded_with_its_jobs_and_files(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    db = old_database(path, 4)
+    data = os.urandom(2 * CHUNK_BYTES + 7)
+    sha = hashlib.sha256(data).hexdigest()
+    for content in (data, b""):
+        db.execute(
+            "INSERT INTO files (sha256, data, media_type, size, created_at, used_at) "
+            "VALUES (?, ?, 'application/octet-stream', ?, 1.0, 2.0)",
+            (hashlib.sha256(content).hexdigest(), content, len(content)),
+        )
+    db.execute(
+        "INSERT INTO jobs (id, spec, workload, path, requirements, status, attempts, "
+        "created_at, updated_at, queued_at) VALUES ('j', '{}', 'matmul', 'jax-cpu', '{}', "
+        "'done', 1, 1.0, 1.0, 1.0)"
     )
-    store = Store.open(old_database(tmp_path / "v4.sqlite3", 4, (insert, (sha, old, len(old)))))
+    db.close()
+    store = Store.open(path)
     try:
         assert store.schema_version() == SCHEMA_VERSION
-        assert [len(c) for c in store.file_chunks(sha) or []] == [MiB, MiB, 7]
-        assert b"".join(store.file_chunks(sha) or []) == old
-        columns = [r[1] for r in store._read("PRAGMA table_info(files)")]
-        assert "data" not in columns
+        job = store.get_job("j")
+        assert job is not None and job.status == "done"
+        assert [len(c) for c in store.file_chunks(sha) or []] == [CHUNK_BYTES, CHUNK_BYTES, 7]
+        assert read(store, sha) == data
+        assert read(store, hashlib.sha256(b"").hexdigest()) == b""
+        assert store._read("SELECT count(*) FROM file_chunks")[0][0] == 4
+        names = [r[1] for r in store._read("PRAGMA table_info(files)")]
+        assert "data" not in names and "blob" in names
+        applied = [r[0] for r in store._read("SELECT version FROM schema_migrations")]
+        assert applied == list(range(1, SCHEMA_VERSION + 1))
+    finally:
+        store.close()
+    with sqlite3.connect(path) as check:  # an older server still sees the newer version
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_file_with_chunked_files_is_upgraded_keeping_them(tmp_path: Path) -> None:
+    """A file at version 5 (files in chunks, before several servers) keeps its files."""
+    path = tmp_path / "v5.sqlite3"
+    db = old_database(path, 5)
+    db.execute("INSERT INTO file_blobs (id, started_at) VALUES (7, 1.0)")
+    db.execute("INSERT INTO file_chunks (blob, seq, data) VALUES (7, 0, x'0102')")
+    db.execute(
+        "INSERT INTO files (sha256, blob, media_type, size, created_at, used_at) "
+        "VALUES (?, 7, 'text/plain', 2, 1.0, 1.0)",
+        (hashlib.sha256(b"\x01\x02").hexdigest(),),
+    )
+    db.close()
+    store = Store.open(path)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert read(store, hashlib.sha256(b"\x01\x02").hexdigest()) == b"\x01\x02"
+        applied = [r[0] for r in store._read("SELECT version FROM schema_migrations")]
+        assert applied == list(range(1, SCHEMA_VERSION + 1))
+    finally:
+        store.close()
+
+
+def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old_database(path, 1).close()
+    store = Store.open(path)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert store.put_file(b"x", "text/plain")
     finally:
         store.close()

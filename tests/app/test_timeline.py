@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import io
 import json
 import tarfile
+import threading
 from html import unescape
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 
 from app.pages.runs.timeline import CALL, TraceTooLarge, viewer_trace
 from app.web.security import EMPTY_STYLE_HASH, VIEWER_PREFIX
+from tests.app.bench_fakes import FakeWorker
 from tests.app.ir_runs import post_run
 
 pytestmark = pytest.mark.anyio
@@ -116,3 +119,64 @@ async def test_only_the_viewers_own_files_get_its_loosened_policy(
     for other in ("/", "/static/app.css", "/guide"):
         policy = (await client.get(other)).headers["content-security-policy"]
         assert "wasm-unsafe-eval" not in policy and EMPTY_STYLE_HASH not in policy, other
+
+
+def packed_trace(chrome_json: bytes) -> bytes:
+    """A profiler archive (.tar.gz) holding `chrome_json` as its gzip Chrome member."""
+    member = gzip.compress(chrome_json, compresslevel=9)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("plugins/profile/r/host.trace.json.gz")
+        info.size = len(member)
+        tar.addfile(info, io.BytesIO(member))
+    return buffer.getvalue()
+
+
+async def test_a_trace_that_inflates_far_past_its_size_is_not_stored(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    event = b'{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1},'
+    chrome = b'{"traceEvents":[' + event * (4 * 2**20 // len(event)) + b"{}]}"
+    archive = packed_trace(chrome)
+    assert len(archive) < 4096 < 2**20 < len(chrome)  # a few kB that inflate to 4 MB
+    worker = FakeWorker(bench_client)
+    await worker.register()
+    job_id = (await bench_client.post("/api/v1/jobs", json=PROFILED)).json()["id"]
+    grant = await worker.lease()
+    assert grant is not None
+    profile = {
+        "size": len(archive),
+        "sha256": hashlib.sha256(archive).hexdigest(),
+        "files": ["plugins/profile/r/host.trace.json.gz"],
+        "perfetto": "plugins/profile/r/host.trace.json.gz",
+        "covers": "the timed calls",
+        "data_b64": base64.b64encode(archive).decode(),
+    }
+    assert (await worker.finish(grant, profile=profile)).status_code == 200
+    run = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()["run"]
+    assert run["profile"] is None
+    (warning,) = [w for w in run["warnings"] if w.startswith("profile:")]
+    assert "inflates to over 1,048,576 bytes" in warning, warning
+    assert "100 times" in warning, warning
+    for url in ("/profile", "/profile/trace.json", "/profile/perfetto.json.gz"):
+        assert (await bench_client.get(f"/runs/{job_id}{url}")).status_code == 404
+    page = unescape((await bench_client.get(f"/runs/{job_id}")).text)
+    assert "the trace was not stored" in page
+
+
+async def test_the_viewer_copy_is_made_off_the_event_loop(
+    bench_client: httpx.AsyncClient, profiled: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.routes import runs
+
+    threads: list[str] = []
+
+    def watched(stored: bytes, *rest: Any) -> bytes:  # the real conversion, its thread noted
+        threads.append(threading.current_thread().name)
+        return viewer_trace(stored, *rest)
+
+    monkeypatch.setattr(runs, "viewer_trace", watched)
+    job_id = await post_run(bench_client, profiled)
+    copy = await bench_client.get(f"/runs/{job_id}/profile/trace.json")
+    assert copy.status_code == 200 and copy.json()["traceEvents"]
+    assert threads and threads[0] != threading.current_thread().name

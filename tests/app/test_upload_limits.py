@@ -9,6 +9,8 @@ once answered 201 and then 404."""
 
 from __future__ import annotations
 
+import hashlib
+from html import unescape
 from pathlib import Path
 
 import httpx
@@ -106,3 +108,43 @@ async def test_the_upload_form_asks_for_its_token_first(tmp_path: Path) -> None:
             "/artifacts", data={"token": "a-submission-token-0123"}, files=files
         )
         assert right.status_code == 303
+
+
+def form_files(function: bytes, inputs: bytes) -> dict[str, tuple[str, bytes, str]]:
+    kind = "application/octet-stream"
+    return {"artifact": ("f.jaxexport", function, kind), "inputs": ("in.npz", inputs, kind)}
+
+
+async def test_the_upload_form_never_evicts_the_artifact_it_just_stored(tmp_path: Path) -> None:
+    function = export(["cpu"])
+    inputs = archive([("arg0.npy", npy(header("|u1", (43_000,)), bytes(43_000)))]).getvalue()
+    cap = 45_000  # room for either file, not for both
+    assert len(function) < cap and len(inputs) < cap < len(function) + len(inputs)
+    settings = Settings(DB=tmp_path / "db.sqlite3", FILES_MAX_BYTES=cap)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        r = await client.post("/artifacts", files=form_files(function, inputs))
+        assert r.status_code == 507, (r.status_code, r.headers.get("location"))
+        text = unescape(r.text)
+        together = len(function) + len(inputs)
+        assert f"the form's files come to {together:,} bytes together" in text
+        assert f"the server's limit for files is {cap:,} bytes" in text
+        sha = hashlib.sha256(function).hexdigest()
+        assert (await client.get(f"/api/v1/artifacts/{sha}")).status_code == 404  # none kept
+
+
+async def test_the_upload_form_keeps_its_files_and_older_ones_make_room(tmp_path: Path) -> None:
+    function = export(["cpu"])
+    inputs = archive([("arg0.npy", npy(header("|u1", (43_000,)), bytes(43_000)))]).getvalue()
+    older = archive([("arg0.npy", npy(header("|u1", (20_000,)), bytes(20_000)))]).getvalue()
+    cap = len(function) + len(inputs) + 1000  # room for the form's files, not for the older too
+    settings = Settings(DB=tmp_path / "db.sqlite3", FILES_MAX_BYTES=cap)
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        kept = await upload_npz(client, older)
+        assert kept.status_code == 201
+        r = await client.post("/artifacts", files=form_files(function, inputs))
+        assert r.status_code == 303, r.text
+        assert (await client.get(r.headers["location"])).status_code == 200
+        gone = await client.get(f"/api/v1/artifacts/{kept.json()['sha256']}")
+        assert gone.status_code == 404  # the least recently used file made room

@@ -16,6 +16,13 @@ from workers.protocol import PROTOCOL_VERSION
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture
+def bench_db(db: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return db
+
+
 GPU_JOB = {**MATMUL, "path": "jax-gpu"}
 
 

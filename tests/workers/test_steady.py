@@ -15,7 +15,6 @@ from workers.measure.harness import sample_application, sample_latency
 from workers.measure.shape import bimodal, drifting, shape
 from workers.measure.steady import (
     MIN_WINDOW,
-    WARMUP_CAP_FACTOR,
     critical_value,
     leading_change,
     null_quantile,
@@ -23,7 +22,7 @@ from workers.measure.steady import (
     ranks,
 )
 from workers.measure.stopping import Stopper, measurement
-from workers.protocol import BoundaryId, Measurement, MeasureOptions
+from workers.protocol import WARMUP_CAP_FACTOR, BoundaryId, Measurement, MeasureOptions
 
 FAST_S = 10.7e-3
 """The issue's 1024³ CPU matmul: about 10.7 ms when fast, 20–28 ms when slow."""

@@ -31,7 +31,14 @@ from workers.cuda.plan import KernelPlan
 from workers.measure.correctness import check_output
 from workers.measure.harness import ProgressSink, ProgressTicker
 from workers.measure.stopping import Stopper, measurement
-from workers.protocol import BoundaryId, Correctness, Measurement, MeasureOptions, Mode
+from workers.protocol import (
+    BoundaryId,
+    Correctness,
+    Measurement,
+    MeasureOptions,
+    Mode,
+    cuda_host_boundary,
+)
 from workers.workloads import HostArray, Workload
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
@@ -138,7 +145,7 @@ class Sampler:
             ticker.tick(len(samples), now)
         ticker.finish(len(samples))
         found = [measurement(BoundaryId.DEVICE_EVENTS, samples, stopper, calls)]
-        boundary = BoundaryId.HOST_THROUGHPUT if calls > 1 else BoundaryId.HOST_SYNC
+        boundary = cuda_host_boundary(options)  # the one map the server checks against
         host: list[float] = []
         stopper = Stopper(options, clock())
         synchronize = stream.synchronize

@@ -9,11 +9,13 @@ How a runner hands its measurements over, in the spirit of `jax.stages`:
 
 1. Build a `Measured`: everything the run produced, raw. Put every sample in
    `measurements` with its statistics, the work counts in `work` and the boundary whose
-   median the rates come from in `rate_basis` (rates and calls per second are computed
-   here, never by a runner). Sweep figures go in `sweep`, scaling points in `scaling`
-   (with their own `correct` flags), and `started` is the `time.perf_counter()` at which
-   the runner began. Counts and times go in structured fields, never into a warning's
-   text: the gate withholds fields, and a sentence would carry a speed past it.
+   median the rates come from in `rate_basis` (statistics, rates and calls per second
+   are worked out by the gate from the samples, never by a runner:
+   `workers.protocol.speeds`, which the server applies to what it stores). Sweep figures
+   go in `sweep`, scaling points in `scaling` (with their own `correct` flags), and
+   `started` is the `time.perf_counter()` at which the runner began. Counts and times go
+   in structured fields, never into a warning's text: the gate withholds fields, and a
+   sentence would carry a speed past it.
 2. `measured.check(correctness)` gives a `Checked`. `correctness` is None when nothing
    executed; `subjects` holds the verdicts of further implementations timed beside the
    main one (their measurements carry the subject's name).
@@ -168,6 +170,8 @@ class Checked:
             extra["unreported_s"] = unreported
         if self.subjects:  # where the gate (and the server's half) reads the subjects' verdicts
             extra["baselines"] = {k: v.model_dump(mode="json") for k, v in self.subjects.items()}
+        if m.comparison and m.work is not None:  # the gate fills it from the samples
+            extra["comparison"] = []
         warnings = list(m.warnings) + _cache_notes(m.environment)
         if m.no_speed is not None:
             warnings = [m.no_speed, *(w for w in warnings if w != m.no_speed)]
@@ -187,9 +191,7 @@ class Checked:
             memory_analysis=m.memory_analysis,
             measurements=m.measurements,
             correctness=c,
-            rates=Rates(flops=m.work.flops, bytes=m.work.bytes, source=m.work.source)
-            if m.work is not None
-            else None,
+            rates=_rates(m.work, m.rate_basis),
             environment=environment,
             warnings=warnings,
             valid=False,  # the gate decides
@@ -212,7 +214,7 @@ class Checked:
             return _no_speed(run, m.no_speed)
         if c is not None and not c.checked:
             run.warnings.append(f"{c.detail}: these timings are of an unverified output.")
-        return _with_speeds(run, m.work, m.rate_basis, m.comparison)
+        return run
 
 
 def _no_speed(run: RunResult, why: str) -> RunResult:
@@ -232,25 +234,6 @@ def regroup(run: RunResult, group: GroupReport) -> RunResult:
     return gate(grouped, may_be_unchecked=may_go_unchecked(run.job.workload, run.params))
 
 
-def _with_speeds(
-    run: RunResult, work: Work | None, basis: RateBasis | None, comparison: bool
-) -> RunResult:
-    """A valid run's speeds: calls per second of each measurement under a boundary that is
-    a speed, the rates at the basis's median, and the subjects' comparison."""
-    run.measurements = [_with_ops(x) for x in run.measurements]
-    if work is not None and basis is not None and basis.boundary not in NEVER_A_SPEED:
-        run.rates = _rates(work, basis, run.measurements)
-    if comparison and work is not None:
-        run.extra["comparison"] = _comparison(run.measurements, work)
-    return run
-
-
-def _with_ops(m: Measurement) -> Measurement:
-    if m.stats is None or m.boundary in NEVER_A_SPEED or m.stats.mean <= 0:
-        return m
-    return m.model_copy(update={"stats": m.stats.model_copy(update={"ops": 1.0 / m.stats.mean})})
-
-
 def _cache_notes(environment: Environment) -> list[str]:
     """What a reader needs to read the persistent cache's own figures."""
     events = environment.cache_events
@@ -264,48 +247,15 @@ def _cache_notes(environment: Environment) -> list[str]:
     ]
 
 
-def _basis_median(measurements: list[Measurement], basis: RateBasis) -> float | None:
-    """The median per call of the basis measurement, if it has one."""
-    for m in measurements:
-        if m.boundary is basis.boundary and m.subject == basis.subject and m.stats is not None:
-            return m.stats.median if m.stats.median > 0 else None
-    return None
-
-
-def _rates(work: Work, basis: RateBasis | None, measurements: list[Measurement]) -> Rates:
+def _rates(work: Work | None, basis: RateBasis | None) -> Rates | None:
+    """The work counts and the measurement whose median the gate reads the rates at (none
+    under a boundary that is no speed)."""
+    if work is None:
+        return None
     rates = Rates(flops=work.flops, bytes=work.bytes, source=work.source)
-    median = _basis_median(measurements, basis) if basis is not None else None
-    if basis is None or median is None:
-        return rates
-    seconds = median * basis.calls
-    rates.boundary = basis.boundary
-    rates.flops_per_s = work.flops / seconds if work.flops > 0 else None
-    rates.bytes_per_s = work.bytes / seconds if work.bytes > 0 else None
+    if basis is not None and basis.boundary not in NEVER_A_SPEED:
+        rates.boundary, rates.subject, rates.calls = basis.boundary, basis.subject, basis.calls
     return rates
-
-
-def _comparison(measurements: list[Measurement], work: Work) -> list[dict[str, Any]]:
-    """Each subject's median per boundary with its rates, and how it compares with the
-    kernel's under the same boundary (never across boundaries)."""
-    kernel = {m.boundary: m.stats.median for m in measurements if m.subject == "kernel" and m.stats}
-    rows = []
-    for m in measurements:
-        if m.stats is None or m.stats.median <= 0:
-            continue
-        median = m.stats.median
-        ours = kernel.get(m.boundary)
-        rows.append(
-            {
-                "subject": m.subject,
-                "boundary": m.boundary.value,
-                "median_s": median,
-                "rounds": m.stats.rounds,
-                "flops_per_s": work.flops / median if work.flops > 0 else None,
-                "bytes_per_s": work.bytes / median if work.bytes > 0 else None,
-                "speedup_over_kernel": ours / median if ours else None,
-            }
-        )
-    return rows
 
 
 def _harness_seconds(m: Measured) -> float:

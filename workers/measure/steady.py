@@ -36,8 +36,6 @@ MIN_WINDOW = 10
 WARMUP_MIN_EFFECT = 0.05
 """A prefix is cut only when its median is at least 5% above the rest's: a real but
 smaller shift barely moves the median and is not worth the samples it costs."""
-WARMUP_CAP_FACTOR = 10
-"""A fixed count takes at most this many times the samples asked for, in all."""
 WARMUP_TIME_SHARE = 0.5
 """...and discards at most this share of the sampling time cap (`measure.max_seconds`)."""
 

@@ -22,8 +22,8 @@ from contextvars import ContextVar
 
 from workers.measure.shape import shape
 from workers.measure.stats import relative_iqr, summarize
-from workers.measure.steady import MIN_WINDOW, WARMUP_CAP_FACTOR, WARMUP_TIME_SHARE, Settling
-from workers.protocol import BoundaryId, Measurement, MeasureOptions
+from workers.measure.steady import MIN_WINDOW, WARMUP_TIME_SHARE, Settling
+from workers.protocol import WARMUP_CAP_FACTOR, BoundaryId, Measurement, MeasureOptions
 
 AUTO_MIN_SAMPLES = 10
 """Adaptive sampling never stops on spread before it has this many settled samples."""

@@ -14,6 +14,7 @@ from workers.protocol.base import (
     NEVER_A_SPEED,
     PATH_PLATFORM,
     PROTOCOL_VERSION,
+    WARMUP_CAP_FACTOR,
     BoundaryId,
     CachePolicy,
     JobStatus,
@@ -28,6 +29,10 @@ from workers.protocol.base import (
 from workers.protocol.jobs import (
     JobSpec,
     MeasureOptions,
+    cuda_host_boundary,
+    main_boundary,
+    measured_boundaries,
+    sample_caps,
 )
 from workers.protocol.profiles import (
     ProfileTrace,
@@ -102,6 +107,7 @@ __all__ = [
     "PATH_PLATFORM",
     "PROTOCOL_VERSION",
     "TARGET_IDS",
+    "WARMUP_CAP_FACTOR",
     "Artifacts",
     "BoundaryId",
     "CacheEvents",
@@ -161,5 +167,9 @@ __all__ = [
     "TargetMemory",
     "TargetModel",
     "TargetReport",
+    "cuda_host_boundary",
+    "main_boundary",
+    "measured_boundaries",
     "parse_target",
+    "sample_caps",
 ]

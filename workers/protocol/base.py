@@ -22,6 +22,9 @@ times into warnings."""
 
 MAX_SAMPLES = 5000
 """The most samples one measurement may take (the contract asks for at least 1,000)."""
+WARMUP_CAP_FACTOR = 10
+"""A fixed count of N takes at most this many times N samples in all, those discarded
+while the timings settled included (the server refuses a measurement with more)."""
 
 
 class StrictModel(BaseModel):

@@ -13,12 +13,17 @@ The rules:
   passed for real (checked, with a finite error within a finite tolerance) or, for a job
   that has nothing to check against (`may_be_unchecked`), when it is honestly unchecked
   (not checked, not passed, no error figure). A job that does not execute is valid, and
-  any samples it carries are dropped: nothing ran, so nothing was timed.
+  any samples it carries are dropped: nothing ran, so nothing was timed. A job that runs
+  nothing at all (compile only, a deviceless target) keeps no speed-bearing field.
 - A run that is not valid keeps its trace, lower and compile times, its work counts and
   its compiler output, and loses every field a speed can be read or worked out from
   (`WITHHELD_FIELDS`), all together.
 - A valid run still loses the times of a part whose own check failed (a baseline subject,
-  a scaling point), and no boundary in `NEVER_A_SPEED` gets calls per second or a rate.
+  a scaling point), and every statistic, calls per second, rate and comparison it shows
+  is worked out from its own samples (`workers.protocol.speeds`): no boundary in
+  `NEVER_A_SPEED` gets calls per second or a rate.
+- What a posted run's boundaries, sample counts and samples may be is checked against the
+  leased job before this (`lease_mismatches`, with `workers.protocol.bounds`).
 - A worker group agrees when every process that executed passed and they hold one output;
   a group that only compiled agrees when no process failed.
 """
@@ -29,10 +34,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from workers.protocol.base import NEVER_A_SPEED, StageId
+from workers.protocol.base import StageId
+from workers.protocol.bounds import extra_problems, sample_problems
 from workers.protocol.jobs import JobSpec
 from workers.protocol.runs import Correctness, Measurement, RunResult
 from workers.protocol.scale import GroupReport, ScalingPoint
+from workers.protocol.speeds import with_speeds
 
 WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
 """The note a withheld measurement carries in place of its samples and statistics."""
@@ -70,6 +77,7 @@ LEASE_FIELDS: tuple[str, ...] = (
 """What a posted result's job must share with the job that was leased."""
 
 EXECUTING = frozenset({StageId.EXECUTE})
+RUNNING = frozenset({StageId.EXECUTE, StageId.SCALE})
 
 
 def _finite(value: float | None) -> bool:
@@ -97,6 +105,12 @@ def verdict_unchecked(c: Correctness) -> bool:
 def executes(stages: Iterable[StageId]) -> bool:
     """Whether a job with these stages runs its program (and so has an output to check)."""
     return bool(EXECUTING & set(stages))
+
+
+def runs_anything(stages: Iterable[StageId]) -> bool:
+    """Whether a job with these stages runs a program at all (execute, or the scale
+    stage's series); one that only compiles has no time of a run to show."""
+    return bool(RUNNING & set(stages))
 
 
 def run_valid(
@@ -172,13 +186,12 @@ def _warn(warnings: list[str], text: str) -> list[str]:
     return warnings if text in warnings else [*warnings, text]
 
 
-def strip(run: RunResult) -> RunResult:
-    """`run` without a single speed-bearing field (`WITHHELD_FIELDS`); its trace, lower and
-    compile times, work counts and compiler output stay."""
+def strip(run: RunResult, note: str = WITHHELD) -> RunResult:
+    """`run` without a single speed-bearing field (`WITHHELD_FIELDS`), each measurement
+    and scaling point noting why (`note`); its trace, lower and compile times, work counts
+    and compiler output stay."""
     update: dict[str, Any] = {
-        "measurements": [
-            m if m.note == NOTHING_EXECUTED else withhold(m) for m in run.measurements
-        ],
+        "measurements": [withhold(m, note) for m in run.measurements],
         "stage_seconds": run.stage_seconds.model_copy(update={"warm_up": None}),
         "harness_seconds": None,
         "extra": {k: v for k, v in run.extra.items() if k not in SPEED_EXTRA_KEYS},
@@ -201,7 +214,7 @@ def strip(run: RunResult) -> RunResult:
         ]
         update["sweep"] = run.sweep.model_copy(update={"policies": policies})
     if run.scaling is not None:
-        points = [_withhold_point(p, WITHHELD) for p in run.scaling.points]
+        points = [_withhold_point(p, note) for p in run.scaling.points]
         update["scaling"] = run.scaling.model_copy(update={"points": points})
     if run.group is not None:
         members = [g.model_copy(update={"median_s": None}) for g in run.group.members]
@@ -224,13 +237,6 @@ def subject_verdicts(run: RunResult) -> dict[str, Correctness | None]:
     return found
 
 
-def _no_speed(m: Measurement) -> Measurement:
-    """A measurement under a boundary that is no speed: no calls per second."""
-    if m.boundary not in NEVER_A_SPEED or m.stats is None or m.stats.ops is None:
-        return m
-    return m.model_copy(update={"stats": m.stats.model_copy(update={"ops": None})})
-
-
 def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
     """`run` as it may be published: validity re-derived from its own verdict, its job's
     stages and its group; a run that is not valid stripped; failed parts of a valid run
@@ -250,7 +256,9 @@ def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
                 "the processes of the group did not all compute the same, correct output "
                 f"({group_story(group)})"
             )
-    if not ran:
+    if not runs_anything(run.job.stages):  # nothing ran: no time of a run, whatever is sent
+        run = strip(run, NOTHING_EXECUTED)
+    elif not ran:
         run = run.model_copy(
             update={"measurements": [withhold(m, NOTHING_EXECUTED) for m in run.measurements]}
         )
@@ -260,33 +268,24 @@ def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
         return stripped.model_copy(update={"valid": False})
     verdicts = subject_verdicts(run)
     measurements = []
-    failed: set[str] = set()
     for m in run.measurements:
         verdict = verdicts.get(m.subject or "")
         if m.subject in verdicts and (verdict is None or not verdict_passes(verdict)):
             detail = (verdict.detail if verdict else None) or "not checked"
             lost = f"{m.subject}: correctness failed ({detail}): no speed shown."
             warnings = _warn(warnings, lost)
-            failed.add(str(m.subject))
             measurements.append(withhold(m))
         else:
-            measurements.append(_no_speed(m))
+            measurements.append(m)
     update: dict[str, Any] = {"measurements": measurements, "valid": True, "warnings": warnings}
-    rows = run.extra.get("comparison")
-    if failed and isinstance(rows, list):  # the subjects' comparison: failed subjects leave it
-        kept = [r for r in rows if not (isinstance(r, dict) and r.get("subject") in failed)]
-        update["extra"] = {**run.extra, "comparison": kept}
-    if run.rates is not None and run.rates.boundary in NEVER_A_SPEED:
-        update["rates"] = run.rates.model_copy(
-            update={"flops_per_s": None, "bytes_per_s": None, "boundary": None}
-        )
     if run.scaling is not None:
         points = [
             p if point_keeps_times(p) else _withhold_point(p, f"withheld: {p.note or 'failed'}")
             for p in run.scaling.points
         ]
         update["scaling"] = run.scaling.model_copy(update={"points": points})
-    return run.model_copy(update=update)
+    # Every speed from the samples kept: failed subjects' rows leave the comparison.
+    return with_speeds(run.model_copy(update=update))
 
 
 def _stages(job: JobSpec) -> list[str]:
@@ -296,7 +295,8 @@ def _stages(job: JobSpec) -> list[str]:
 def lease_mismatches(
     posted: RunResult, leased: JobSpec, leased_params: dict[str, Any]
 ) -> list[tuple[str, str]]:
-    """(field, message) for each way a posted result differs from the job it leased.
+    """(field, message) for each way a posted result differs from the job it leased, or
+    carries boundaries, samples or `extra` entries no run of it can (`workers.protocol.bounds`).
 
     `leased` is the job as the runner sees it (its target's defaults applied) and
     `leased_params` its parameters after validation and defaults (the catalog's parse,
@@ -323,4 +323,4 @@ def lease_mismatches(
         problems.append(
             ("result.params", "differs from the leased job's parameters after defaults")
         )
-    return problems
+    return problems + sample_problems(posted, leased) + extra_problems(posted)

@@ -8,7 +8,11 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from workers.protocol.base import (
+    MAIN_BOUNDARY,
     MAX_SAMPLES,
+    MODE_BOUNDARIES,
+    WARMUP_CAP_FACTOR,
+    BoundaryId,
     CachePolicy,
     Lax,
     Mode,
@@ -129,3 +133,36 @@ class JobSpec(StrictModel):
             return parse_target(value).id
         except TargetError as exc:
             raise PydanticCustomError("target", "{message}", {"message": str(exc)}) from None
+
+
+def cuda_host_boundary(measure: MeasureOptions) -> BoundaryId:
+    """The host-side boundary the cuda path times beside its device events: K calls per
+    sample (throughput mode, K > 1) are `host-throughput`, one call is `host-sync`."""
+    if measure.mode is Mode.THROUGHPUT and measure.calls_per_sample > 1:
+        return BoundaryId.HOST_THROUGHPUT
+    return BoundaryId.HOST_SYNC
+
+
+def measured_boundaries(job: JobSpec) -> tuple[BoundaryId, ...]:
+    """The boundaries a run of `job` may report samples under: its mode's
+    (`MODE_BOUNDARIES`), or on the cuda path device events and the host boundary."""
+    if job.path is PathId.CUDA:
+        return (BoundaryId.DEVICE_EVENTS, cuda_host_boundary(job.measure))
+    return MODE_BOUNDARIES[job.measure.mode]
+
+
+def main_boundary(job: JobSpec) -> BoundaryId:
+    """The boundary whose median a run of `job` reads its rates from (`MAIN_BOUNDARY`;
+    device events on the cuda path). Under `NEVER_A_SPEED` there are no rates."""
+    return BoundaryId.DEVICE_EVENTS if job.path is PathId.CUDA else MAIN_BOUNDARY[job.measure.mode]
+
+
+def sample_caps(measure: MeasureOptions) -> tuple[int, int]:
+    """The most samples one measurement of a job measured so may keep, and may take in
+    all (kept and discarded while the timings settled), as its sampling loop stops:
+    a fixed N keeps at most N of at most `WARMUP_CAP_FACTOR` x N; 'auto' takes at most
+    `auto_max_samples` in all."""
+    fixed = measure.sample_count()
+    if fixed is None:
+        return measure.auto_max_samples, measure.auto_max_samples
+    return fixed, fixed * WARMUP_CAP_FACTOR

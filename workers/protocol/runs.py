@@ -181,6 +181,8 @@ class Rates(OpenModel):
     boundary: BoundaryId | None = None
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
+    subject: str | None = Field(default=None, description="The subject whose median is used.")
+    calls: int = Field(default=1, ge=1, description="Per-call times the counted work spans.")
     source: str = Field(
         default="analytic",
         description="Where the counts come from: 'analytic', or XLA's cost analysis.",

@@ -46,6 +46,7 @@ from workers.protocol import (
     Target,
     TargetReport,
 )
+from workers.protocol.speeds import KERNEL_SUBJECT
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.workloads import get_workload
 
@@ -58,8 +59,6 @@ COMPILE_ONLY_NOTE = (
     "compile only: PTX, SASS and the resource report were produced without a GPU; "
     "executing this kernel needs an NVIDIA GPU (a worker with cuda_run)."
 )
-KERNEL_SUBJECT = "kernel"
-"""The subject name of the workload's own hand-written kernel (its rates are the run's)."""
 
 
 def _no_gpu_message(probe: env.GpuProbe, tools: env.CudaTools) -> str:

@@ -16,6 +16,16 @@ def _rate(value: Any, unit: str) -> str:
     return f"{value / 1e9:.3g} {unit}" if isinstance(value, int | float) and value > 0 else "—"
 
 
+def _seconds(value: Any) -> str:
+    return format_seconds(float(value)) if isinstance(value, int | float) else "—"
+
+
+def _facts(value: Any) -> dict[str, Any]:
+    """A dict from `extra` as stored; the gate checks its types (`CudaFacts`), but a run
+    stored before it did may hold anything."""
+    return value if isinstance(value, dict) else {}
+
+
 def _grouped(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Consecutive identical launches folded into one entry with a count."""
     groups: list[dict[str, Any]] = []
@@ -32,13 +42,13 @@ def cuda_view(run: RunResult) -> dict[str, Any] | None:
     """What the CUDA panel shows for `run`; None unless the run is on the cuda path."""
     if run.job.path is not PathId.CUDA:
         return None
-    facts: dict[str, Any] = run.extra.get("cuda") or {}
-    build: dict[str, Any] = facts.get("build") or {}
+    facts = _facts(run.extra.get("cuda"))
+    build = _facts(facts.get("build"))
     timing = (
         "read from the build cache"
         if build.get("cache") == "hit"
-        else f"PTX in {format_seconds(float(build.get('ptx_s') or 0))}, "
-        f"cubin in {format_seconds(float(build.get('cubin_s') or 0))}"
+        else f"PTX in {_seconds(build.get('ptx_s') or 0)}, "
+        f"cubin in {_seconds(build.get('cubin_s') or 0)}"
     )
     comparison = [
         {
@@ -65,7 +75,7 @@ def cuda_view(run: RunResult) -> dict[str, Any] | None:
         "arch": build.get("arch") or run.environment.extra.get("target_arch", ""),
         "compiler": build.get("compiler") or "",
         "timing": timing,
-        "launches": _grouped(facts.get("launches") or []),
+        "launches": _grouped([x for x in facts.get("launches") or [] if isinstance(x, dict)]),
         "resources": [r.model_dump() for r in run.kernel_resources],
         "comparison": comparison,
     }

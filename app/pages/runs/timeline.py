@@ -17,9 +17,11 @@ from urllib.parse import quote
 
 from app.web.security import VIEWER_PREFIX
 
-VIEWER_MAX_BYTES = 256 * 1024 * 1024
-"""The largest inflated trace rewritten for the viewer; a larger one is offered as a
-download only (the stored trace is at most BOUNDARY_PROFILE_MAX_BYTES packed)."""
+VIEWER_MAX_BYTES = 64 * 1024 * 1024
+"""The largest inflated trace rewritten for the viewer (it is parsed whole: several times
+this in memory); a larger one is offered as a download only. The stored trace is at most
+BOUNDARY_PROFILE_MAX_BYTES packed, and inflates at most 100 times that
+(app.store.profiles.INFLATE_RATIO)."""
 
 NOISY_ARGS = frozenset({"_src", "run_id"})
 """Event arguments the viewer's copy leaves out (the download keeps them)."""
