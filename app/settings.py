@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     WORKER_STALE_S: float = Field(
         default=60.0, gt=0, description="A worker silent longer than this counts as gone."
     )
+    MAX_WORKERS: int = Field(
+        default=256,
+        ge=1,
+        description="Connected workers; a new registration past it gets 429.",
+    )
     REAP_INTERVAL_S: float = Field(
         default=0.5, gt=0, le=10, description="How often expired leases and queued jobs are reaped."
     )
