@@ -16,10 +16,12 @@ protocol (`boundary serve` passes it as `uvicorn.Config(http=...)`) that adds:
   client that pipelines requests for a large file and reads nothing, closes the
   connection;
 - a cap on open connections per client (BOUNDARY_MAX_CONNECTIONS_PER_CLIENT), the
-  client being the peer's address as admission counts it (app.web.clients); a trusted
-  proxy (BOUNDARY_FORWARDED_ALLOW_IPS) carries many clients and is counted by the cap in
-  all only. Past it, the new connection displaces that client's most stalled connection,
-  or gets 429 before its request is read;
+  client as admission counts it (app.web.clients): the peer's address, checked before a
+  byte is read; past it, the new connection displaces that client's most stalled
+  connection, or gets 429 before its request is read. Through a trusted proxy
+  (BOUNDARY_FORWARDED_ALLOW_IPS) the client is known only from a request's headers
+  (X-Forwarded-For): such a connection is counted under it from then on, and a request
+  past that client's cap gets 429 (connection closed);
 - a cap on open connections (BOUNDARY_MAX_CONNECTIONS), checked before a byte is read:
   past it, the new connection displaces the most stalled connection (if it has been
   stalled at least DISPLACE_AFTER_S): one waiting for its request headers, one whose
@@ -54,7 +56,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.web.clients import Networks, trusted_peer
+from app.web.clients import Networks, client_of, trusted_peer
 
 LINGER_S = 2.0
 """How long a refused or early-answered connection is drained before it is closed."""
@@ -102,6 +104,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         "(BOUNDARY_MAX_CONNECTIONS_PER_CLIENT); try again",
         "retry-after: 1\r\n",
     )
+    refuse_app = _answer_app(429, too_many)
     busy = _raw_response(
         503,
         "Service Unavailable",
@@ -121,6 +124,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         _refused = False
         _draining = False
         _client_key: str | None = None
+        _proxied = False
         _last_read = 0.0
         _paused_at: float | None = None
         _write_deadline: asyncio.TimerHandle | None = None
@@ -129,7 +133,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().connection_made(transport)
             self._last_read = time.monotonic()
             peer = str(self.client[0]) if self.client else None
-            if peer is not None and not trusted_peer(peer, limits.trusted):
+            self._proxied = peer is not None and trusted_peer(peer, limits.trusted)
+            if peer is not None and not self._proxied:
                 mine = clients.setdefault(peer, set())
                 if len(mine) >= limits.max_per_client and not self._displace(mine):
                     self._refuse(too_many)
@@ -142,6 +147,25 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                 self._refuse(busy)
                 return
             self._wait_for_headers()
+
+        def _count_proxied(self) -> bool:
+            """Through a trusted proxy: count this connection under the request's client
+            from now on; True when that client is at its cap and none of its connections
+            is stalled (the request is refused)."""
+            if not self._proxied:
+                return False
+            key = client_of(cast(Any, self.scope), limits.trusted)
+            if key == self._client_key:
+                return False
+            self._forget_client()
+            mine = clients.setdefault(key, set())
+            if len(mine) >= limits.max_per_client and not self._displace(mine):
+                if not mine:
+                    del clients[key]
+                return True
+            mine.add(self)
+            self._client_key = key
+            return False
 
         def _forget_client(self) -> None:
             key, self._client_key = self._client_key, None
@@ -225,7 +249,13 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             self._headers_done()
-            super().on_headers_complete()
+            app = self.app
+            if self._count_proxied():
+                self.app = refuse_app  # this request's answer: 429, then close
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
             if self.cycle is not None:
                 # The cycle closes the connection after a `Connection: close` answer.
                 self.cycle.transport = _LingerOnClose(self)  # type: ignore[assignment]
@@ -317,6 +347,24 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                 self.transport.close()
 
     return GuardedProtocol
+
+
+def _answer_app(status: int, raw: bytes) -> Any:
+    """An ASGI app answering every request with `status` and the JSON body of `raw` (a
+    response made by _raw_response), closing the connection after."""
+    body = raw.partition(b"\r\n\r\n")[2]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
 
 
 class _LingerOnClose:

@@ -20,7 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.netload import HOST, free_port, healthz, raise_nofile, serve
+from bench.netload import (
+    HOST,
+    connect,
+    free_port,
+    healthz,
+    open_stream,
+    queued_job,
+    raise_nofile,
+    read_response,
+    serve,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -116,26 +126,43 @@ def test_healthz_answers_while_connections_pipeline_a_large_file_and_read_nothin
     assert all(closed)  # displaced, or closed at the write deadline
 
 
-def test_past_its_cap_a_client_gets_429_naming_the_setting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("proxied", [False, True])
+def test_past_its_cap_a_client_gets_429_naming_the_setting(tmp_path: Path, proxied: bool) -> None:
+    """Ten open event streams (answers the client reads: nothing stalled to displace)
+    from one client, directly or through a trusted proxy that names it in
+    X-Forwarded-For; its eleventh connection is refused, another client's is not."""
     port = free_port()
-    with serve(port, tmp_path, **LIMITS):
-        held = [attacker(port, "127.0.0.2", b"") for _ in range(10)]
-        extra = attacker(port, "127.0.0.2", b"")
-        extra.settimeout(3)
+    settings = {**LIMITS, "FORWARDED_ALLOW_IPS": "127.0.0.1" if proxied else "127.0.0.9"}
+
+    def who(client: int) -> dict[str, str]:
+        if proxied:  # every connection comes from the proxy, 127.0.0.1
+            return {"extra": f"X-Forwarded-For: 10.0.0.{client}\r\n"}
+        return {"source": f"127.0.0.{client}"}
+
+    async def scenario(job: str) -> tuple[list[int], int, bytes, int]:
+        streams = [await open_stream(port, job, **who(2)) for _ in range(10)]
+        reader, writer = await connect(port, None if proxied else "127.0.0.2")
+        forwarded = who(2)["extra"] if proxied else ""
+        writer.write(f"GET /healthz HTTP/1.1\r\nHost: t\r\n{forwarded}\r\n".encode())
         try:
-            answer = b""
-            with contextlib.suppress(TimeoutError, ConnectionError):
-                while chunk := extra.recv(4096):
-                    answer += chunk
-        finally:
-            for s in (*held, extra):
-                s.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 429")
+            status, body = await read_response(reader)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            status, body = 0, b""
+        writer.close()
+        other = await open_stream(port, job, **who(3))
+        for st in (*streams, other):
+            st.close()
+        return [st.status for st in streams], status, body, other.status
+
+    with serve(port, tmp_path, **settings):
+        statuses, status, body, other = asyncio.run(scenario(queued_job(port)))
+    assert statuses == [200] * 10
+    assert status == 429
     assert json.loads(body)["detail"] == (
         "this client holds its maximum of 10 connections "
         "(BOUNDARY_MAX_CONNECTIONS_PER_CLIENT); try again"
     )
+    assert other == 200
 
 
 async def _drip_bodies(held: list[socket.socket], every_s: float, stop: asyncio.Event) -> None:
