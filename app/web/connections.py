@@ -96,7 +96,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """Connections waiting for request headers, oldest first, with when they started."""
     lingering: set[HttpToolsProtocol] = set()
     clients: dict[str, set[HttpToolsProtocol]] = {}
-    """Each client's open connections (trusted proxies are not counted here)."""
+    """Each client's open connections (a trusted proxy's, under the client each
+    connection's latest request named)."""
     too_many = _raw_response(
         429,
         "Too Many Requests",
@@ -329,6 +330,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             self.loop.call_later(LINGER_S, self._close_now)
 
         def data_received(self, data: bytes) -> None:
+            self._last_read = time.monotonic()
             if self._refused or self._draining:
                 return  # drained, never parsed
             super().data_received(data)

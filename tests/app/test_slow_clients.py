@@ -176,30 +176,37 @@ async def _drip_bodies(held: list[socket.socket], every_s: float, stop: asyncio.
 
 @pytest.mark.parametrize("clients", [1, 20])
 def test_healthz_answers_while_bodies_arrive_a_byte_at_a_time(tmp_path: Path, clients: int) -> None:
+    """Also: a body still arriving steadily (a byte every 50 ms, from a client of its
+    own) is never taken for a stalled one."""
     port = free_port()
 
-    async def scenario(held: list[socket.socket]) -> list[tuple[int, float]]:
+    async def scenario(
+        held: list[socket.socket], steady: socket.socket
+    ) -> tuple[list[tuple[int, float]], bool]:
         stop = asyncio.Event()
         dripping = asyncio.create_task(_drip_bodies(held, 1.0, stop))
-        await asyncio.sleep(1.5)  # every body has stalled a while
+        flowing = asyncio.create_task(_drip_bodies([steady], 0.05, stop))
+        await asyncio.sleep(1.5)  # every slow body has stalled a while
         seen = []
         for _ in range(6):
             seen.append(await healthz(port))
             await asyncio.sleep(0.4)
         stop.set()
-        await dripping
-        return seen
+        await asyncio.gather(dripping, flowing)
+        return seen, await asyncio.to_thread(closed_by_server, steady, 0.5)
 
     # The body timeout (30 s) never fires here: a byte comes every second.
     with serve(port, tmp_path, **LIMITS):
-        held = [attacker(port, source, SLOW_BODY) for source in sources(clients)]
+        steady = attacker(port, "127.0.0.40", SLOW_BODY)
+        held = [attacker(port, source, SLOW_BODY) for source in sources(clients)[1:]]
         try:
-            seen = asyncio.run(scenario(held))
+            seen, steady_closed = asyncio.run(scenario(held, steady))
         finally:
-            for s in held:
+            for s in (*held, steady):
                 s.close()
     assert [status for status, _ in seen] == [200] * 6
     assert max(seconds for _, seconds in seen) < 1.0
+    assert not steady_closed
 
 
 def test_a_body_slower_than_the_minimum_rate_gets_408(tmp_path: Path) -> None:
