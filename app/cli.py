@@ -89,9 +89,16 @@ def _serve(argv: list[str]) -> int:
     # Building the app here (not through uvicorn's factory) loads the content once and
     # lets a content error stop the command with its own message.
     app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
+    from app.web.clients import parse_networks
     from app.web.connections import ConnectionLimits, guarded_protocol
 
-    limits = ConnectionLimits(settings.HEADER_TIMEOUT_S, settings.MAX_CONNECTIONS)
+    limits = ConnectionLimits(
+        settings.HEADER_TIMEOUT_S,
+        settings.MAX_CONNECTIONS,
+        max_per_client=settings.MAX_CONNECTIONS_PER_CLIENT,
+        write_timeout_s=settings.WRITE_TIMEOUT_S,
+        trusted=parse_networks(settings.FORWARDED_ALLOW_IPS),
+    )
     config = uvicorn.Config(
         app,
         host=args.host,

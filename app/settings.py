@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     WORKER_STALE_S: float = Field(
         default=60.0, gt=0, description="A worker silent longer than this counts as gone."
     )
+    MAX_WORKERS: int = Field(
+        default=256,
+        ge=1,
+        description="Connected workers; a new registration past it gets 429.",
+    )
     REAP_INTERVAL_S: float = Field(
         default=0.5, gt=0, le=10, description="How often expired leases and queued jobs are reaped."
     )
@@ -152,6 +157,21 @@ class Settings(BaseSettings):
         default=2000,
         ge=1,
         description="Open connections; past it a new one displaces a stalled one, or gets 503.",
+    )
+    MAX_CONNECTIONS_PER_CLIENT: int = Field(
+        default=256,
+        ge=1,
+        description="Open connections per client; past it a stalled one is displaced, or 429.",
+    )
+    WRITE_TIMEOUT_S: float = Field(
+        default=30.0,
+        gt=0,
+        description="An answer the client stops reading for this long: the connection closes.",
+    )
+    BODY_MIN_RATE: int = Field(
+        default=1024,
+        ge=1,
+        description="Bytes per second a request body must average after BODY_TIMEOUT_S: 408.",
     )
     MAX_STREAMS_PER_CLIENT: int = Field(
         default=100, ge=1, description="Open event streams per client; more get 429."

@@ -112,16 +112,14 @@ async def work(client: httpx.AsyncClient, total: int, ir: str, done: list[int]) 
         "catalog_version": CATALOG_VERSION,
     }
     r = await client.post("/api/v1/worker/register", json={"capabilities": caps}, headers=auth)
-    worker = r.json()["worker_id"]
+    me = {k: r.json()[k] for k in ("worker_id", "worker_key")}
     while done[0] < total:
-        r = await client.post(
-            "/api/v1/worker/lease", json={"worker_id": worker, "wait_s": 1.0}, headers=auth
-        )
+        r = await client.post("/api/v1/worker/lease", json={**me, "wait_s": 1.0}, headers=auth)
         if r.status_code == 204:
             continue
         grant = r.json()
         report = {
-            "worker_id": worker,
+            **me,
             "job_id": grant["job_id"],
             "lease_id": grant["lease_id"],
             "result": result(grant["spec"], ir),

@@ -13,6 +13,7 @@ from app.dispatch.core import (
     UnknownWorker,
     Verdict,
     WorkerEntry,
+    WrongKey,
     cap_text,
 )
 from app.dispatch.leasing import LeasingMixin
@@ -32,5 +33,6 @@ __all__ = [
     "UnknownWorker",
     "Verdict",
     "WorkerEntry",
+    "WrongKey",
     "cap_text",
 ]

@@ -12,6 +12,7 @@ streams.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +21,27 @@ from app.dispatch.progress import ProgressHub
 from app.dispatch.requirements import describe_need, unmet
 from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow
+from app.store.registry import key_hash
 from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
 
+KNOWN_KEYS = 10_000
+"""Workers whose key this replica has checked, remembered so that each message does not
+read it again (a worker's key never changes; past this many the memory starts over)."""
 RECENT_S = 0.5
 """How long admission and a job's waiting reason reuse a read of the connected workers."""
 
 
 class UnknownWorker(LookupError):
     """A worker id this server has no record of: the worker should register again."""
+
+
+class WrongKey(PermissionError):
+    """A message names a worker without that worker's key (missing: `missing` is True)."""
+
+    def __init__(self, worker_id: str, missing: bool) -> None:
+        super().__init__(worker_id)
+        self.worker_id = worker_id
+        self.missing = missing
 
 
 class LeaseEnded(PermissionError):
@@ -118,6 +132,23 @@ class DispatcherCore:
         self._recent: tuple[float, list[WorkerEntry]] | None = None
         self.leasing = True  # False once the server is shutting down
         self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
+        self._keys: dict[str, str] = {}  # worker id -> its key's hash, checked already
+
+    def check_key(self, worker_id: str, key: str | None) -> None:
+        """Nothing when `key` is `worker_id`'s key; WrongKey when it is missing or not
+        that worker's, UnknownWorker for a worker never registered (or forgotten)."""
+        wanted = self._keys.get(worker_id)
+        if wanted is None:
+            wanted = self.store.worker_key_hash(worker_id)
+            if wanted is None:
+                raise UnknownWorker(worker_id)
+            if len(self._keys) >= KNOWN_KEYS:
+                self._keys.clear()
+            self._keys[worker_id] = wanted
+        if not key:
+            raise WrongKey(worker_id, missing=True)
+        if not hmac.compare_digest(key_hash(key), wanted):
+            raise WrongKey(worker_id, missing=False)
 
     def _lease_of(
         self, worker_id: str, job_id: str, lease_id: str | None, read: JobRow | None = None

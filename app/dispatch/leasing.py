@@ -70,7 +70,8 @@ class LeasingMixin(DispatcherCore):
         """Record a worker; its id and key. The server makes the id: a worker never
         chooses one, so it cannot take another's. A worker registering again (new
         capabilities) keeps its id by presenting the key its first registration got,
-        through whichever replica."""
+        through whichever replica. WorkersFull (app.store) when a new worker would pass
+        MAX_WORKERS connected ones."""
         registered = self.store.register_worker(
             f"w-{secrets.token_hex(8)}",
             secrets.token_urlsafe(24),
@@ -78,6 +79,7 @@ class LeasingMixin(DispatcherCore):
             caps.model_dump(mode="json"),
             claimed_id=worker_id,
             claimed_key=key,
+            cap=(self.settings.MAX_WORKERS, self.settings.WORKER_STALE_S),
         )
         self._recent = None  # read the connected workers again: this one is new
         self._notify()  # a new worker may make a waiting job runnable

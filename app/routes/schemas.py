@@ -206,6 +206,9 @@ class RegisterReply(BaseModel):
 
 class LeaseRequest(WorkerMessage):
     worker_id: str
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its registration returned."
+    )
     wait_s: float | None = Field(default=None, ge=0, le=60)
 
 
@@ -221,12 +224,18 @@ class LeaseReply(BaseModel):
 
 class HeartbeatRequest(WorkerMessage):
     worker_id: str
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its registration returned."
+    )
     job_id: str | None = None
     lease_id: str | None = Field(default=None, max_length=64)
 
 
 class ProgressReport(WorkerMessage):
     worker_id: str
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its registration returned."
+    )
     job_id: str
     lease_id: str | None = Field(default=None, max_length=64)
     events: list[ProgressEvent] = Field(max_length=1000)
@@ -245,6 +254,9 @@ class ResultReport(WorkerMessage):
     """Exactly one of `result` and `failure`."""
 
     worker_id: str
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its registration returned."
+    )
     job_id: str
     lease_id: str | None = Field(default=None, max_length=64)
     attempt: int = Field(default=0, description="Ignored: the server counts attempts.")
@@ -260,6 +272,9 @@ class ResultReport(WorkerMessage):
 
 class ReleaseRequest(WorkerMessage):
     worker_id: str
+    worker_key: str | None = Field(
+        default=None, max_length=64, description="The key its registration returned."
+    )
     job_id: str
     lease_id: str | None = Field(default=None, max_length=64)
 

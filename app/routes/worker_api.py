@@ -37,32 +37,15 @@ from app.routes.schemas import (
     WorkerRegister,
     inline_schema,
 )
+from app.routes.worker_auth import authenticate, require_worker_token, unknown_worker
+from app.store import WorkersFull
 from app.store.profiles import screen_profile
 from app.web.bodylimit import WORKER_BODY_BYTES, Caps
-from app.web.tokens import bearer_of, token_matches
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 from workers.protocol.targets import TARGET_IDS
 
 HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for three misses
-
-
-def require_worker_token(request: Request, settings: SettingsDep) -> None:
-    """Dependency: 401 unless the request carries `Authorization: Bearer <WORKER_TOKEN>`."""
-    if settings.WORKER_TOKEN is None:
-        raise HTTPException(
-            status_code=401,
-            detail="worker endpoints needs a token, and none is configured on this server",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    header = request.headers.get("authorization", "")
-    if not token_matches(bearer_of(header), settings.WORKER_TOKEN):
-        message = "missing bearer token" if not header else "wrong bearer token"
-        raise HTTPException(
-            status_code=401,
-            detail=f"worker endpoints: {message}",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
 
 
 router = APIRouter(
@@ -123,18 +106,12 @@ def _answer(worker_id: str, report: Callable[[], Verdict]) -> Response:
     try:
         verdict = report()
     except UnknownWorker:
-        raise _unknown_worker(worker_id) from None
+        raise unknown_worker(worker_id) from None
     except LeaseEnded as exc:
         return _lease_ended(exc)
     except LookupError:
         raise HTTPException(status_code=404, detail="no such job") from None
     return JSONResponse(_verdict(verdict).model_dump(mode="json"))
-
-
-def _unknown_worker(worker_id: str) -> HTTPException:
-    return HTTPException(
-        status_code=404, detail=f"unknown worker {worker_id[:64]!r}: register again"
-    )
 
 
 async def _disconnected(request: Request) -> None:
@@ -162,7 +139,10 @@ def _version_problem(body: Any) -> str | None:
 @router.post(
     "/register",
     response_model=RegisterReply,
-    responses={409: {"model": MessagePublic, "description": "Versions differ."}},
+    responses={
+        409: {"model": MessagePublic, "description": "Versions differ."},
+        429: {"model": MessagePublic, "description": "MAX_WORKERS workers are connected."},
+    },
     openapi_extra=_body(WorkerRegister),
 )
 async def register(
@@ -195,9 +175,18 @@ async def register(
                 )
             ]
         )
-    worker_id, key = dispatcher.register(
-        message.capabilities, message.name, message.worker_id, message.worker_key
-    )
+    try:
+        worker_id, key = dispatcher.register(
+            message.capabilities, message.name, message.worker_id, message.worker_key
+        )
+    except WorkersFull as exc:
+        raise HTTPException(
+            status_code=429,
+            detail=f"this server already has its maximum of {exc.cap:,} connected workers "
+            f"(BOUNDARY_MAX_WORKERS); a worker that stops is no longer counted "
+            f"{exc.stale_s:g} s after it was last heard from",
+            headers={"Retry-After": "1"},
+        ) from None
     return RegisterReply(
         worker_id=worker_id,
         worker_key=key,
@@ -218,6 +207,7 @@ async def register(
 async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
     message = await _message(request, LeaseRequest)
+    authenticate(dispatcher, message)
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
     # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
     # so that a departed worker is never handed a job and the server can shut down.
@@ -234,7 +224,7 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
     try:
         grant = leasing.result()
     except UnknownWorker:
-        raise _unknown_worker(message.worker_id) from None
+        raise unknown_worker(message.worker_id) from None
     if grant is None:
         return Response(status_code=204)
     if gone:  # a job came just as the worker left: give it straight back
@@ -264,6 +254,7 @@ ENDED: dict[int | str, dict[str, Any]] = {
 async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
     """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
     message = await _message(request, HeartbeatRequest)
+    authenticate(dispatcher, message)
     return _answer(
         message.worker_id,
         lambda: dispatcher.heartbeat(message.worker_id, message.job_id, message.lease_id),
@@ -276,6 +267,7 @@ async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
 async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
     message = await _message(request, ProgressReport)
+    authenticate(dispatcher, message)
     return _answer(
         message.worker_id,
         lambda: dispatcher.progress(
@@ -309,6 +301,7 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
     loop: a large result does not stall other requests."""
     body = await read_capped_body(request, Caps.from_settings(settings).result)
     message = await run_in_threadpool(_parsed, body, ResultReport)
+    authenticate(dispatcher, message)
     if (message.result is None) == (message.failure is None):
         field_errors([("result", "send exactly one of result and failure")])
     if message.result is None:
@@ -383,6 +376,7 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
 async def release(request: Request, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""
     message = await _message(request, ReleaseRequest)
+    authenticate(dispatcher, message)
     return _answer(
         message.worker_id,
         lambda: dispatcher.release(message.worker_id, message.job_id, message.lease_id),

@@ -30,7 +30,7 @@ from app.store.limits import Gate, Limits
 from app.store.matrices import Matrices
 from app.store.migrations import SCHEMA_VERSION, SchemaTooNew, migrate, schema_version
 from app.store.reaping import Expired, Reaping
-from app.store.registry import Registry
+from app.store.registry import Registry, WorkersFull
 from app.store.retention import Pruned, Retention
 from app.store.runs import Runs
 from app.store.schema import JobRow, NewRun, RunRow, WorkerRow
@@ -62,6 +62,7 @@ __all__ = [
     "StoredFile",
     "Timeouts",
     "WorkerRow",
+    "WorkersFull",
     "now",
     "parse_db",
 ]

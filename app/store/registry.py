@@ -24,6 +24,15 @@ _COLUMNS = (
 )
 
 
+class WorkersFull(Exception):
+    """A new worker would pass the cap of connected workers."""
+
+    def __init__(self, cap: int, stale_s: float) -> None:
+        super().__init__(cap)
+        self.cap = cap
+        self.stale_s = stale_s
+
+
 def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -54,10 +63,13 @@ class Registry(StoreBase):
         *,
         claimed_id: str | None = None,
         claimed_key: str | None = None,
+        cap: tuple[int, float] | None = None,
     ) -> tuple[str, str]:
         """Record a worker: under `claimed_id` when `claimed_key` is that worker's key
         (it registers again, say with new capabilities), else as `new_id` with `key`.
-        The id and key it holds now."""
+        The id and key it holds now. With `cap` (most, stale_s), WorkersFull instead of
+        a new worker when `most` workers are connected (heard from within `stale_s`
+        seconds, or waiting in a lease request)."""
         caps = json.dumps(capabilities)
         with self._tx() as tx:
             if claimed_id and claimed_key:
@@ -70,6 +82,16 @@ class Registry(StoreBase):
                 )
                 if kept:
                     return claimed_id, claimed_key
+            if cap is not None:
+                (connected,) = tx.execute(
+                    self._sql(
+                        "SELECT count(*) FROM workers WHERE last_heartbeat >= {NOW} - ? "
+                        "OR polling_until >= {NOW}"
+                    ),
+                    (cap[1],),
+                )[0]
+                if int(connected) >= cap[0]:
+                    raise WorkersFull(*cap)
             tx.execute(
                 self._sql(
                     "INSERT INTO workers (id, name, capabilities, registered_at, last_heartbeat, "
@@ -78,6 +100,12 @@ class Registry(StoreBase):
                 (new_id, name, caps, key_hash(key)),
             )
         return new_id, key
+
+    def worker_key_hash(self, worker_id: str) -> str | None:
+        """The SHA-256 of the key `worker_id` registered with; None for an unknown worker
+        (or one stored before workers had keys)."""
+        rows = self._read("SELECT key_hash FROM workers WHERE id = ?", (worker_id,))
+        return str(rows[0][0]) if rows and rows[0][0] else None
 
     def touch_worker(self, worker_id: str, polling_s: float = 0.0) -> WorkerRow | None:
         """The worker was heard from now, and will wait in a lease request for

@@ -9,9 +9,11 @@ in front of every API route:
 - a body streamed without one is counted as it arrives, and refused as soon as it passes
   the cap (the route sees an HTTPException from its read, answered as 413);
 - the worker endpoints need the worker token, checked here before their body is read;
-- a body that stops arriving for BODY_TIMEOUT_S gets 408 (connection closed). Only
-  reads of the body are timed: once its last part arrived, `receive()` waits for the
-  client to disconnect, which a streaming answer may do hours later.
+- a body that stops arriving for BODY_TIMEOUT_S gets 408 (connection closed), and so
+  does one that arrives too slowly: past its first BODY_TIMEOUT_S it must have averaged
+  BODY_MIN_RATE bytes a second (a byte every two seconds restarts no timer). Only reads
+  of the body are timed: once its last part arrived, `receive()` waits for the client
+  to disconnect, which a streaming answer may do hours later.
 
 Caps by route: a worker's result may carry IR text and a profiler trace; uploads their
 file; everything else (job, matrix and form submissions) MAX_BODY_BYTES.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
@@ -78,6 +81,7 @@ class BodyLimit:
         self.caps = Caps.from_settings(settings)
         self.worker_token = settings.WORKER_TOKEN
         self.body_timeout_s = settings.BODY_TIMEOUT_S
+        self.min_rate = settings.BODY_MIN_RATE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -97,15 +101,28 @@ class BodyLimit:
         started = False
         body_done = False
         late = f"the request body stopped arriving for {self.body_timeout_s:g} s"
+        slow = (
+            f"the request body arrived slower than {self.min_rate:,} bytes a second "
+            f"(BOUNDARY_BODY_MIN_RATE, after its first {self.body_timeout_s:g} s)"
+        )
+        began: float | None = None
 
         async def counted() -> Message:
-            nonlocal seen, body_done
+            nonlocal seen, body_done, began
             if body_done:  # then receive() waits for a disconnect, which may take hours
                 return await receive()
+            now = time.monotonic()
+            began = now if began is None else began
+            # By then the body must have arrived at the minimum rate, after a grace.
+            due = began + self.body_timeout_s + seen / self.min_rate
+            wait = min(self.body_timeout_s, due - now)
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                if wait <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), wait)
             except TimeoutError:
-                raise HTTPException(408, late, headers={"Connection": "close"}) from None
+                why = late if wait >= self.body_timeout_s else slow
+                raise HTTPException(408, why, headers={"Connection": "close"}) from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             if message["type"] == "http.request":

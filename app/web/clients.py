@@ -23,7 +23,8 @@ def parse_networks(text: str) -> list[Network] | None:
     return [ipaddress.ip_network(item, strict=False) for item in items]
 
 
-def _trusted(host: str, trusted: Networks) -> bool:
+def trusted_peer(host: str, trusted: Networks) -> bool:
+    """Whether `host` is one of the trusted proxies."""
     if trusted is None:
         return True
     try:
@@ -37,10 +38,10 @@ def client_of(scope: Scope, trusted: Networks) -> str:
     """The key a request's client is counted under (see the module's docstring)."""
     peer = str(scope["client"][0]) if scope.get("client") else "?"
     forwarded = b",".join(v for k, v in scope["headers"] if k == b"x-forwarded-for")
-    if not forwarded or not _trusted(peer, trusted):
+    if not forwarded or not trusted_peer(peer, trusted):
         return peer
     hops = [h.strip() for h in forwarded.decode("latin-1").split(",") if h.strip()]
     for hop in reversed(hops):
-        if not _trusted(hop, trusted):
+        if not trusted_peer(hop, trusted):
             return hop[:64]
     return (hops[0] if hops else peer)[:64]

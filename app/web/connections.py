@@ -1,5 +1,6 @@
-"""Connections that cannot pin the server: a header deadline, a cap on connections that
-displaces stalled ones first, and a lingering close for early answers.
+"""Connections that cannot pin the server: a header deadline, a write deadline, caps on
+connections (in all and per client) that displace stalled ones first, and a lingering
+close for early answers.
 
 uvicorn has no header read timeout: its keep-alive timer starts only after a first
 response, so a connection that sends nothing, or one header byte every few seconds,
@@ -10,11 +11,24 @@ protocol (`boundary serve` passes it as `uvicorn.Config(http=...)`) that adds:
   complete within it of the connection opening (or of the request's first byte on a
   kept-alive connection), however slowly bytes arrive; past it the connection gets 408
   and is closed;
+- a write deadline (BOUNDARY_WRITE_TIMEOUT_S): an answer the client stops reading
+  (asyncio paused the writes: the socket's buffers are full) for that long, say a
+  client that pipelines requests for a large file and reads nothing, closes the
+  connection;
+- a cap on open connections per client (BOUNDARY_MAX_CONNECTIONS_PER_CLIENT), the
+  client as admission counts it (app.web.clients): the peer's address, checked before a
+  byte is read; past it, the new connection displaces that client's most stalled
+  connection, or gets 429 before its request is read. Through a trusted proxy
+  (BOUNDARY_FORWARDED_ALLOW_IPS) the client is known only from a request's headers
+  (X-Forwarded-For): such a connection is counted under it from then on, and a request
+  past that client's cap gets 429 (connection closed);
 - a cap on open connections (BOUNDARY_MAX_CONNECTIONS), checked before a byte is read:
-  past it, the new connection displaces the connection that has waited longest for its
-  request headers (if it has waited at least DISPLACE_AFTER_S), so stalled connections
-  cannot lock out real requests; when none is waiting, the new connection gets 503
-  before its request is read, and is closed after a short lingering drain;
+  past it, the new connection displaces the most stalled connection (if it has been
+  stalled at least DISPLACE_AFTER_S): one waiting for its request headers, one whose
+  request body stopped arriving, or one whose answer the client does not read. So
+  stalled connections cannot lock out real requests; when none is stalled, the new
+  connection gets 503 before its request is read, and is closed after a short
+  lingering drain;
 - a lingering close for early answers: when the app answers before the request's body
   is all read (401 to a tokenless upload, 413), the answer is followed by FIN and the
   rest of the body is read and dropped for up to LINGER_S before the socket closes.
@@ -36,26 +50,34 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.web.clients import Networks, client_of, trusted_peer
 
 LINGER_S = 2.0
 """How long a refused or early-answered connection is drained before it is closed."""
 MAX_LINGERING = 1024
 """Connections drained at once; past it a refused connection is closed at once."""
 DISPLACE_AFTER_S = 0.25
-"""A connection that has waited this long for its headers may be displaced at the cap."""
+"""A connection stalled this long (headers, body or writes) may be displaced at a cap."""
 
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """What the protocol enforces (BOUNDARY_HEADER_TIMEOUT_S, BOUNDARY_MAX_CONNECTIONS)."""
+    """What the protocol enforces (BOUNDARY_HEADER_TIMEOUT_S, BOUNDARY_MAX_CONNECTIONS,
+    BOUNDARY_MAX_CONNECTIONS_PER_CLIENT, BOUNDARY_WRITE_TIMEOUT_S; `trusted`: the
+    proxies of BOUNDARY_FORWARDED_ALLOW_IPS, None for every peer)."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 2000
     displace_after_s: float = DISPLACE_AFTER_S
+    max_per_client: int = 256
+    write_timeout_s: float = 30.0
+    trusted: Networks = ()
 
 
 def _raw_response(status: int, reason: str, detail: str, extra: str = "") -> bytes:
@@ -73,6 +95,17 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     waiting: dict[HttpToolsProtocol, float] = {}
     """Connections waiting for request headers, oldest first, with when they started."""
     lingering: set[HttpToolsProtocol] = set()
+    clients: dict[str, set[HttpToolsProtocol]] = {}
+    """Each client's open connections (a trusted proxy's, under the client each
+    connection's latest request named)."""
+    too_many = _raw_response(
+        429,
+        "Too Many Requests",
+        f"this client holds its maximum of {limits.max_per_client:,} connections "
+        "(BOUNDARY_MAX_CONNECTIONS_PER_CLIENT); try again",
+        "retry-after: 1\r\n",
+    )
+    refuse_app = _answer_app(429, too_many)
     busy = _raw_response(
         503,
         "Service Unavailable",
@@ -91,13 +124,102 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         _deadline: asyncio.TimerHandle | None = None
         _refused = False
         _draining = False
+        _client_key: str | None = None
+        _proxied = False
+        _last_read = 0.0
+        _paused_at: float | None = None
+        _write_deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > limits.max_connections and not self._displace():
-                self._refuse()
+            self._last_read = time.monotonic()
+            peer = str(self.client[0]) if self.client else None
+            self._proxied = peer is not None and trusted_peer(peer, limits.trusted)
+            if peer is not None and not self._proxied:
+                mine = clients.setdefault(peer, set())
+                if len(mine) >= limits.max_per_client and not self._displace(mine):
+                    self._refuse(too_many)
+                    return
+                mine.add(self)
+                self._client_key = peer
+            if len(self.connections) > limits.max_connections and not self._displace(
+                self.connections
+            ):
+                self._refuse(busy)
                 return
             self._wait_for_headers()
+
+        def _count_proxied(self) -> bool:
+            """Through a trusted proxy: count this connection under the request's client
+            from now on; True when that client is at its cap and none of its connections
+            is stalled (the request is refused)."""
+            if not self._proxied:
+                return False
+            key = client_of(cast(Any, self.scope), limits.trusted)
+            if key == self._client_key:
+                return False
+            self._forget_client()
+            mine = clients.setdefault(key, set())
+            if len(mine) >= limits.max_per_client and not self._displace(mine):
+                if not mine:
+                    del clients[key]
+                return True
+            mine.add(self)
+            self._client_key = key
+            return False
+
+        def _forget_client(self) -> None:
+            key, self._client_key = self._client_key, None
+            mine = clients.get(key) if key is not None else None
+            if mine is not None:
+                mine.discard(self)
+                if not mine:
+                    del clients[key]  # type: ignore[arg-type]
+
+        # --- the write deadline --------------------------------------------------------
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_deadline is None:
+                self._paused_at = time.monotonic()
+                self._write_deadline = self.loop.call_later(
+                    limits.write_timeout_s, self._write_too_late
+                )
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._writes_flow()
+
+        def _writes_flow(self) -> None:
+            self._paused_at = None
+            if self._write_deadline is not None:
+                self._write_deadline.cancel()
+                self._write_deadline = None
+
+        def _write_too_late(self) -> None:
+            self._write_deadline = None
+            if not self.transport.is_closing():
+                self.transport.abort()  # nothing more can be written to it: no answer
+
+        def stalled_for(self, now: float) -> float | None:
+            """How long this connection has been stalled, or None when it is not: waiting
+            for its headers, its writes paused (the client reads nothing), or in a
+            request body that stopped arriving (while the app wants more of it)."""
+            since = waiting.get(self)
+            if since is not None:
+                return now - since
+            if self._paused_at is not None:
+                return now - self._paused_at
+            cycle = self.cycle
+            if (
+                cycle is not None
+                and cycle.more_body
+                and not cycle.response_complete
+                and not self.flow.read_paused
+                and not self._draining
+            ):
+                return now - self._last_read
+            return None
 
         # --- the header deadline -------------------------------------------------------
 
@@ -128,7 +250,13 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             self._headers_done()
-            super().on_headers_complete()
+            app = self.app
+            if self._count_proxied():
+                self.app = refuse_app  # this request's answer: 429, then close
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
             if self.cycle is not None:
                 # The cycle closes the connection after a `Connection: close` answer.
                 self.cycle.transport = _LingerOnClose(self)  # type: ignore[assignment]
@@ -160,6 +288,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._headers_done()
+            self._writes_flow()
+            self._forget_client()
             lingering.discard(self)
             if self._refused:
                 self.connections.discard(self)
@@ -168,27 +298,30 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
         # --- the connection cap --------------------------------------------------------
 
-        def _displace(self) -> bool:
-            """Close the connection that has waited longest for its headers, if it has
-            waited at least displace_after_s; True if one was closed."""
-            for victim, since in waiting.items():
-                if victim is self:
-                    continue
-                if time.monotonic() - since < limits.displace_after_s:
-                    return False
-                waiting.pop(victim)
-                deadline = getattr(victim, "_deadline", None)
-                if deadline is not None:
-                    deadline.cancel()
-                victim.transport.abort()  # its file descriptor is free at once
-                return True
-            return False
+        def _displace(self, among: Iterable[object]) -> bool:
+            """Close the connection of `among` stalled longest (see `stalled_for`), if it
+            has been stalled at least displace_after_s; True if one was closed."""
+            now = time.monotonic()
+            victim: Any = None
+            longest = limits.displace_after_s
+            for other in among:
+                stalled = None if other is self else cast(Any, other).stalled_for(now)
+                if stalled is not None and stalled >= longest:
+                    victim, longest = other, stalled
+            if victim is None:
+                return False
+            victim._headers_done()
+            victim._forget_client()
+            self.connections.discard(victim)  # counted out now; it is closing
+            victim.transport.abort()  # its file descriptor is free at once
+            return True
 
-        def _refuse(self) -> None:
-            """Answer 503 before reading the request, then drain briefly and close."""
+        def _refuse(self, answer: bytes) -> None:
+            """Answer 503 or 429 before reading the request, then drain briefly and close."""
             self._refused = True
+            self._forget_client()
             self.connections.discard(self)
-            self.transport.write(busy)
+            self.transport.write(answer)
             if len(lingering) >= MAX_LINGERING or not self.transport.can_write_eof():
                 self._close_now()
                 return
@@ -197,6 +330,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             self.loop.call_later(LINGER_S, self._close_now)
 
         def data_received(self, data: bytes) -> None:
+            self._last_read = time.monotonic()
             if self._refused or self._draining:
                 return  # drained, never parsed
             super().data_received(data)
@@ -215,6 +349,24 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                 self.transport.close()
 
     return GuardedProtocol
+
+
+def _answer_app(status: int, raw: bytes) -> Any:
+    """An ASGI app answering every request with `status` and the JSON body of `raw` (a
+    response made by _raw_response), closing the connection after."""
+    body = raw.partition(b"\r\n\r\n")[2]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
 
 
 class _LingerOnClose:

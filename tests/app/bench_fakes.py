@@ -72,6 +72,7 @@ class FakeWorker:
         self.client = client
         self.caps = caps or capabilities()
         self.id = ""
+        self.key = ""  # sent with every message that names a worker
         self.leases: dict[str, str] = {}  # job id -> the lease id its grant carried
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -79,13 +80,19 @@ class FakeWorker:
         job_id = body.get("job_id")
         if isinstance(job_id, str) and job_id in self.leases and "lease_id" not in body:
             body = {**body, "lease_id": self.leases[job_id]}
-        return await self.client.post(f"/api/v1/worker/{path}", json=body, headers=AUTH)
+        if "worker_id" in body and "worker_key" not in body and self.key:
+            body = {**body, "worker_key": self.key}
+        r = await self.client.post(f"/api/v1/worker/{path}", json=body, headers=AUTH)
+        if path == "register" and r.status_code == 200:
+            self.key = r.json()["worker_key"]
+        return r
 
     async def register(self) -> dict[str, Any]:
         r = await self.post("register", {"capabilities": self.caps, "name": "fake"})
         assert r.status_code == 200, r.text
         reply: dict[str, Any] = r.json()
         self.id = reply["worker_id"]
+        self.key = reply["worker_key"]
         return reply
 
     async def lease(self, wait_s: float = 0.0) -> dict[str, Any] | None:

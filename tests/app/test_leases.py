@@ -80,8 +80,9 @@ async def test_a_second_worker_with_the_holders_id_cannot_touch_the_job(
     job_id = await submit(bench_client)
     grant = await holder.lease()
     assert grant is not None and len(grant["lease_id"]) >= 20
-    # The intruder knows the holder's id (the worker list shows it) but not the lease.
-    forged = {"worker_id": holder.id, "job_id": job_id}
+    # Even with the holder's id (public) and its key (say, leaked), no report without the
+    # lease touches the job.
+    forged = {"worker_id": holder.id, "worker_key": holder.key, "job_id": job_id}
     for path, extra in (
         ("result", {"failure": {"reason": "forged"}}),
         ("result", {"failure": {"reason": "forged"}, "lease_id": "guess"}),
@@ -100,6 +101,88 @@ async def test_a_second_worker_with_the_holders_id_cannot_touch_the_job(
     assert current["status"] == "running" and current["attempts"] == 1
     assert (await holder.finish(grant)).status_code == 200
     assert (await job(bench_client, job_id))["status"] == "done"
+
+
+async def test_a_worker_cannot_lease_or_report_as_another(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """Before: worker B, registered with its own token, leased, posted a result and
+    heartbeated with worker A's id (public in GET /api/v1/jobs/{id}): 200 each, and the
+    job showed A with B's samples."""
+    a = FakeWorker(bench_client)
+    await a.register()
+    first = await submit(bench_client)
+    grant = await a.lease()
+    assert grant is not None
+    assert (await a.finish(grant)).status_code == 200
+    a_id = (await job(bench_client, first))["worker_id"]
+    assert a_id == a.id  # public
+    b = FakeWorker(bench_client)
+    await b.register()
+    second = await submit(bench_client)
+    as_a = {"worker_id": a_id, "worker_key": b.key}
+    r = await b.post("lease", {**as_a, "wait_s": 0})
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"] == (
+        f"worker_key is not the key of worker '{a_id}': a worker may only lease and "
+        "report as itself"
+    )
+    r = await bench_client.post(
+        "/api/v1/worker/lease", json={"worker_id": a_id, "wait_s": 0}, headers=AUTH
+    )
+    assert r.status_code == 401
+    assert r.json()["detail"].startswith("worker_key missing: every message after registration")
+    # A leases its job; B cannot report on it, beat for it, or give it back as A.
+    grant = await a.lease()
+    assert grant is not None and grant["job_id"] == second
+    lease = {"job_id": second, "lease_id": grant["lease_id"]}
+    for path, extra in (
+        ("result", {"failure": {"reason": "forged"}}),
+        ("heartbeat", {}),
+        ("progress", {"events": []}),
+        ("release", {}),
+    ):
+        r = await b.post(path, {**as_a, **lease, **extra})
+        assert r.status_code == 403, (path, r.text)
+        assert "may only lease and report as itself" in r.json()["detail"]
+    current = await job(bench_client, second)
+    assert current["status"] == "running" and current["worker_id"] == a.id
+    assert (await a.heartbeat(second))["accepted"] is True
+    assert (await a.finish(grant)).status_code == 200
+    assert (await job(bench_client, second))["status"] == "done"
+
+
+async def test_registrations_stop_at_the_cap_of_connected_workers(
+    bench_client: httpx.AsyncClient, bench_dispatcher: Dispatcher
+) -> None:
+    """Before: one token registered 3,000 workers in 14 s and /workers grew to 800 kB."""
+    settings = bench_dispatcher.settings
+    bench_dispatcher.settings = settings.model_copy(
+        update={"MAX_WORKERS": 3, "WORKER_STALE_S": 0.5}
+    )
+    workers = [FakeWorker(bench_client) for _ in range(3)]
+    for w in workers:
+        await w.register()
+    r = await bench_client.post(
+        "/api/v1/worker/register", json={"capabilities": capabilities()}, headers=AUTH
+    )
+    assert r.status_code == 429, r.text
+    assert r.headers["retry-after"] == "1"
+    assert r.json()["detail"] == (
+        "this server already has its maximum of 3 connected workers (BOUNDARY_MAX_WORKERS); "
+        "a worker that stops is no longer counted 0.5 s after it was last heard from"
+    )
+    listed = (await bench_client.get("/api/v1/workers")).json()
+    assert listed["count"] == 3
+    # A connected worker registering again (new capabilities) is no new worker.
+    again = {"capabilities": capabilities(device_count=2), "worker_id": workers[0].id}
+    r = await bench_client.post(
+        "/api/v1/worker/register", json={**again, "worker_key": workers[0].key}, headers=AUTH
+    )
+    assert r.status_code == 200 and r.json()["worker_id"] == workers[0].id
+    await asyncio.sleep(0.6)  # all three fall silent: they are no longer counted
+    late = FakeWorker(bench_client)
+    await late.register()
 
 
 async def test_a_worker_whose_lease_expired_cannot_fail_the_requeued_job(

@@ -55,6 +55,7 @@ class PlayedWorker:
         r = self.http.post("/register", json={"capabilities": caps, "name": "played-gpu"})
         r.raise_for_status()
         self.id: str = r.json()["worker_id"]
+        self.me = {"worker_id": self.id, "worker_key": r.json()["worker_key"]}
         self.held: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
@@ -64,7 +65,7 @@ class PlayedWorker:
         return {k: v for k, v in grant.items() if k not in ("spec", "requirements")}
 
     def lease(self) -> dict[str, Any]:
-        r = self.http.post("/lease", json={"worker_id": self.id, "wait_s": 10})
+        r = self.http.post("/lease", json={**self.me, "wait_s": 10})
         assert r.status_code == 200, r.text
         grant: dict[str, Any] = r.json()
         return grant
@@ -72,7 +73,7 @@ class PlayedWorker:
     def fail(self, grant: dict[str, Any], reason: str) -> None:
         body = {
             **self._lease_fields(grant),
-            "worker_id": self.id,
+            **self.me,
             "failure": {"reason": reason, "stderr_tail": "RuntimeError: " + reason},
         }
         self.http.post("/result", json=body).raise_for_status()
@@ -86,7 +87,7 @@ class PlayedWorker:
         while not self._stop.wait(3.0):
             if self.held is None:
                 continue
-            body = {**self._lease_fields(self.held), "worker_id": self.id}
+            body = {**self._lease_fields(self.held), **self.me}
             self.http.post("/heartbeat", json=body)
 
     def stop(self) -> None:

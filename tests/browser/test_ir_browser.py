@@ -29,16 +29,15 @@ def _post(url: str, result: dict[str, Any]) -> str:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=url, timeout=60) as client:
         assert client.post("/api/v1/jobs", json=result["job"]).status_code == 202
-        worker = client.post(
+        registered = client.post(
             "/api/v1/worker/register",
             json={"capabilities": capabilities(), "name": "ir-test"},
             headers=auth,
-        ).json()["worker_id"]
-        grant = client.post(
-            "/api/v1/worker/lease", json={"worker_id": worker, "wait_s": 5}, headers=auth
         ).json()
+        me = {k: registered[k] for k in ("worker_id", "worker_key")}
+        grant = client.post("/api/v1/worker/lease", json={**me, "wait_s": 5}, headers=auth).json()
         body = {
-            "worker_id": worker,
+            **me,
             "job_id": grant["job_id"],
             "attempt": grant["attempt"],
             "lease_id": grant["lease_id"],

@@ -9,6 +9,7 @@ to 12.5 GB, and the runner kept 5.1 GB afterwards."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,28 @@ def test_a_worker_fails_a_job_past_the_limit_and_runs_the_next_on_a_fresh_runner
     assert small["status"] == "done", small["reason"]
     logs = (tmp_path / "worker-w1.log").read_text()
     assert "replaced after job" in logs or "was killed" in logs
+
+
+def test_a_runner_collects_after_a_job_only_when_it_holds_more_than_it_may_keep() -> None:
+    """A full collection in a process that imported JAX costs 60-90 ms; paid after every
+    job before its result was sent, it made dispatch about 8x slower (bench/dispatch.py).
+    Under the agent's threshold (half of what a runner may keep over its ready size) the
+    result goes out at once; over it, or when no threshold came, memory is given back."""
+    from workers.agent.runner import give_back_memory
+
+    full: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    gc.callbacks.append(count)
+    try:
+        give_back_memory(64 * GiB)  # far over what this process holds
+        assert full == []
+        give_back_memory(1)  # it holds more than a byte
+        assert len(full) == 1
+        give_back_memory(None)  # an agent that sent no threshold: as before
+        assert len(full) == 2
+    finally:
+        gc.callbacks.remove(count)

@@ -76,6 +76,7 @@ class Agent:
         self.link = ServerLink(config.server, config.token, self.stop)
         self.worker_id: str | None = None
         self.worker_key: str | None = None
+        self.me: dict[str, str | None] = {}  # id and key: every later message carries them
         self.capabilities: dict[str, Any] = {}
         self.heartbeat_s = 5.0
         self.poll_s = 25.0
@@ -103,6 +104,7 @@ class Agent:
         reply = response.json()
         self.worker_id = reply["worker_id"]
         self.worker_key = reply.get("worker_key")
+        self.me = {"worker_id": self.worker_id, "worker_key": self.worker_key}
         self.heartbeat_s = float(reply["heartbeat_s"])
         self.poll_s = float(reply["poll_s"])
         self.artifact_max_bytes = int(reply["artifact_max_bytes"])
@@ -117,7 +119,7 @@ class Agent:
         )
 
     async def _lease(self) -> dict[str, Any] | None:
-        body = {"worker_id": self.worker_id, "wait_s": self.poll_s}
+        body = {**self.me, "wait_s": self.poll_s}
         response = await self.link.post("/lease", body, timeout=self.poll_s + 15.0)
         if response.status_code == 204:
             return None
@@ -261,7 +263,7 @@ class Agent:
             return
         try:
             await forwarder.flush()
-            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
+            body = {**self.me, "job_id": job_id, "lease_id": lease_id}
             await self._report({**body, **report})
         except httpx.TransportError as exc:
             log.error("could not report job %s (%s); its lease will expire", job_id, exc)
@@ -319,7 +321,7 @@ class Agent:
                 self.pool.forget(runner)
                 self.pool.warm(devices)
                 if abort in done:
-                    body = {"worker_id": self.worker_id, "job_id": job_id}
+                    body = {**self.me, "job_id": job_id}
                     await self.link.post("/release", {**body, "lease_id": grant["lease_id"]})
                     log.info("job %s given back", job_id)
                 else:
@@ -357,7 +359,7 @@ class Agent:
     async def _heartbeats(self, job_id: str, lease_id: str, cancelled: asyncio.Event) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            body = {"worker_id": self.worker_id, "job_id": job_id, "lease_id": lease_id}
+            body = {**self.me, "job_id": job_id, "lease_id": lease_id}
             try:
                 response = await self.link.post("/heartbeat", body, timeout=10.0, retry=False)
             except httpx.TransportError as exc:
@@ -370,8 +372,7 @@ class Agent:
                 return
 
     async def _progress(self, job_id: str, lease_id: str, batch: list[dict[str, Any]]) -> None:
-        body: dict[str, Any] = {"worker_id": self.worker_id, "job_id": job_id}
-        body.update(lease_id=lease_id, events=batch)
+        body = {**self.me, "job_id": job_id, "lease_id": lease_id, "events": batch}
         with contextlib.suppress(httpx.TransportError):
             await self.link.post("/progress", body, timeout=10.0, retry=False)
 
@@ -384,7 +385,7 @@ class Agent:
             await self.register()
         if response.status_code == 422 and "result" in body:
             failure = {"reason": f"the server refused the run: {detail(response)[:1500]}"}
-            keys = ("worker_id", "job_id", "lease_id")
+            keys = ("worker_id", "worker_key", "job_id", "lease_id")
             response = await self.link.post(
                 "/result", {**{k: body[k] for k in keys}, "failure": failure}
             )

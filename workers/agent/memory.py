@@ -18,9 +18,12 @@ jobs under BOUNDARY_RUNNER_MAX_MEMORY, in two layers set by the agent on its chi
 
 RLIMIT_AS is not used: XLA reserves address space it never touches (about 2 GB for a
 CPU runner holding 0.4 GB; libtpu and CUDA far more), and a low RLIMIT_AS aborts JAX in
-thread creation or libtpu's loader. After a job the runner gives freed memory back to
-the system (gc, malloc_trim); one that still keeps more than BOUNDARY_RUNNER_KEEP_BYTES
-over what it held when it became ready is replaced.
+thread creation or libtpu's loader. After a job that leaves the runner holding more
+than half of BOUNDARY_RUNNER_KEEP_BYTES over its ready size, the runner gives freed
+memory back to the system (gc, malloc_trim) before it sends the result (after a small
+job it does not: a full collection costs 60-90 ms once JAX is imported); one that still
+keeps more than BOUNDARY_RUNNER_KEEP_BYTES over what it held when it became ready is
+replaced.
 
 Measured here (jax-cpu): a runner at ready 226 MB resident; after its first job (the CPU
 client made) 390 MB; with libtpu loaded by a deviceless TPU compile 626 MB.

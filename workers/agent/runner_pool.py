@@ -22,6 +22,7 @@ from typing import Any
 
 from workers.agent.group import COORDINATOR_ENV
 from workers.agent.memory import (
+    DEFAULT_KEEP_BYTES,
     MemoryPolicy,
     MemoryWatch,
     keeps_too_much,
@@ -180,7 +181,9 @@ class Runner:
         """Run one job; the time limit starts once the runner has taken the job, and so
         does its memory limit (workers.agent.memory): past it the runner is killed, or
         the allocation fails inside the job, and either way the job fails saying so."""
-        await self.send({"op": "run", **request})
+        keep = memory.keep_bytes if memory is not None else DEFAULT_KEEP_BYTES
+        trim_above = self.ready_rss + keep // 2 if self.ready_rss else None
+        await self.send({"op": "run", **request, "trim_above": trim_above})
         first = await self.receive(30.0)
         if first.get("type") != "started":
             raise RunnerFailed(f"unexpected message {first.get('type')!r}", self.stderr_tail())

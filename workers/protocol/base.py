@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Strict
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Bumped when a message changes shape in a way an older peer cannot read.
 
 2: the server assigns worker ids; each lease carries a lease id that every report on the
@@ -18,7 +18,10 @@ job presents; attempts are counted by the server alone.
 3: the server gates every result as the publish step does (`workers.protocol.gate`) and
 refuses one whose job differs from the lease; worker bodies are strict JSON (no NaN);
 measurements carry their warm-up discards and shape, and sampling writes no counts or
-times into warnings."""
+times into warnings.
+4: every message after registration (lease, heartbeat, progress, result, release) carries
+the worker_key its registration returned beside its worker_id: a worker id is public, the
+key is not."""
 
 MAX_SAMPLES = 5000
 """The most samples one measurement may take (the contract asks for at least 1,000)."""
