@@ -46,7 +46,7 @@ from workers.protocol import (
 from workers.protocol.compiler_options import as_text
 from workers.run.base import PathUnavailable, Progress, emitter
 from workers.run.kernel_dumps import KernelArtifacts, Lowered, dump_artifacts
-from workers.run.program import work_of
+from workers.run.program import memory_stat, memory_stats, work_of
 from workers.run.stages import bind_workload, placed_inputs, trace_and_lower
 from workers.scale.placement import placement_report
 from workers.scale.prepare import prepare as prepare_scale
@@ -93,25 +93,17 @@ MISFIT_NOTE = (
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
 
 
-def _stat(stats: Any, name: str) -> int | None:
-    value = getattr(stats, name, None)
-    return int(value) if isinstance(value, int) and value >= 0 else None
-
-
 def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, TargetMemory, str]:
     """The per-device program's memory, that memory beside the chip's HBM, and a note on
     where the peak came from."""
-    try:
-        stats = compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        stats = None
-    argument = _stat(stats, "argument_size_in_bytes")
-    output = _stat(stats, "output_size_in_bytes")
-    temp = _stat(stats, "temp_size_in_bytes")
-    peak = _stat(stats, "peak_memory_in_bytes")
+    stats = memory_stats(compiled)
+    argument = memory_stat(stats, "argument_size_in_bytes")
+    output = memory_stat(stats, "output_size_in_bytes")
+    temp = memory_stat(stats, "temp_size_in_bytes")
+    peak = memory_stat(stats, "peak_memory_in_bytes")
     note = "peak: memory_analysis()'s own peak"
     if peak is None and None not in (argument, output, temp):
-        alias = _stat(stats, "alias_size_in_bytes") or 0
+        alias = memory_stat(stats, "alias_size_in_bytes") or 0
         peak = (argument or 0) + (output or 0) + (temp or 0) - alias
         note = (
             "peak: arguments + outputs + temporaries − aliased bytes, from memory_analysis(), "
@@ -123,7 +115,7 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
         argument_bytes=argument,
         output_bytes=output,
         temp_bytes=temp,
-        generated_code_bytes=_stat(stats, "generated_code_size_in_bytes"),
+        generated_code_bytes=memory_stat(stats, "generated_code_size_in_bytes"),
         hbm_bytes=chip.hbm_bytes,
         hbm_label=chip.hbm_label,
         source=chip.source,

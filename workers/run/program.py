@@ -63,24 +63,30 @@ def _jitted(workload: str, params: WorkloadParams, choice: KernelChoice | None) 
     return found
 
 
-def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
-    """What XLA says the compiled program holds in memory, or None where it says nothing."""
+def memory_stats(compiled: Any) -> Any | None:
+    """XLA's `memory_analysis()` of a compiled program, or None where it gives none."""
     try:
-        stats = compiled.memory_analysis()
+        return compiled.memory_analysis()
     except (NotImplementedError, RuntimeError, ValueError):
         return None
+
+
+def memory_stat(stats: Any, name: str) -> int | None:
+    """One byte count of `memory_stats`, or None when absent or not a count."""
+    value = getattr(stats, name, None)
+    return int(value) if isinstance(value, int) and value >= 0 else None
+
+
+def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
+    """What XLA says the compiled program holds in memory, or None where it says nothing."""
+    stats = memory_stats(compiled)
     if stats is None:
         return None
-
-    def size(name: str) -> int | None:
-        value = getattr(stats, name, None)
-        return int(value) if isinstance(value, int) and value >= 0 else None
-
     return MemoryAnalysis(
-        argument_bytes=size("argument_size_in_bytes"),
-        output_bytes=size("output_size_in_bytes"),
-        temp_bytes=size("temp_size_in_bytes"),
-        peak_bytes=size("peak_memory_in_bytes"),
+        argument_bytes=memory_stat(stats, "argument_size_in_bytes"),
+        output_bytes=memory_stat(stats, "output_size_in_bytes"),
+        temp_bytes=memory_stat(stats, "temp_size_in_bytes"),
+        peak_bytes=memory_stat(stats, "peak_memory_in_bytes"),
     )
 
 
