@@ -25,6 +25,7 @@ import numpy as np
 
 from workers.catalog import CatalogError
 from workers.catalog.base import WorkloadParams
+from workers.catalog.kernels import public_params
 from workers.compiler.environment import describe_devices, host_cpu, jaxlib_version
 from workers.cuda import env
 from workers.cuda.build import BuildFailed, build, cache_root
@@ -195,7 +196,7 @@ def run_cuda_job(
     specs = workload.input_specs(params)
     measured = Measured(
         job=job,
-        params=params.model_dump(mode="json"),
+        params=public_params(params, job.path.value),
         environment=_environment(options.cache, arch, tools, probe),
         started=started,
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
