@@ -151,11 +151,12 @@ def test_the_readers_form_starts_on_a_runnable_choice_and_follows_the_reader(
     expect(stages).to_have_count(1)
     expect(stages).to_have_value("compile")
     expect(page.locator("#run-form [name='param.kernel']")).to_have_count(1)
-    # Back on a JAX path the kernel field is gone and measurement options stay typed.
+    # Back on a JAX path the kernel field offers XLA's kernels or Pallas, never CUDA's,
+    # and measurement options stay typed.
     page.locator('#reader a[data-path="jax-tpu"]').click()
     expect(path).to_have_value("jax-tpu")
     expect(page.locator("#run-form select[name=target]")).to_have_value("v6e:1x1")
-    expect(page.locator("#run-form [name='param.kernel']")).to_have_count(0)
+    expect(page.locator("#run-form [name='param.kernel'] option")).to_have_text(["xla", "pallas"])
     page.fill("#m-samples", "50")
     page.select_option("#f-workload", "elementwise")
     expect(page.locator("#run-form [name='param.m']")).to_have_count(0)
@@ -208,7 +209,9 @@ def test_submit_lands_on_the_run_with_its_verdict_in_view(
     assert page.evaluate("() => window.scrollY") == 0
     expect(page.locator("h1")).to_have_count(1)
     expect(page.locator("#run-badge")).to_have_text("done")
-    expect(page.locator(".reproduce")).not_to_contain_text("kernel=")
+    # A JAX run names its implementation (XLA's kernels), never a CUDA variant.
+    expect(page.locator(".reproduce")).to_contain_text("kernel=xla --path jax-cpu")
+    expect(page.locator(".reproduce")).not_to_contain_text("kernel=tiled")
     if js:  # read the compiler output before going back (leaving aborts its loading)
         expect(page.locator(".ir-view .ir-lines").first).to_be_visible(timeout=20000)
     page.go_back()
