@@ -132,6 +132,9 @@ def test_a_tokenless_upload_form_gets_401_before_its_body_is_sent(tmp_path: Path
                     writer.write(block)
                     await writer.drain()
                     sent += len(block)
+                    # At about 6 MB/s the whole body takes 7.5 s: a busy machine cannot
+                    # have sent it all before the server's answer arrives.
+                    await asyncio.sleep(0.01)
             except ConnectionError:
                 pass
 
