@@ -50,6 +50,9 @@ def _wait_run_done(page: Page, server: str) -> None:
     subject is what a finished target run shows, so a stalled stream must not hide it.)
     """
     job = _job_id(page)
+    # Leave the pending page first: without JavaScript it reloads itself (a meta refresh),
+    # and a reload under way would interrupt the navigation below.
+    page.goto("about:blank")
     deadline = time.monotonic() + RUN_DONE_MS / 1000
     while time.monotonic() < deadline:
         status = httpx.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
