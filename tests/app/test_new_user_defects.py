@@ -137,9 +137,15 @@ def test_the_memory_fit_says_tb_and_labels_the_hbm_line_at_the_line() -> None:
     assert fit is not None
     assert fit["verdict"] == "Does not fit by 950 GB: needs 1.13 TB, has 180 GB"
     label = next(e for e in fit["chart"].elements if e.tag == "text")
-    line = next(e for e in fit["chart"].elements if e.tag == "line")
+    bars = next(e for e in fit["chart"].elements if e.tag == "svg")
+    line = next(e for e in bars.children if e.tag == "line")
     assert label.text == "HBM 180 GB"
-    assert abs(float(label.attrs["x"]) - float(line.attrs["x1"])) <= 4  # at the line
+    # At the line: the label is placed in percent of the chart's width, the line in the
+    # bars' own units, which stretch to that width.
+    width = float(bars.attrs["viewBox"].split()[2])
+    at = float(label.attrs["x"].rstrip("%"))
+    assert abs(at - 100 * float(line.attrs["x1"]) / width) < 0.01
+    assert label.attrs["text-anchor"] == "start" and label.attrs["dx"] == "4"
     temps = {"peak_bytes": 500 * 10**9, "temp_bytes": 500 * 10**9}
     refused = memory_fit({**memory, **temps}, "v6e", 1, refused="libtpu: …")
     assert refused is not None and refused["verdict"].startswith("Does not fit by at least")
