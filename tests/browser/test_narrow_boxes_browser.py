@@ -105,3 +105,53 @@ def test_the_hbm_line_and_its_label_fit_the_chart_on_a_phone_and_in_a_comparison
         _fit_is_whole(side.locator(".memory-fit"), page, hbm)
     sides.first.locator(".memory-fit").scroll_into_view_if_needed()
     page.screenshot(path=str(checks.OUTPUT / "narrow-fit-compare-1280.png"))
+
+
+def _forward(x: Any, w: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.tanh(x @ w)
+
+
+@pytest.fixture(scope="module")
+def artifact(server: str) -> str:
+    """An exported function for the CPU, uploaded as `boundary export-fn` would."""
+    from workers.cli.export_fn import export_function
+
+    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], ["cpu"])
+    r = httpx.post(
+        f"{server}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["sha256"])
+
+
+def test_a_refused_run_on_the_artifact_page_says_so_at_the_top(
+    any_page: Page, server: str, artifact: str
+) -> None:
+    page = any_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{artifact}")
+    page.fill("#r-rules", '{"x": {"kind": "normal"')  # not JSON: cut short
+    with page.expect_navigation():
+        page.get_by_role("button", name="Run", exact=True).click()
+    # The page comes back at its top: what went wrong is there, in the first screen.
+    alert = page.locator("#refused")
+    expect(alert).to_have_attribute("role", "alert")
+    expect(alert).to_contain_text("Not queued: the server refused this run.")
+    expect(alert).to_be_in_viewport()
+    box = alert.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= PHONE["height"], box
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    js = "js" if page.js else "nojs"  # type: ignore[attr-defined]
+    page.screenshot(path=str(checks.OUTPUT / f"narrow-refused-390{js}.png"))
+    # Its link leads to the field, where the same message stands.
+    link = alert.get_by_role("link", name="not JSON")
+    expect(link).to_have_attribute("href", "#r-rules")
+    link.click()
+    expect(page.locator("#r-rules")).to_be_in_viewport()
+    expect(page.locator(".field.wide .error")).to_contain_text("not JSON")
