@@ -155,3 +155,35 @@ def test_a_refused_run_on_the_artifact_page_says_so_at_the_top(
     link.click()
     expect(page.locator("#r-rules")).to_be_in_viewport()
     expect(page.locator(".field.wide .error")).to_contain_text("not JSON")
+
+
+# Every command-line word ("--example", "export-fn") inside the page's <code>, and how many
+# lines each is drawn on.
+_WORD_LINES = """() => {
+  const out = [];
+  for (const code of document.querySelectorAll('main code')) {
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/\\S*-\\S*/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        out.push([m[0], tops.size]);
+      }
+    }
+  }
+  return out;
+}"""
+
+
+def test_the_upload_pages_flags_never_break_inside_at_390(page: Page, server: str) -> None:
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/new")
+    words = page.evaluate(_WORD_LINES)
+    assert ["--example", 1] in words, words
+    broken = [w for w, lines in words if lines != 1]
+    assert broken == [], broken
+    assert checks.overflow(page)["scroll"] <= PHONE["width"]
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(checks.OUTPUT / "narrow-upload-390.png"))
