@@ -126,6 +126,8 @@ class IrView:
     terms: list[str] = field(default_factory=list)
     linked: int = 0
     max_hits: int = MAX_HITS
+    source_unmapped: str = ""
+    """The source the run sent when no line of this artifact maps into it (not shown)."""
 
     def url(self, **changes: str | int | None) -> str:
         params: dict[str, str | int] = {"q": self.q, "src": self.src}
@@ -330,6 +332,13 @@ def _source_panel(
     def target(k: str) -> str:
         return view.url(q="", src=k) + f"#L{first_ir[k] + 1}"
 
+    if source is not None and not any(
+        str(source.first_line + i) in counts for i in range(source.text.count("\n") + 1)
+    ):
+        # No IR line maps into it (SASS, PTX, a kernel's own IR): the source would take
+        # half the width from the IR, and at a phone's width come before it, for nothing.
+        view.source_unmapped = source.path
+        return None, ""
     if source is not None:
         py = PythonLexer(stripnl=False, ensurenl=False)
         rows: list[str] = []

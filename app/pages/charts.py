@@ -6,7 +6,10 @@ id, a worker name, a workload's parameter) can ever become markup. Tag and attri
 names are the modules' own constants; every value and text is escaped.
 
 Charts are drawn at their own size (`width` × `height` CSS pixels), never scaled down:
-their 12-13 px text stays readable and a narrow screen scrolls the chart's own box.
+their 12-13 px text stays readable and a narrow screen scrolls the chart's own box. A
+`fluid` chart instead takes its box's width (up to `width`) with no viewBox of its own: its
+elements place themselves in percent of that width (or in a nested <svg> that stretches),
+so its text keeps its size while the picture fits the box.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class Chart:
     elements: list[El]
     data: dict[str, str] = field(default_factory=dict)
     """`data-*` attributes on the <svg>, for tests and scripts."""
+    fluid: bool = False
+    """As wide as its box (at most `width`), its text unscaled: see the module's note."""
 
 
 def render_chart(chart: Chart | None) -> Markup:

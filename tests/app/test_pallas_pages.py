@@ -123,6 +123,28 @@ async def test_a_gpu_run_lists_each_kernels_registers_and_spills(
     assert "tt.dot" in triton
 
 
+async def test_ir_that_maps_to_no_source_line_gets_the_whole_width(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """SASS and PTX name no line of the kernel's Python source: that source, shown beside
+    them from its docstring on, took half the width (and came first on a phone)."""
+    job = await post_run(bench_client, made("h100-triton"))
+    for name in ("sass", "ptx"):
+        html = (await bench_client.get(f"/runs/{job}/ir/{name}")).text
+        assert 'class="ir-source"' not in html and "ir-panes with-source" not in html
+        assert (
+            f"No line of this {name} maps to a line of workers/pallas/matmul.py, so that "
+            "source is not shown beside it." in text_of(html)
+        )
+    # Triton's IR names lines of the kernel: it keeps the source beside it.
+    triton = (await bench_client.get(f"/runs/{job}/ir/triton")).text
+    assert 'class="ir-source"' in triton and "No line of this" not in triton
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", "", html)))
+
+
 async def test_an_interpreted_run_is_checked_and_shows_no_speed(
     bench_client: httpx.AsyncClient,
 ) -> None:

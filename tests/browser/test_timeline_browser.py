@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route
+from playwright.sync_api import Browser, Page, Route, expect
 
 from tests.browser import checks
 from tests.browser.conftest import serve
@@ -144,3 +144,25 @@ def test_the_timeline_opens_offline_on_the_calls_and_their_xla_op(
     assert visit.left == [], visit.left  # nothing asked for another origin
     assert visit.errors == [], visit.errors
     visit.page.close()
+
+
+@pytest.mark.parametrize("viewport", list(checks.VIEWPORTS))
+def test_without_javascript_the_timeline_says_why_and_offers_the_downloads(
+    browser: Browser, profiled: tuple[str, str], viewport: str
+) -> None:
+    base, job_id = profiled
+    context = browser.new_context(java_script_enabled=False, viewport=checks.VIEWPORTS[viewport])
+    page = context.new_page()
+    page.goto(f"{base}/runs/{job_id}/profile/timeline")
+    note = page.locator(".timeline-nojs")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("The timeline viewer needs JavaScript")
+    for name in ("the trace (.json.gz)", "the profiler's log directory"):
+        link = note.get_by_role("link", name=name)
+        expect(link).to_be_visible()
+        href = link.get_attribute("href")
+        assert href and httpx.get(base + href, timeout=30).status_code == 200, href
+    # No blank box where the viewer would be.
+    expect(page.locator("iframe.timeline")).to_be_hidden()
+    checks.shot(page, f"timeline-nojs-{viewport}")
+    context.close()

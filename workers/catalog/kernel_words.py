@@ -58,6 +58,16 @@ def kernel_phrase(
     return f"A Pallas kernel{inside}: {whose}, compiled by {COMPILERS[chosen]}{sized}."
 
 
+def pallas_backend(path: str, params: dict[str, Any]) -> str | None:
+    """Which Pallas backend compiles a JAX run's kernel ('triton', 'mosaic-gpu',
+    'mosaic-tpu', 'interpret'); None when XLA's own kernels do the work."""
+    if path == PathId.CUDA.value or kernel_reading(path, params.get("kernel")) != PALLAS:
+        return None
+    return {PathId.JAX_CPU.value: "interpret", PathId.JAX_TPU.value: "mosaic-tpu"}.get(
+        path, str(params.get("pallas_backend") or GpuBackend.TRITON.value)
+    )
+
+
 def implementation_label(
     path: str, params: dict[str, Any], extra: dict[str, Any] | None = None
 ) -> str | None:
@@ -66,10 +76,8 @@ def implementation_label(
     value = params.get("kernel")
     if path == PathId.CUDA.value:
         return f"kernel={value}" if value is not None else None
-    if kernel_reading(path, value) != PALLAS:
+    backend = pallas_backend(path, params)
+    if backend is None:
         return "XLA"
-    backend = {PathId.JAX_CPU.value: "interpret", PathId.JAX_TPU.value: "mosaic-tpu"}.get(
-        path, str(params.get("pallas_backend") or GpuBackend.TRITON.value)
-    )
     blocks = " ".join(f"{k}={v}" for k, v in _blocks_of(params, extra).items())
     return f"Pallas ({backend}){', ' + blocks if blocks else ''}"

@@ -139,7 +139,15 @@ def _bars(
         f"Memory per device for {count} × {model}: "
         f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
     )
-    hbm_rect = el("rect", class_="mem-hbm", x=0, y=BAR_Y, width=f"{line:.2f}", height=BAR_H)
+    hbm_rect = el(
+        "rect",
+        class_="mem-hbm",
+        x=0,
+        y=BAR_Y,
+        width=f"{line:.2f}",
+        height=BAR_H,
+        vector_effect="non-scaling-stroke",
+    )
     limit = el(
         "line",
         class_="mem-limit",
@@ -147,18 +155,29 @@ def _bars(
         x2=f"{line:.2f}",
         y1=BAR_Y - 6,
         y2=BAR_Y + BAR_H + 6,
+        vector_effect="non-scaling-stroke",
     )
-    # The line's label sits at the line, on the side with room.
+    height = BAR_Y + BAR_H + 8
+    # The bars stretch to the box's width (a nested picture without a fixed aspect), while
+    # the line's label stays at its own size: it is placed in percent of the width, at the
+    # line, on the side with room.
+    bars = el(
+        "svg",
+        children=(hbm_rect, *parts, limit),
+        viewBox=f"0 0 {BAR_W + PAD} {height}",
+        preserveAspectRatio="none",
+        width="100%",
+        height=height,
+    )
     anchor = "end" if line > BAR_W / 2 else "start"
-    nudge = -4 if anchor == "end" else 4
     hbm_label = el(
         "text",
         f"HBM {gb(hbm)}",
         class_="axis mem-label",
-        x=f"{line + nudge:.2f}",
+        x=f"{100 * line / (BAR_W + PAD):.2f}%",
+        dx=-4 if anchor == "end" else 4,
         y=BAR_Y - 8,
         text_anchor=anchor,
     )
     cls = "memory-bars over" if over else "memory-bars"
-    height = BAR_Y + BAR_H + 8
-    return Chart(cls, BAR_W + PAD, height, chart_id, title, [hbm_rect, *parts, limit, hbm_label])
+    return Chart(cls, BAR_W + PAD, height, chart_id, title, [bars, hbm_label], fluid=True)

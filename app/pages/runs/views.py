@@ -24,6 +24,7 @@ from app.pages.runs.profile import profile_view
 from app.pages.runs.roofline import roofline_view
 from app.pages.runs.sweep_plot import sweep_view
 from workers.catalog import WORKLOADS
+from workers.catalog.kernel_words import pallas_backend
 from workers.catalog.kernels import PALLAS_FIELDS
 from workers.protocol import (
     ARTIFACT_NAMES,
@@ -243,11 +244,14 @@ def shape_and_dtype(job: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 def variant_of(job: dict[str, Any]) -> str | None:
-    """What else sets two runs of one shape apart in /runs: a scale workload's sharding
-    ("sharding=custom a_spec=x,- b_spec=-,x out_spec=-,x mesh=8") and the compiler
-    options the job set."""
+    """What else sets two runs of one shape apart in /runs: a Pallas kernel in place of
+    XLA's ("kernel=pallas (triton)"), a scale workload's sharding ("sharding=custom
+    a_spec=x,- b_spec=-,x out_spec=-,x mesh=8") and the compiler options the job set."""
     params = filled_params(job)
     words = []
+    backend = pallas_backend(str(job.get("path", "")), params)
+    if backend is not None:
+        words.append(f"kernel=pallas ({backend})")
     if "sharding" in params:
         keys = ["sharding", "devices", "mesh", "axes"]
         if params.get("sharding") == "custom":

@@ -1,0 +1,189 @@
+"""What a newcomer found cut off or missing, in Chromium at a phone's 390×844 and a laptop's
+1280×800: the memory fit's HBM line and its label inside the chart's visible box (on the
+run page and in each column of a comparison), and a run refused on an artifact's page
+said at the top of the page, with JavaScript on and off.
+
+The compiles are real (libtpu and the CUDA plugin, without the hardware), done by the
+local worker of `boundary serve`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from tests.browser import checks
+from tests.browser.conftest import serve
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
+
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 800}
+SMALL = {"m": 256, "n": 256, "k": 256}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`boundary serve` with its local worker, once it compiles for targets."""
+    for url in serve(tmp_path_factory.mktemp("narrow"), workers=1):
+        for _ in range(480):
+            workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
+            if any("h100:1" in (w.get("targets") or []) for w in workers):
+                break
+            time.sleep(0.25)
+        else:
+            pytest.fail("the local worker never offered target h100:1")
+        yield url
+
+
+def _done(server: str, body: dict[str, Any]) -> str:
+    r = httpx.post(server + "/api/v1/jobs", json=body, timeout=10)
+    assert r.status_code == 202, r.text
+    job = str(r.json()["id"])
+    deadline = time.monotonic() + 240
+    status = "queued"
+    while status in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = httpx.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
+    assert status == "done", status
+    return job
+
+
+@pytest.fixture(scope="module")
+def compiled(server: str) -> tuple[str, str]:
+    """Two finished compiles of one matmul: for one v6e chip and for one H100."""
+    tpu = _done(
+        server, {"workload": "matmul", "path": "jax-tpu", "target": "v6e:1x1", "params": SMALL}
+    )
+    gpu = _done(
+        server, {"workload": "matmul", "path": "jax-gpu", "target": "h100:1", "params": SMALL}
+    )
+    return tpu, gpu
+
+
+def _inside(inner: Locator, outer: Locator, page: Page) -> None:
+    """`inner` is drawn wholly inside `outer`'s box and the window's width."""
+    a, b = inner.bounding_box(), outer.bounding_box()
+    assert a is not None and b is not None
+    right = min(b["x"] + b["width"], page.viewport_size["width"] if page.viewport_size else 1e9)
+    assert a["x"] >= b["x"] - 0.5 and a["x"] + a["width"] <= right + 0.5, (a, b)
+
+
+def _fit_is_whole(fit: Locator, page: Page, hbm: str) -> None:
+    chart = fit.locator(".chart")
+    label = fit.locator("text.mem-label")
+    expect(label).to_have_text(f"HBM {hbm}")
+    _inside(label, chart, page)
+    _inside(fit.locator("line.mem-limit"), chart, page)
+    # The chart's own box has nothing hidden to scroll to.
+    hidden = chart.evaluate("c => c.scrollWidth - c.clientWidth")
+    assert hidden <= 1, hidden
+
+
+def test_the_hbm_line_and_its_label_fit_the_chart_on_a_phone_and_in_a_comparison(
+    page: Page, server: str, compiled: tuple[str, str]
+) -> None:
+    tpu, gpu = compiled
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/runs/{tpu}")
+    fit = page.locator(".memory-fit")
+    fit.scroll_into_view_if_needed()
+    _fit_is_whole(fit, page, "32 GB")
+    assert checks.overflow(page)["scroll"] <= PHONE["width"]
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(checks.OUTPUT / "narrow-fit-run-390.png"))
+    page.set_viewport_size(LAPTOP)
+    page.goto(f"{server}/compare?a={tpu}&b={gpu}")
+    sides = page.locator(".compiled-side")
+    expect(sides).to_have_count(2)
+    for side, hbm in zip(sides.all(), ("32 GB", "80 GB"), strict=True):
+        _fit_is_whole(side.locator(".memory-fit"), page, hbm)
+    sides.first.locator(".memory-fit").scroll_into_view_if_needed()
+    page.screenshot(path=str(checks.OUTPUT / "narrow-fit-compare-1280.png"))
+
+
+def _forward(x: Any, w: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.tanh(x @ w)
+
+
+@pytest.fixture(scope="module")
+def artifact(server: str) -> str:
+    """An exported function for the CPU, uploaded as `boundary export-fn` would."""
+    from workers.cli.export_fn import export_function
+
+    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], ["cpu"])
+    r = httpx.post(
+        f"{server}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["sha256"])
+
+
+def test_a_refused_run_on_the_artifact_page_says_so_at_the_top(
+    any_page: Page, server: str, artifact: str
+) -> None:
+    page = any_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{artifact}")
+    page.fill("#r-rules", '{"x": {"kind": "normal"')  # not JSON: cut short
+    with page.expect_navigation():
+        page.get_by_role("button", name="Run", exact=True).click()
+    # The page comes back at its top: what went wrong is there, in the first screen.
+    alert = page.locator("#refused")
+    expect(alert).to_have_attribute("role", "alert")
+    expect(alert).to_contain_text("Not queued: the server refused this run.")
+    expect(alert).to_be_in_viewport()
+    box = alert.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= PHONE["height"], box
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    js = "js" if page.js else "nojs"  # type: ignore[attr-defined]
+    page.screenshot(path=str(checks.OUTPUT / f"narrow-refused-390{js}.png"))
+    # Its link leads to the field, where the same message stands.
+    link = alert.get_by_role("link", name="not JSON")
+    expect(link).to_have_attribute("href", "#r-rules")
+    link.click()
+    expect(page.locator("#r-rules")).to_be_in_viewport()
+    expect(page.locator(".field.wide .error")).to_contain_text("not JSON")
+
+
+# Every command-line word ("--example", "export-fn") inside the page's <code>, and how many
+# lines each is drawn on.
+_WORD_LINES = """() => {
+  const out = [];
+  for (const code of document.querySelectorAll('main code')) {
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/\\S*-\\S*/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        out.push([m[0], tops.size]);
+      }
+    }
+  }
+  return out;
+}"""
+
+
+def test_the_upload_pages_flags_never_break_inside_at_390(page: Page, server: str) -> None:
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/new")
+    words = page.evaluate(_WORD_LINES)
+    assert ["--example", 1] in words, words
+    broken = [w for w, lines in words if lines != 1]
+    assert broken == [], broken
+    assert checks.overflow(page)["scroll"] <= PHONE["width"]
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(checks.OUTPUT / "narrow-upload-390.png"))
