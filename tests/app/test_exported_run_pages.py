@@ -9,6 +9,7 @@ import html
 import re
 import shlex
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from tests.workers.own_exports import Exported, export_program
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 OCTET = {"Content-Type": "application/octet-stream"}
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +66,8 @@ class FormFields(HTMLParser):
         self.select: str | None = None
         self.textarea: str | None = None
         self.first_option: dict[str, str] = {}
+        self.option: str | None = None
+        self.selected = False
         self.chosen: set[str] = set()
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -77,15 +81,25 @@ class FormFields(HTMLParser):
         elif tag == "select":
             self.select = a["name"]
         elif tag == "option" and self.select is not None:
-            self.first_option.setdefault(self.select, a.get("value", ""))
-            if "selected" in a:
-                self.fields.append((self.select, a.get("value", "")))
-                self.chosen.add(self.select)
+            self.option = a.get("value")  # None: the option's text is its value
+            self.selected = "selected" in a
+            if self.option is not None:
+                self.took_option(self.option)
         elif tag == "textarea":
             self.textarea = a["name"]
             self.fields.append((a["name"], ""))
 
+    def took_option(self, value: str) -> None:
+        assert self.select is not None
+        self.first_option.setdefault(self.select, value)
+        if self.selected:
+            self.fields.append((self.select, value))
+            self.chosen.add(self.select)
+
     def handle_data(self, data: str) -> None:
+        if self.inside and self.select is not None and self.option is None and data.strip():
+            self.option = data.strip()
+            self.took_option(self.option)
         if self.inside and self.textarea is not None:
             name, before = self.fields.pop()
             self.fields.append((name, before + data))
@@ -98,6 +112,8 @@ class FormFields(HTMLParser):
             self.inside = False
         elif tag == "select":
             self.select = None
+        elif tag == "option":
+            self.option = ""
         elif tag == "textarea":
             self.textarea = None
 
@@ -126,3 +142,81 @@ async def test_the_reproduce_command_of_an_exported_run_is_taken_as_shown(
         # The server takes the job the command describes (what --server posts).
         r = await client.post("/api/v1/jobs", json=job.model_dump(mode="json"))
         assert r.status_code == 202, r.text
+
+
+async def test_a_run_links_to_its_artifact_and_the_artifact_lists_its_runs(
+    client: httpx.AsyncClient, forward: Exported
+) -> None:
+    from app.pages.artifact import RUNS_LISTED
+
+    sha, _, cpu = await uploaded_as_export_fn_does(client, forward)
+    page = (await client.get(f"/runs/{cpu}")).text
+    assert f'href="/artifacts/{sha}"' in page  # the exported run's way back to its function
+    assert f'href="/artifacts/{sha}">its page</a>, with every run of it' in page
+    target = {"path": "jax-tpu", "target": "v6e:1x1", "stages": ["compile"]}
+    compile_ = await queue(client, {**target, "params": {"artifact": sha}})
+    page = (await client.get(f"/artifacts/{sha}")).text
+    runs = page.split('id="runs-h"', 1)[1]
+    listed = re.findall(r'data-run="([^"]+)"', runs)
+    assert listed == [compile_, cpu]  # the CPU run too, newest first
+    cpu_row = runs.split(f'data-run="{cpu}"', 1)[1].split("</tr>", 1)[0]
+    assert "<code>jax-cpu</code>" in cpu_row
+    assert "run, checked against the uploaded reference" in cpu_row
+    assert "<code>v6e:1x1</code>" in runs.split(f'data-run="{compile_}"', 1)[1].split("</tr>")[0]
+    assert "newest (the rest are under" not in runs
+    more = [
+        await queue(client, {"path": "jax-cpu", "params": {"artifact": sha, "seed": n}})
+        for n in range(RUNS_LISTED)
+    ]
+    runs = (await client.get(f"/artifacts/{sha}")).text.split('id="runs-h"', 1)[1]
+    assert re.findall(r'data-run="([^"]+)"', runs) == more[::-1]  # bounded: the newest only
+    assert f"the {RUNS_LISTED} newest (the rest are under" in runs
+
+
+async def test_the_run_form_uses_the_reference_uploaded_with_the_artifact(
+    bench_client: httpx.AsyncClient, forward: Exported, tmp_path: Path
+) -> None:
+    from tests.app.test_artifacts import run_one
+    from workers.files import FileCache
+
+    sha, sample, cpu = await uploaded_as_export_fn_does(bench_client, forward)
+    r = await bench_client.post(f"/api/v1/jobs/{cpu}/cancel")  # only the form's run runs here
+    assert r.status_code in (200, 202), r.text
+    page = (await bench_client.get(f"/artifacts/{sha}")).text
+    assert f"as run <code>{cpu}</code>" in re.sub(r"<a [^>]*>|</a>", "", page)
+    fields = dict(form_of(page, f"/artifacts/{sha}/runs"))
+    assert fields["reference"] == sample and fields["seed"] == "0"
+    fields["samples"] = "3"
+    r = await bench_client.post(
+        f"/artifacts/{sha}/runs", content=str(httpx.QueryParams(fields)), headers=FORM
+    )
+    assert r.status_code == 303, re.findall(r"class=\"error\">([^<]*)", r.text)
+    job_id = r.headers["location"].rsplit("/", 1)[1]
+    params = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()["params"]
+    assert params["reference"] == sample and params["input_rules"] == forward.rules
+    job = await run_one(bench_client, FileCache(tmp_path / "files"))
+    assert job["id"] == job_id
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    assert "Correct within tolerance" in page and "no reference outputs were uploaded" not in page
+
+
+async def test_an_unchecked_result_says_why_once(
+    bench_client: httpx.AsyncClient, forward: Exported, tmp_path: Path
+) -> None:
+    from tests.app.test_artifacts import run_one
+    from workers.files import FileCache
+
+    sha = await upload(bench_client, forward.artifact.read_bytes())
+    params = {"artifact": sha, "input_rules": forward.rules}
+    body = {"path": "jax-cpu", "params": params, "measure": {"samples": 3}}
+    job_id = await queue(bench_client, body)
+    job = await run_one(bench_client, FileCache(tmp_path / "files"))
+    assert job["id"] == job_id and job["run"]["correctness"]["checked"] is False
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    verdict = page.split('id="verdict"', 1)[1].split("</div>", 1)[0]
+    assert "<h2>Output unchecked</h2>" in verdict  # said once, then why
+    assert "<p>No reference outputs were uploaded, and " in verdict
+    assert "output unchecked:" not in verdict
+    row = page.split('data-result="', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="warn">unchecked: the reference holds nothing' in row
+    assert "output unchecked" not in row
