@@ -59,3 +59,22 @@ def test_profile_with_a_server_says_where_the_trace_is(server: str, tmp_path: Pa
     assert trace.status_code == 200 and trace.content[:2] == b"\x1f\x8b"  # the .tar.gz
     assert httpx.get(f"{page[1]}/profile/timeline").status_code == 200
     assert list(tmp_path.iterdir()) == []  # nothing claimed to be written here
+
+
+def test_a_compile_only_target_run_reports_its_page_and_the_target(server: str) -> None:
+    args = ["sharded-matmul", "m=512", "n=512", "k=512", "dtype=bfloat16", "sharding=tensor"]
+    done = boundary_run(*args, "--path", "jax-tpu", "--target", "v6e:2x4", "--server", server)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    job_id = re.search(r"queued: (\S+)/runs/(\w+)", done.stderr)
+    assert job_id is not None and "/api/v1/jobs/" not in done.stderr, done.stderr
+    assert f"run page  {server}/runs/{job_id[2]}\n" in out
+    assert httpx.get(f"{server}/runs/{job_id[2]}").status_code == 200
+    assert "device    none: compiled for v6e:2x4 without the hardware" in out
+    assert "device    cpu" not in out
+    assert not re.search(r"^rates ", out, re.M), out  # nothing ran: no rates line
+    assert re.search(r"^work      \S+ [kMG]?FLOP, \S+ [kMG]?B moved \(analytic\)", out, re.M), out
+    assert not re.search(r"\b\w+= ", out + " "), out  # no "mesh= axes=" settings
+    assert not re.search(r"^  fusion .*: ?$", out, re.M), out  # no empty fusion lines
+    assert not re.search(r"\b1 fusions\b", out)
+    assert "n/a, n/a accessed" not in out
