@@ -189,7 +189,7 @@ def run_rows(sha256: str, dispatcher: Dispatcher) -> tuple[list[dict[str, Any]],
         spec = job.spec
         stages = spec.get("stages") or []
         params = spec.get("params") or {}
-        checked = "against the uploaded reference" if params.get("reference") else None
+        checked = "with a reference" if params.get("reference") else None
         rows.append(
             {
                 "id": job.id,
