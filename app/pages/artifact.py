@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from app.dispatch import Dispatcher
+from app.pages.jobs import iso
 from app.pages.matrices import compile_facts
 from app.pages.runs.memory_fit import gb
 from app.pages.runs.plots import format_seconds
@@ -145,10 +146,10 @@ def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str
     """The newest compile-only job of the artifact per target, in the targets' order, each
     linked to the comparison of its HLO with the first done row's."""
     newest: dict[str, Any] = {}
-    for job in dispatcher.store.jobs_naming("exported", sha256):
+    for job in jobs_of(sha256, dispatcher):
         spec = job.spec
         target = spec.get("target")
-        if not target or spec.get("params", {}).get("artifact") != sha256:
+        if not target:
             continue
         if any(stage != "compile" for stage in spec.get("stages", [])):
             continue
@@ -163,6 +164,65 @@ def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str
             row["compare"] = f"/compare?a={first['job']}&b={row['job']}&ir=hlo"
             row["compare_with"] = first["label"]
     return rows
+
+
+RUNS_LISTED = 20
+"""The artifact's newest runs its page lists; older ones are on /runs."""
+
+
+def jobs_of(sha256: str, dispatcher: Dispatcher, limit: int = 200) -> list[Any]:
+    """Newest first: the jobs that run or compile this artifact (not those that only name
+    it as a file: an .npz's sha256 is never an artifact)."""
+    return [
+        job
+        for job in dispatcher.store.jobs_naming("exported", sha256, limit)
+        if (job.spec.get("params") or {}).get("artifact") == sha256
+    ]
+
+
+def run_rows(sha256: str, dispatcher: Dispatcher) -> tuple[list[dict[str, Any]], bool]:
+    """The artifact's newest runs, compiles and CPU runs alike (RUNS_LISTED at most), and
+    whether there are more."""
+    jobs = jobs_of(sha256, dispatcher, RUNS_LISTED + 1)
+    rows = []
+    for job in jobs[:RUNS_LISTED]:
+        spec = job.spec
+        stages = spec.get("stages") or []
+        params = spec.get("params") or {}
+        checked = "with a reference" if params.get("reference") else None
+        rows.append(
+            {
+                "id": job.id,
+                "link": f"/runs/{job.id}",
+                "where": spec.get("target") or job.path,
+                "path": job.path,
+                "what": "compile" if stages == ["compile"] else "run",
+                "checked": checked,
+                "status": job.status.value,
+                "created_at": iso(job.created_at),
+            }
+        )
+    return rows, len(jobs) > RUNS_LISTED
+
+
+def uploaded_reference(sha256: str, dispatcher: Dispatcher) -> dict[str, str]:
+    """The run form's fields for the reference uploaded with the artifact: the newest job
+    of it that names one (`export-fn --upload` queues a CPU run checked against its
+    sample), with the seed, input rules and inputs that sample was drawn from."""
+    for job in jobs_of(sha256, dispatcher):
+        params = job.spec.get("params") or {}
+        if not params.get("reference"):
+            continue
+        found = {
+            "reference": str(params["reference"]),
+            "inputs": str(params.get("inputs") or ""),
+            "seed": str(params.get("seed", 0)),
+            "reference_from": job.id,
+        }
+        if params.get("input_rules"):
+            found["input_rules"] = json.dumps(params["input_rules"])
+        return found
+    return {}
 
 
 def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
@@ -197,12 +257,13 @@ def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, 
     if not header:
         # An .npz (or an unreadable file): nothing to compile, nothing pending.
         empty: dict[str, Any] = {"arguments": [], "results": [], "fitting": [], "one_click": []}
-        return {**empty, "fit": [], "fit_pending": False}
+        return {**empty, "fit": [], "fit_pending": False, "runs": [], "more_runs": False}
     devices = int(header.get("nr_devices", 1))
     fitting = fitting_targets(header)
     chosen = one_click(fitting, devices)
     offered = {t for w in dispatcher.connected_workers() for t in w.capabilities.targets}
     rows = fit_rows(info["sha256"], dispatcher, devices)
+    runs, more_runs = run_rows(info["sha256"], dispatcher)
     return {
         "arguments": _named(header.get("argument_names", []), header.get("in_avals", [])),
         "results": _named(header.get("result_names", []), header.get("out_avals", [])),
@@ -222,4 +283,7 @@ def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, 
         "one_click_label": ", ".join(target_label(t) for t in chosen),
         "fit": rows,
         "fit_pending": any(not r["final"] for r in rows),
+        "runs": runs,
+        "more_runs": more_runs,
+        "runs_listed": RUNS_LISTED,
     }

@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, SettingsDep, StateDep
 from app.dispatch import Dispatcher
-from app.pages.artifact import artifact_context, stored_file
+from app.pages.artifact import artifact_context, stored_file, uploaded_reference
 from app.queue.submission import (
     field_errors,
     form_errors,
@@ -33,7 +33,7 @@ from app.queue.submission import (
 from app.queue.uploads import UploadError, check_upload, keep_together, keep_upload
 from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, is_htmx, render
-from app.routes.forms import FormValueError, number, sample_count
+from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
@@ -274,6 +274,8 @@ async def artifact_page(
     """What an exported function declares, and a form to run it on a path."""
     info = stored_file(dispatcher, sha256)
     values = {"inputs": inputs or "", "reference": reference or ""}
+    if not inputs and not reference:  # the reference export-fn --upload sent, if any
+        values.update(uploaded_reference(sha256, dispatcher))
     return render(state, "artifact.html", page_context(state, dispatcher, info=info, values=values))
 
 
@@ -349,6 +351,10 @@ async def run_artifact(
             params["input_rules"] = json.loads(form["input_rules"])
         except ValueError as exc:
             errors["params.input_rules"] = f"not JSON: {exc}"
+    try:
+        params["seed"] = whole_number("seed", form.get("seed") or "0", low=0, high=2**31 - 1)
+    except FormValueError as exc:
+        errors["params.seed"] = str(exc)
     if form.get("tolerance", "").strip():
         try:
             params["tolerance"] = number("tolerance", form["tolerance"])

@@ -114,6 +114,23 @@ def outliers_text(outliers: str | None) -> str:
     )
 
 
+UNCHECKED = "output unchecked"
+
+
+def unchecked_why(detail: str | None) -> str:
+    """Why an output went unchecked, without the words the verdict beside it already says
+    ("output unchecked: no reference …" → "no reference …")."""
+    text = detail or ""
+    if text.startswith(UNCHECKED):
+        text = text[len(UNCHECKED) :].lstrip(": ")
+    return text
+
+
+def capitalize_first(text: str) -> str:
+    """`text` with its first letter upper case and the rest as written."""
+    return text[:1].upper() + text[1:]
+
+
 def make_environment() -> Environment:
     """A fresh template environment (one per app, so tests never share state)."""
     env = Environment(
@@ -128,6 +145,8 @@ def make_environment() -> Environment:
     env.filters["plural"] = plural
     env.filters["ago"] = relative_time
     env.filters["outliers"] = outliers_text
+    env.filters["unchecked_why"] = unchecked_why
+    env.filters["capitalize_first"] = capitalize_first
     env.filters["seconds"] = format_seconds  # the run pages' units, on every page
     return env
 

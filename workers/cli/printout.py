@@ -86,9 +86,11 @@ def _measurement_lines(m: Measurement) -> list[str]:
 
 
 def _hlo_lines(summary: HloSummary) -> list[str]:
+    fusions = len(summary.fusions)
     lines = [
-        f"  {summary.instructions} top-level instructions; {len(summary.fusions)} fusions; "
-        f"copies {summary.copies}, transposes {summary.transposes}"
+        f"  {summary.instructions} top-level instructions; {fusions} "
+        f"fusion{'' if fusions == 1 else 's'}; copies {summary.copies}, "
+        f"transposes {summary.transposes}"
     ]
     if summary.libraries:
         lines.append(f"  libraries: {', '.join(summary.libraries)}")
@@ -96,7 +98,7 @@ def _hlo_lines(summary: HloSummary) -> list[str]:
         kind = fusion.kind + (f" {fusion.backend_kind}" if fusion.backend_kind else "")
         library = f" → {fusion.library}" if fusion.library else ""
         ops = ", ".join(fusion.ops[:10]) + (" …" if len(fusion.ops) > 10 else "")
-        lines.append(f"  fusion {fusion.name} ({kind}{library}): {ops}")
+        lines.append(f"  fusion {fusion.name} ({kind}{library})" + (f": {ops}" if ops else ""))
     if len(summary.fusions) > 12:
         lines.append(f"  … and {len(summary.fusions) - 12} more fusions")
     for call in summary.custom_calls:
@@ -128,18 +130,24 @@ def target_lines(target: TargetReport) -> list[str]:
 def format_report(run: RunResult) -> str:
     """The whole run as text: job, environment, stages, samples, correctness, HLO."""
     job, env = run.job, run.environment
-    params = " ".join(f"{k}={v}" for k, v in run.params.items())
+    params = " ".join(f"{k}={v}" for k, v in run.params.items() if v not in (None, ""))
     lines = [f"{job.workload} on {job.path.value}  {params}"]
     if not run.valid:
         lines.append("INVALID RUN: the output failed the correctness check; no speed is shown.")
     phrase = kernel_phrase(job.workload, job.path.value, run.params, run.extra)
     if phrase is not None:
         lines.append(f"kernel    {phrase}")
-    lines.append(
-        f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
-        f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "
-        f"backend {env.backend_platform_version or 'n/a'}"
-    )
+    if run.target is not None and run.target.deviceless:  # the host's CPU only compiled
+        lines.append(
+            f"device    none: compiled for {run.target.id} without the hardware; "
+            f"jax {env.jax_version}, jaxlib {env.jaxlib_version}"
+        )
+    else:
+        lines.append(
+            f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
+            f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "
+            f"backend {env.backend_platform_version or 'n/a'}"
+        )
     lines.append(f"host      {env.host_cpu or 'unknown CPU'}; {env.hostname}; {env.timestamp}")
     lines.append(
         f"settings  {env.precision}; x64 {'on' if env.x64 else 'off'}; "
@@ -170,7 +178,8 @@ def format_report(run: RunResult) -> str:
         for m in run.measurements:
             lines.extend(_measurement_lines(m))
     if run.correctness is not None and not run.correctness.checked:
-        lines.append(f"correct   UNCHECKED: {run.correctness.detail}")
+        why = (run.correctness.detail or "").removeprefix("output unchecked").lstrip(": ")
+        lines.append(f"correct   UNCHECKED: {why or 'nothing to check it against'}")
     elif run.correctness is not None:
         c = run.correctness
         verdict = "passed" if c.passed else "FAILED"
@@ -187,12 +196,13 @@ def format_report(run: RunResult) -> str:
         if r.boundary is not None:
             achieved = f"{quantity(r.flops_per_s, 'FLOP/s')}, {quantity(r.bytes_per_s, 'B/s')}"
             lines.append(f"rates     {achieved} at the {r.boundary.value} median ({counts})")
-        else:
-            lines.append(f"rates     {counts}")
+        else:  # nothing timed: the work alone, never a line of rates without one
+            work = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
+            lines.append(f"work      {work} ({r.source}); nothing was timed, so no rate")
     if run.cost_analysis is not None or run.memory_analysis is not None:
         ca, ma = run.cost_analysis, run.memory_analysis
         xla = []
-        if ca is not None:
+        if ca is not None and (ca.flops is not None or ca.bytes_accessed is not None):
             xla.append(
                 f"cost {quantity(ca.flops, 'FLOP')}, {byte_size(ca.bytes_accessed)} accessed"
             )
@@ -202,7 +212,8 @@ def format_report(run: RunResult) -> str:
                 f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
                 f"peak {byte_size(ma.peak_bytes)}"
             )
-        lines.append(f"XLA       {'; '.join(xla)}")
+        if xla:
+            lines.append(f"XLA       {'; '.join(xla)}")
     if run.target is not None:
         lines.extend(target_lines(run.target))
     if run.hlo_summary is not None:

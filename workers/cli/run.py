@@ -234,11 +234,12 @@ def _progress_to_stderr(event: ProgressEvent) -> None:
     print(f"[{event.phase}]{count}{message}", file=sys.stderr, flush=True)
 
 
-def submit_to_server(job: JobSpec, server_url: str, as_json: bool) -> int:
-    """Submit `job` to the server at `server_url`, wait for its run and print it."""
+def submit_to_server(job: JobSpec, server_url: str, as_json: bool, ir: str | None) -> int:
+    """Submit `job` to the server at `server_url`, wait for its run and print it (or its
+    artifact `ir`, fetched from the server)."""
     from workers.cli import submit
 
-    return submit.submit_to_server(job, server_url, as_json)
+    return submit.submit_to_server(job, server_url, as_json, ir=ir)
 
 
 def run_command(argv: list[str]) -> int:
@@ -252,7 +253,7 @@ def run_command(argv: list[str]) -> int:
         if any(isinstance(v, str) and v.startswith("@") for v in job.params.values()):
             job = _with_files(job, args.server)
         if args.server:
-            return submit_to_server(job, args.server, args.json)
+            return submit_to_server(job, args.server, args.json, args.ir)
         cache_dir, max_bytes = _settings()
     except UsageError as exc:
         print(f"boundary run: {exc}", file=sys.stderr)

@@ -97,11 +97,45 @@ def _full_run(client: httpx.Client, job: dict[str, Any]) -> RunResult:
     return RunResult.model_validate(run)
 
 
-def submit_to_server(job: JobSpec, server_url: str, as_json: bool, token: str | None = None) -> int:
+def _print_ir(client: httpx.Client, job_id: str, run: dict[str, Any], ir: str) -> int:
+    """`--ir NAME` with `--server`: the artifact's full text from the server's artifact
+    endpoint, as a local run prints it; exit 1 when the run has none."""
+    response = client.get(f"/api/v1/jobs/{job_id}/artifacts/{ir}")
+    if response.status_code == 404:
+        path = run.get("job", {}).get("path", "this")
+        _say(f"no {ir} artifact: path {path} does not produce one (run {job_id})")
+        return EXIT_FAILED
+    response.raise_for_status()
+    text = response.text
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK if run.get("valid") else EXIT_FAILED
+
+
+def _server_lines(base: str, job_id: str, run: RunResult) -> list[str]:
+    """Where the run lives on the server: its page, and a profiled run's trace."""
+    page = f"{base}/runs/{job_id}"
+    lines = [f"run page  {page}"]
+    if run.profile is not None:
+        lines.append(
+            f"profile   {run.profile.covers}; kept by the server: {page}/profile (the archive, "
+            f"for XProf or Perfetto), {page}/profile/timeline (in the browser)"
+        )
+    return lines
+
+
+def submit_to_server(
+    job: JobSpec,
+    server_url: str,
+    as_json: bool,
+    token: str | None = None,
+    *,
+    ir: str | None = None,
+) -> int:
     """Submit `job` to `server_url`, wait for its run and print it; the exit status.
 
     `token` (default: $BOUNDARY_SUBMIT_TOKEN) is sent as a bearer token when given.
-    Exit status: 0 for a valid run, 1 for a run that failed its check or a job that
+    `ir` prints that artifact alone, fetched whole from the server. Exit status: 0 for a
+    valid run, 1 for a run that failed its check (or has no such artifact) or a job that
     failed, expired or was cancelled, 2 when the server refused the job.
     """
     from workers.cli.printout import print_result
@@ -122,11 +156,11 @@ def submit_to_server(job: JobSpec, server_url: str, as_json: bool, token: str | 
             _say(f"boundary run: the server refused the job: {_detail(response)}{extra}")
             return EXIT_REFUSED
         job_id = response.json()["id"]
-        _say(f"job {job_id} queued at {base}/api/v1/jobs/{job_id}")
+        _say(f"job {job_id} queued: {base}/runs/{job_id}")
         try:
             final = _wait_final(client, job_id, show_progress=sys.stderr.isatty())
         except KeyboardInterrupt:
-            _say(f"stopped waiting; job {job_id} goes on at {base}/api/v1/jobs/{job_id}")
+            _say(f"stopped waiting; job {job_id} goes on: {base}/runs/{job_id}")
             return EXIT_INTERRUPTED
         except httpx.TransportError as exc:
             _say(f"boundary run: lost the server while waiting for job {job_id}: {exc}")
@@ -136,4 +170,10 @@ def submit_to_server(job: JobSpec, server_url: str, as_json: bool, token: str | 
             if final.get("stderr_tail"):
                 _say(f"last lines of the runner's stderr:\n{final['stderr_tail']}")
             return EXIT_FAILED
-        return print_result(_full_run(client, final), as_json, None)
+        if ir is not None and not as_json:
+            return _print_ir(client, job_id, final["run"], ir)
+        run = _full_run(client, final)
+        status = print_result(run, as_json, None)
+        if not as_json:
+            print("\n".join(_server_lines(base, job_id, run)))
+        return status

@@ -90,12 +90,19 @@ def settling_text(m: Measurement) -> str | None:
     )
 
 
+def command_value(value: Any) -> str:
+    """A parameter's value as `boundary run` reads it back (`parse_value`): booleans as
+    true/false, objects and lists (`input_rules`) as JSON, anything else as its text."""
+    if isinstance(value, bool | dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
 def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
     """The exact `boundary run` command line for this job."""
     parts = ["boundary", "run", job["workload"]]
     for key, value in job.get("params", {}).items():
-        text = json.dumps(value) if isinstance(value, bool) else str(value)
-        parts.append(f"{key}={text.lower() if isinstance(value, bool) else text}")
+        parts.append(f"{key}={command_value(value)}")
     parts += ["--path", job["path"]]
     if job.get("target"):
         parts += ["--target", job["target"]]
