@@ -198,10 +198,23 @@ async def register(
     )
 
 
+KEYED: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": MessagePublic,
+        "description": "worker_key is not the key of the worker named: a worker may only "
+        "lease and report as itself.",
+    },
+}
+
+
 @router.post(
     "/lease",
     response_model=LeaseReply,
-    responses={204: {"description": "No job came within the wait."}, 404: {"model": MessagePublic}},
+    responses={
+        **KEYED,
+        204: {"description": "No job came within the wait."},
+        404: {"model": MessagePublic},
+    },
     openapi_extra=_body(LeaseRequest),
 )
 async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
@@ -243,6 +256,7 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
 
 
 ENDED: dict[int | str, dict[str, Any]] = {
+    **KEYED,
     404: {"model": MessagePublic, "description": "Unknown worker or job."},
     409: {"model": ReportReply, "description": "The lease has ended; nothing changed."},
 }

@@ -33,6 +33,7 @@ from typing import Any, cast
 import httpx
 import pytest
 import schemathesis
+from bench_fakes import capabilities
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
@@ -129,6 +130,33 @@ def test_known_answers_match_the_document(
     case = SCHEMA[path][method].Case(headers=headers, **parts, **extra)
     response = case.call_and_validate(checks=CONFORMANCE)
     assert response.status_code == status
+
+
+KEYED_PATHS = ("lease", "heartbeat", "progress", "result", "release")
+
+
+def test_another_workers_key_gets_the_documented_403() -> None:
+    # Before: the 403 for a worker acting as another was sent but not documented, and
+    # schemathesis found it by chance ("ST103 Undocumented status code").
+    register = SCHEMA["/api/v1/worker/register"]["POST"].Case(
+        headers=AUTH,
+        body={"capabilities": capabilities(), "name": "conformance"},
+        media_type="application/json",
+    )
+    registered = register.call_and_validate(checks=CONFORMANCE)
+    assert registered.status_code == 200, registered.text
+    worker = registered.json()
+    lease = SCHEMA["/api/v1/worker/lease"]["POST"].Case(
+        headers=AUTH,
+        body={"worker_id": worker["worker_id"], "worker_key": "not-its-key", "wait_s": 0},
+        media_type="application/json",
+    )
+    response = lease.call_and_validate(checks=CONFORMANCE)
+    assert response.status_code == 403
+    assert "a worker may only lease and report as itself" in response.json()["detail"]
+    paths = SCHEMA.raw_schema["paths"]
+    for name in KEYED_PATHS:
+        assert "403" in paths[f"/api/v1/worker/{name}"]["post"]["responses"], name
 
 
 def test_the_document_promises_the_422_body_the_server_sends() -> None:
