@@ -138,7 +138,13 @@ class Cluster:
         return job_id
 
     def job(self, job_id: str) -> dict[str, Any]:
-        body: dict[str, Any] = self.client.get(f"/api/v1/jobs/{job_id}").json()
+        try:
+            response = self.client.get(f"/api/v1/jobs/{job_id}")
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            # The server closed this kept-alive connection (idle past uvicorn's 5 s, when
+            # a loaded machine stalls this process) as the request went out: ask again.
+            response = self.client.get(f"/api/v1/jobs/{job_id}")
+        body: dict[str, Any] = response.json()
         return body
 
     def wait_status(self, job_id: str, statuses: set[str], timeout: float = 90) -> dict[str, Any]:
