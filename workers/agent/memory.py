@@ -51,11 +51,12 @@ ALLOCATOR_SLACK = 1.25
 fragments as large blocks come and go); 1.14 or less for the rest."""
 DEFAULT_KEEP_BYTES = 1024**3
 POLL_S = 0.1
-DATA_MARGIN = 160 * 1024 * 1024
+DATA_MARGIN = 64 * 1024 * 1024
 """RLIMIT_DATA stops this far below the resident limit, so that an allocation fails
-inside the job (cleanly) before the watch has to kill the runner. Resident memory also
-grows by what RLIMIT_DATA does not count (code and files XLA maps in while it compiles):
-64 MiB was seen to be too little under load (762 MB resident against a 758 MB limit)."""
+inside the job (cleanly) before the watch has to kill the runner. A larger margin is not
+safer: at 160 MiB an allocation inside XLA's compiler failed instead and the runner died
+by SIGSEGV; resident memory can still pass the limit by a few MB under load (it grows by
+code and files XLA maps in, which RLIMIT_DATA does not count), and then the watch kills."""
 _FIELDS = {"VmRSS": "rss", "VmHWM": "hwm", "VmData": "data"}
 
 
