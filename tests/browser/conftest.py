@@ -72,6 +72,17 @@ def serve(tmp: Path, workers: int, env: dict[str, str] | None = None) -> Iterato
             proc.kill()
 
 
+def wait_for_target(url: str, target: str) -> None:
+    """Wait (up to 2 minutes) until a connected worker offers `target`: a local worker
+    detects what it compiles for only after it started."""
+    for _ in range(480):
+        workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
+        if any(target in (w.get("targets") or []) for w in workers):
+            return
+        time.sleep(0.25)
+    pytest.fail(f"the local worker never offered target {target}")
+
+
 @pytest.fixture(scope="session")
 def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with no workers: the reader needs none."""

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve
+from tests.browser.conftest import serve, wait_for_target
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,13 +31,7 @@ SMALL = {"m": 256, "n": 256, "k": 256}
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`boundary serve` with its local worker, once it compiles for targets."""
     for url in serve(tmp_path_factory.mktemp("narrow"), workers=1):
-        for _ in range(480):
-            workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
-            if any("h100:1" in (w.get("targets") or []) for w in workers):
-                break
-            time.sleep(0.25)
-        else:
-            pytest.fail("the local worker never offered target h100:1")
+        wait_for_target(url, "h100:1")
         yield url
 
 

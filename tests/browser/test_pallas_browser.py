@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from checks import VIEWPORTS, axe_faults, overflow, shot
-from conftest import serve
+from conftest import serve, wait_for_target
 from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -35,13 +35,7 @@ MATMUL = {"m": 512, "n": 512, "k": 512, "dtype": "bfloat16"}
 def pallas_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A server whose local worker compiled the runs these pages show."""
     for url in serve(tmp_path_factory.mktemp("pallas"), workers=1):
-        for _ in range(480):
-            workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
-            if any("v6e:1x1" in (w.get("targets") or []) for w in workers):
-                break
-            time.sleep(0.25)
-        else:
-            pytest.fail("the local worker never offered target v6e:1x1")
+        wait_for_target(url, "v6e:1x1")
         jobs = {
             "tpu": _submit(
                 url, "matmul", "jax-tpu", "v6e:1x1", {**MATMUL, "kernel": "pallas"}, pipeline=True

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import serve
+from conftest import serve, wait_for_target
 from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
@@ -33,13 +33,7 @@ SHOTS = Path("/tmp/boundary-target-shots")
 def target_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with one local worker, which compiles for targets without the hardware."""
     for url in serve(tmp_path_factory.mktemp("targets"), workers=1):
-        for _ in range(480):
-            workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
-            if any("v6e:2x4" in (w.get("targets") or []) for w in workers):
-                break
-            time.sleep(0.25)
-        else:
-            pytest.fail("the local worker never offered target v6e:2x4")
+        wait_for_target(url, "v6e:2x4")
         yield url
 
 
