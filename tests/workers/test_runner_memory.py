@@ -9,7 +9,10 @@ to 12.5 GB, and the runner kept 5.1 GB afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import httpx
 import pytest
 
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
-from workers.agent.memory import MemoryPolicy, default_max_memory, read_status
+from workers.agent.memory import MemoryPolicy, MemoryWatch, default_max_memory, read_status
 from workers.agent.runner_pool import Runner, RunnerFailed, RunnerPool
 from workers.catalog import CatalogError, check_peak, parse_params
 from workers.cli.run import run_command
@@ -104,6 +107,54 @@ def test_the_runners_default_limit_is_the_job_cap_and_the_runtime() -> None:
     assert not MemoryPolicy.from_env({"JAX_PLATFORMS": "cuda,cpu"}, 2 * GiB).limit_data
     with pytest.raises(ValueError, match="BOUNDARY_RUNNER_MAX_MEMORY: expected a positive"):
         MemoryPolicy.from_env({"BOUNDARY_RUNNER_MAX_MEMORY": "²"}, 2 * GiB)
+
+
+MAPS_A_FILE = """
+import mmap, sys
+with open(sys.argv[1], "rb") as f:
+    view = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    total = sum(view[i] for i in range(0, len(view), 4096))  # fault every page in
+    print(total, flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("private", [True, False])
+async def test_the_watch_counts_private_memory_where_rlimit_data_bounds_it(
+    tmp_path: Path, private: bool
+) -> None:
+    """A child that maps 256 MiB of a file holds it resident, as a runner holds the
+    jaxlib code its first compile maps in: clean pages the kernel can drop, which
+    RLIMIT_DATA does not count. Counting private memory (CPU runners), the watch leaves
+    it alone; counting resident memory (elsewhere), it kills it."""
+    data = tmp_path / "mapped.bin"
+    data.write_bytes(b"\x01" * (256 * MiB))
+    child = subprocess.Popen(
+        [sys.executable, "-c", MAPS_A_FILE, str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        line = await asyncio.to_thread(child.stdout.readline)
+        assert line.strip() == str(256 * MiB // 4096).encode()
+        found = read_status(child.pid)
+        assert found["rss"] - found["private"] >= 256 * MiB  # the file's pages, resident
+        watch = MemoryWatch(child.pid, found["private"] + 64 * MiB, 0.02, private=private)
+        watch.start()
+        await asyncio.sleep(0.3)
+        await watch.stop()
+        if private:
+            assert watch.overrun is None and child.poll() is None
+            assert watch.peak >= 256 * MiB  # the peak it reports is still resident memory
+        else:
+            assert watch.overrun is not None and watch.overrun.reached >= 256 * MiB
+            assert child.wait(5) < 0  # killed
+            assert "used" in watch.overrun.reason() and "private" not in watch.overrun.reason()
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.fixture

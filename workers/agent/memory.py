@@ -11,10 +11,18 @@ jobs under BOUNDARY_RUNNER_MAX_MEMORY, in two layers set by the agent on its chi
    allocating …"; NumPy: MemoryError) and the runner lives to report it. It is set
    from the runner's data size at that moment plus what the limit leaves: thread stacks
    (8 MiB of data each, however little is touched) are already counted then.
-2. `MemoryWatch`: polls the runner's resident memory and its peak (VmHWM, which also
-   catches a spike between two polls) and kills it past the limit: it catches what
-   RLIMIT_DATA does not count (file-backed and shared mappings, a driver's memory) and
-   every platform.
+2. `MemoryWatch`: polls the runner's memory and kills it past the limit. Where
+   RLIMIT_DATA is set it counts private memory (RssAnon + RssShmem: what the job holds
+   and the system cannot take back), the same memory the limit bounds, so the limit
+   fails an allocation before the watch would kill. Elsewhere (GPU runners, or where
+   prlimit failed) it counts resident memory at its peak (VmHWM, which also catches a
+   spike between two polls), a driver's mappings included.
+
+File-backed pages are not the job's: the first compile in a runner maps in about 140 MB
+more of jaxlib's code (measured here: RssFile 101 → 243 MiB over one elementwise job),
+clean pages the kernel can drop at will. Counting them against the limit made the watch
+kill a runner whose private memory was still under RLIMIT_DATA (a CI failure: 766 MB
+resident against a 757 MB limit).
 
 RLIMIT_AS is not used: XLA reserves address space it never touches (about 2 GB for a
 CPU runner holding 0.4 GB; libtpu and CUDA far more), and a low RLIMIT_AS aborts JAX in
@@ -52,12 +60,18 @@ fragments as large blocks come and go); 1.14 or less for the rest."""
 DEFAULT_KEEP_BYTES = 1024**3
 POLL_S = 0.1
 DATA_MARGIN = 64 * 1024 * 1024
-"""RLIMIT_DATA stops this far below the resident limit, so that an allocation fails
-inside the job (cleanly) before the watch has to kill the runner. A larger margin is not
-safer: at 160 MiB an allocation inside XLA's compiler failed instead and the runner died
-by SIGSEGV; resident memory can still pass the limit by a few MB under load (it grows by
-code and files XLA maps in, which RLIMIT_DATA does not count), and then the watch kills."""
-_FIELDS = {"VmRSS": "rss", "VmHWM": "hwm", "VmData": "data"}
+"""RLIMIT_DATA stops this far below the limit: private memory can grow without data
+growing where the job touches what was already counted (thread stacks, heap pages
+malloc_trim gave back). A larger margin only moves the failure earlier: at 160 MiB (and
+room reckoned from resident memory) an allocation inside XLA's compiler failed instead,
+and the runner died by SIGSEGV."""
+_FIELDS = {
+    "VmRSS": "rss",
+    "VmHWM": "hwm",
+    "VmData": "data",
+    "RssAnon": "anon",
+    "RssShmem": "shmem",
+}
 
 
 def default_max_memory(max_job_bytes: int) -> int:
@@ -97,8 +111,9 @@ class MemoryPolicy:
 
 
 def read_status(pid: int) -> dict[str, int]:
-    """VmRSS, VmHWM and VmData of `pid` in bytes (OSError once it is gone, or a zombie
-    whose memory is already freed)."""
+    """VmRSS, VmHWM, VmData, RssAnon and RssShmem of `pid` in bytes, and `private`, the
+    sum of the last two (OSError once it is gone, or a zombie whose memory is already
+    freed)."""
     found: dict[str, int] = {}
     with open(f"/proc/{pid}/status", encoding="ascii") as lines:
         for line in lines:
@@ -108,6 +123,7 @@ def read_status(pid: int) -> dict[str, int]:
                 found[name] = int(value.split()[0]) * 1024
     if len(found) < len(_FIELDS):
         raise ProcessLookupError(f"process {pid} has exited")
+    found["private"] = found["anon"] + found["shmem"]
     return found
 
 
@@ -118,12 +134,13 @@ def reset_peak(pid: int) -> None:
 
 
 def limit_data(pid: int, limit: int) -> tuple[int, int]:
-    """Cap `pid`'s private writable memory so that its resident size stays under `limit`:
-    its data size now plus what `limit` leaves over its resident size now, less
-    DATA_MARGIN (the soft limit only). The previous limits, to restore after the job."""
+    """Cap `pid`'s private writable memory so that its private memory (what MemoryWatch
+    counts then) stays under `limit`: its data size now plus what `limit` leaves over its
+    private memory now, less DATA_MARGIN (the soft limit only). The previous limits, to
+    restore after the job."""
     status = read_status(pid)
     previous = resource.prlimit(pid, resource.RLIMIT_DATA)
-    soft = status["data"] + max(0, limit - status["rss"] - DATA_MARGIN)
+    soft = status["data"] + max(0, limit - status["private"] - DATA_MARGIN)
     hard = previous[1]
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
@@ -142,25 +159,33 @@ class Overrun:
 
     reached: int
     limit: int
+    private: bool = False
 
     def reason(self) -> str:
+        kind = "private memory" if self.private else "memory"
         return (
-            f"the job used {size_text(self.reached)} of memory, over the runner's limit of "
+            f"the job used {size_text(self.reached)} of {kind}, over the runner's limit of "
             f"{size_text(self.limit)} (BOUNDARY_RUNNER_MAX_MEMORY); the runner was killed"
         )
 
 
 class MemoryWatch:
-    """Polls a child's memory every `poll_s` and SIGKILLs it past `limit` bytes.
+    """Polls a child's memory every `poll_s` and SIGKILLs it past `limit` bytes: its
+    private memory when `private` (RLIMIT_DATA is set on it), else its peak resident
+    memory.
 
     Start it when a job starts (its peak is reset first, so VmHWM is the job's own) and
-    stop it when the job ends; `overrun` says whether it killed the child.
+    stop it when the job ends; `overrun` says whether it killed the child. `peak` is the
+    job's peak resident memory either way.
     """
 
-    def __init__(self, pid: int, limit: int, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self, pid: int, limit: int, poll_s: float = POLL_S, *, private: bool = False
+    ) -> None:
         self.pid = pid
         self.limit = limit
         self.poll_s = poll_s
+        self.private = private
         self.overrun: Overrun | None = None
         self.peak = 0
         self._task: asyncio.Task[None] | None = None
@@ -185,8 +210,9 @@ class MemoryWatch:
             except OSError:
                 return  # gone: the agent learns why from its exit status
             self.peak = max(self.peak, found["hwm"])
-            if found["hwm"] > self.limit:
-                self.overrun = Overrun(found["hwm"], self.limit)
+            used = found["private"] if self.private else found["hwm"]
+            if used > self.limit:
+                self.overrun = Overrun(used, self.limit, self.private)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
                 return

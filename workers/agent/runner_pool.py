@@ -193,7 +193,7 @@ class Runner:
         if memory.limit_data:
             with contextlib.suppress(OSError):
                 previous = limit_data(self.pid, memory.max_memory)
-        watch = MemoryWatch(self.pid, memory.max_memory)
+        watch = MemoryWatch(self.pid, memory.max_memory, private=previous is not None)
         watch.start()
         try:
             outcome = await self._follow(timeout_s, on_progress)
