@@ -90,6 +90,10 @@ MISFIT_NOTE = (
     "the temporaries are the figure in its refusal (it writes G for 2^30 bytes), a lower "
     "bound of what one device needs"
 )
+GPU_CODE_NOTE = (
+    "generated code: not reported, since XLA:GPU's compile without the device leaves "
+    "memory_analysis()'s generated_code_size_in_bytes at 0"
+)
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
 
 
@@ -110,12 +114,18 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             "which gives no peak of its own for this target"
         )
     chip = target.chip
+    code = memory_stat(stats, "generated_code_size_in_bytes")
+    if target.platform is Platform.GPU:
+        # XLA:GPU's executable compiled without the device never fills this field in: its
+        # 0 is no size (a program with a 1 MB constant reports 0 too; libtpu counts it).
+        code = None
+        note += f"; {GPU_CODE_NOTE}"
     memory = TargetMemory(
         peak_bytes=peak,
         argument_bytes=argument,
         output_bytes=output,
         temp_bytes=temp,
-        generated_code_bytes=memory_stat(stats, "generated_code_size_in_bytes"),
+        generated_code_bytes=code,
         hbm_bytes=chip.hbm_bytes,
         hbm_label=chip.hbm_label,
         source=chip.source,
