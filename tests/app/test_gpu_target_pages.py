@@ -1,6 +1,7 @@
 """What a GPU target's compile without the hardware shows, from real compiles (JAX's CUDA
 plugin for an H100, libtpu for a v6e) posted by a played worker: the memory table's
-generated code and peak rows."""
+generated code and peak rows, and the GEMM autotuning warning only where XLA chose a GEMM's
+configuration without measuring it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ MATMUL = {"m": 512, "n": 512, "k": 512, "dtype": "bfloat16"}
 RUNS: dict[str, dict[str, Any]] = {
     "v6e-xla": {"workload": "matmul", "path": "jax-tpu", "target": "v6e:1x1", "params": MATMUL},
     "h100-xla": {"workload": "matmul", "path": "jax-gpu", "target": "h100:1", "params": MATMUL},
+    "h100-cublas": {
+        "workload": "matmul",
+        "path": "jax-gpu",
+        "target": "h100:1",
+        "params": MATMUL,
+        "compiler_options": {"xla_gpu_enable_triton_gemm": False},
+    },
     "h100-pallas": {
         "workload": "matmul",
         "path": "jax-gpu",
@@ -83,3 +91,30 @@ async def test_the_peak_row_has_its_size_and_share_of_hbm_on_both_sides(
     side_a, side_b = page.split("Side B", 1)
     assert peak_row(made("v6e-xla")) in side_a
     assert peak_row(made("h100-xla")) in side_b
+
+
+async def test_gemm_autotuning_is_mentioned_only_where_xla_chose_a_gemm_unmeasured(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """A Pallas kernel is Triton code of its own: XLA has no GEMM to autotune in it, so a
+    warning that XLA skipped GEMM autotuning is noise there. XLA's own matmul is a GEMM
+    fusion whose tiles XLA chose without timing any: that run says so, naming it."""
+    pallas = text(
+        await bench_client.get(f"/runs/{await post_run(bench_client, made('h100-pallas'))}")
+    )
+    assert "Compiled without the hardware" in pallas
+    assert "autotun" not in pallas.lower()
+    xla = text(await bench_client.get(f"/runs/{await post_run(bench_client, made('h100-xla'))}"))
+    fusions = made("h100-xla")["hlo_summary"]["fusions"]
+    [gemm] = [f["name"] for f in fusions if "dot" in f["ops"]]  # not its split-K reduce
+    assert f"XLA chose the configuration of its GEMM {gemm} (Triton) without measuring it" in xla
+    assert (
+        "GEMM autotuning times candidate kernels on the GPU, and this compile had none, so "
+        "the GEMM backend (Triton or cuBLAS) and tile sizes may differ on a real NVIDIA H100 "
+        "SXM." in xla
+    )
+    # Without Triton GEMMs XLA calls cuBLASLt, whose algorithm it also chose unmeasured.
+    cublas = text(
+        await bench_client.get(f"/runs/{await post_run(bench_client, made('h100-cublas'))}")
+    )
+    assert "XLA chose the configuration of its GEMM __cublas$lt$matmul (cuBLASLt)" in cublas
