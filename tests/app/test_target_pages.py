@@ -342,6 +342,12 @@ def test_memory_fit_says_fits_or_by_how_much_it_does_not() -> None:
     no_peak = memory_fit(base, "h100", 1)
     assert no_peak is not None and no_peak["needed_bytes"] == 9 * 10**9
     assert memory_fit(None, "h100", 1) is None
+    # A GPU target's stored 0 of generated code (runs before the worker said "unknown") is
+    # XLA:GPU's unfilled field, not a size; libtpu's own figure stands.
+    code = {**base, "peak_bytes": 9 * 10**9, "generated_code_bytes": 0}
+    gpu, tpu = memory_fit(code, "h100", 1), memory_fit({**code, "hbm_bytes": 32 * 10**9}, "v6e", 1)
+    assert gpu is not None and gpu["rows"][3]["gb"] == "not reported" and gpu["code_note"]
+    assert tpu is not None and tpu["rows"][3]["gb"] == "0 bytes" and tpu["code_note"] is None
 
 
 @pytest.mark.parametrize(

@@ -321,3 +321,24 @@ def compiled_costs(compiled: Any) -> CostAnalysis | None:
         return float(value) if isinstance(value, int | float) and value >= 0 else None
 
     return CostAnalysis(flops=pick("flops"), bytes_accessed=pick("bytes accessed"))
+
+
+GEMM_LIBRARIES = frozenset({"Triton", "cuBLAS", "cuBLASLt", "cuDNN"})
+"""Libraries whose GEMMs XLA:GPU's autotuner configures by timing candidates on the GPU."""
+
+
+def autotuned_gemms(summary: HloSummary) -> list[str]:
+    """XLA's own GEMMs in optimized GPU HLO, each as "name (library)": a library fusion with
+    a dot in it (a Triton GEMM fusion, a cuDNN one) or a cuBLAS call. A Pallas kernel's
+    custom call (`__gpu$xla.gpu.triton`) is its author's code, not one of them."""
+    found = [
+        f"{f.name} ({f.library})"
+        for f in summary.fusions
+        if f.library in GEMM_LIBRARIES and "dot" in f.ops
+    ]
+    found += [
+        f"{c.target} ({c.library})"
+        for c in summary.custom_calls
+        if c.library in {"cuBLAS", "cuBLASLt"}
+    ]
+    return found

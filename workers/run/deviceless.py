@@ -21,7 +21,7 @@ from workers.catalog.kernels import KernelChoice, kernel_record, public_params
 from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
-from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
+from workers.compiler.hlo_summary import autotuned_gemms, compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source import workload_source
@@ -62,9 +62,9 @@ DEVICELESS_WARNING = (
     "has no time, no speed and no correctness check."
 )
 AUTOTUNE_WARNING = (
-    "GEMM autotuning was skipped (it needs a real GPU), so XLA used its default GEMM "
-    "configuration: the GEMM backend (Triton or cuBLAS) and the tile sizes may differ on a "
-    "real {name}."
+    "XLA chose the configuration of its {gemms} without measuring it: GEMM autotuning times "
+    "candidate kernels on the GPU, and this compile had none, so the GEMM backend (Triton or "
+    "cuBLAS) and tile sizes may differ on a real {name}."
 )
 COLD_WARNING = (
     "measure.cache={asked} was not applied: a compile without the hardware is always cold "
@@ -90,6 +90,10 @@ MISFIT_NOTE = (
     "the temporaries are the figure in its refusal (it writes G for 2^30 bytes), a lower "
     "bound of what one device needs"
 )
+GPU_CODE_NOTE = (
+    "generated code: not reported, since XLA:GPU's compile without the device leaves "
+    "memory_analysis()'s generated_code_size_in_bytes at 0"
+)
 COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
 
 
@@ -110,12 +114,18 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             "which gives no peak of its own for this target"
         )
     chip = target.chip
+    code = memory_stat(stats, "generated_code_size_in_bytes")
+    if target.platform is Platform.GPU:
+        # XLA:GPU's executable compiled without the device never fills this field in: its
+        # 0 is no size (a program with a 1 MB constant reports 0 too; libtpu counts it).
+        code = None
+        note += f"; {GPU_CODE_NOTE}"
     memory = TargetMemory(
         peak_bytes=peak,
         argument_bytes=argument,
         output_bytes=output,
         temp_bytes=temp,
-        generated_code_bytes=memory_stat(stats, "generated_code_size_in_bytes"),
+        generated_code_bytes=code,
         hbm_bytes=chip.hbm_bytes,
         hbm_label=chip.hbm_label,
         source=chip.source,
@@ -328,8 +338,12 @@ def run_deviceless(
             f"{misfit.message} The run shows the compiler's own figures and has no optimized "
             f"HLO; {remedy} would fit."
         )
-    if gpu:
-        warnings.append(AUTOTUNE_WARNING.format(name=target.chip.name))
+    summary = summarize_hlo(hlo) if hlo else None
+    gemms = autotuned_gemms(summary) if gpu and summary is not None else []
+    if gemms:  # none in a Pallas kernel: its author chose its tiles, not the autotuner
+        named = ", ".join(gemms[:3]) + (f" and {len(gemms) - 3} more" if len(gemms) > 3 else "")
+        gemm = f"GEMM {named}" if len(gemms) == 1 else f"GEMMs {named}"
+        warnings.append(AUTOTUNE_WARNING.format(gemms=gemm, name=target.chip.name))
     if job.measure.cache is not CachePolicy.COLD:
         warnings.append(COLD_WARNING.format(asked=job.measure.cache.value))
     pipeline = PipelineCapture(files=reports) if gpu and reports else None
@@ -348,7 +362,7 @@ def run_deviceless(
         inputs=[InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype) for s in specs],
         stage_seconds=StageSeconds(trace=staged.trace_s, lower=staged.lower_s, compile=compile_s),
         artifacts=artifacts,
-        hlo_summary=summarize_hlo(hlo) if hlo else None,
+        hlo_summary=summary,
         cost_analysis=cost,
         memory_analysis=analysis,
         work=work_of(workload, params, compiled),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.pages.charts import Chart, El, el
+from workers.protocol import CHIPS, Platform, TargetModel
 
 GB = 10**9
 GIB = 2**30
@@ -40,6 +41,29 @@ def gb(value: float) -> str:
     return f"{value / 10**3:.3g} kB" if value else "0 bytes"
 
 
+GPU_CODE_UNREPORTED = (
+    "XLA:GPU's compile without the device does not report the size of its generated code "
+    "(its memory_analysis() leaves the field at 0)"
+)
+
+
+def _platform(model: str) -> Platform | None:
+    """The platform of a target's chip model ("h100"), or None for no known model."""
+    try:
+        return CHIPS[TargetModel(model)].platform
+    except (ValueError, KeyError):
+        return None
+
+
+def _with_code_known(memory: dict[str, Any], model: str) -> dict[str, Any]:
+    """`memory` with a GPU target's generated code as unknown: XLA:GPU compiling without
+    the device never fills that figure in, so the 0 of runs made before the worker said
+    so is no size either."""
+    if _platform(model) is Platform.GPU and not memory.get("generated_code_bytes"):
+        return {**memory, "generated_code_bytes": None}
+    return memory
+
+
 def needed_bytes(memory: dict[str, Any]) -> int | None:
     """What one device needs: XLA's peak plus the generated code (None when unknown)."""
     peak = memory.get("peak_bytes")
@@ -65,19 +89,16 @@ def memory_fit(
     a lower bound of what a device needs."""
     if not memory:
         return None
+    memory = _with_code_known(memory, model)
     hbm = int(memory["hbm_bytes"])
     needed = needed_bytes(memory)
-    rows = []
-    for key, label in PARTS:
-        value = memory.get(key)
-        rows.append(
-            {
-                "label": label,
-                "bytes": value,
-                "gb": gb(value) if value is not None else "not reported",
-                "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
-            }
-        )
+    rows = [_row(label, memory.get(key), hbm) for key, label in PARTS]
+    peak = memory.get("peak_bytes")
+    code_note = None
+    if memory.get("generated_code_bytes") is None and not refused:
+        gpu = _platform(model) is Platform.GPU
+        why = GPU_CODE_UNREPORTED if gpu else "the compiler reported no size of its code"
+        code_note = f"{why}, so needed leaves it out"
     fits = None if needed is None else needed <= hbm
     if needed is None:
         verdict = "Unknown: the compiler reported no peak"
@@ -94,7 +115,9 @@ def memory_fit(
         "rows": rows,
         "needed_bytes": needed,
         "needed": gb(needed) if needed is not None else None,
-        "peak_bytes": memory.get("peak_bytes"),
+        "peak_bytes": peak,
+        "peak": _row("peak (XLA)", peak, hbm) if peak is not None and not refused else None,
+        "code_note": code_note,
         "hbm_bytes": hbm,
         "hbm": gb(hbm),
         "hbm_gib": f"{hbm / GIB:.4g} GiB",
@@ -106,6 +129,16 @@ def memory_fit(
         "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
         "chart": _bars(memory, hbm, needed, model, count, chart_id=chart_id),
         "scale": gb(max(hbm, needed or 0)),
+    }
+
+
+def _row(label: str, value: int | None, hbm: int) -> dict[str, Any]:
+    """One row of the memory table: a size in decimal units, its bytes, its share of HBM."""
+    return {
+        "label": label,
+        "bytes": value,
+        "gb": gb(value) if value is not None else "not reported",
+        "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
     }
 
 
