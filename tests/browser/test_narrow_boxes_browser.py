@@ -181,3 +181,69 @@ def test_the_upload_pages_flags_never_break_inside_at_390(page: Page, server: st
     assert checks.overflow(page)["scroll"] <= PHONE["width"]
     checks.OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(checks.OUTPUT / "narrow-upload-390.png"))
+
+
+# How many lines each text of the memory table's figures is drawn on ("0.00235 %",
+# "33.6 MB", "33,554,432"): a figure split over two lines reads as two.
+_FIGURE_LINES = """(table) => {
+  const out = [];
+  for (const td of table.querySelectorAll('td')) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!node.data.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      out.push([node.data.trim(), tops.size]);
+    }
+  }
+  return out;
+}"""
+
+# The width of each side's text column of the IR diff, in characters of its own font.
+_DIFF_COLUMNS = """(table) => {
+  const probe = document.createElement('span');
+  probe.textContent = '0'.repeat(50);
+  table.querySelector('td.l').appendChild(probe);
+  const char = probe.getBoundingClientRect().width / 50;
+  probe.remove();
+  const row = table.querySelector('tr[class^="d-"]');
+  const pad = td => {
+    const s = getComputedStyle(td);
+    return parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+  };
+  return [...row.querySelectorAll('td.l, td.r')].map(td => (td.clientWidth - pad(td)) / char);
+}"""
+
+
+@pytest.mark.parametrize("size", [PHONE, LAPTOP], ids=["390", "1280"])
+def test_a_comparisons_figures_stay_whole_and_its_diff_is_readable(
+    page: Page, server: str, compiled: tuple[str, str], size: dict[str, int]
+) -> None:
+    tpu, gpu = compiled
+    page.set_viewport_size(size)  # type: ignore[arg-type]
+    page.goto(f"{server}/compare?a={tpu}&b={gpu}")
+    tables = page.locator("table.memory-parts")
+    expect(tables).to_have_count(2)
+    for table in tables.all():
+        figures = table.evaluate(_FIGURE_LINES)
+        assert any(text.endswith("%") for text, _ in figures), figures
+        broken = [text for text, lines in figures if lines != 1]
+        assert broken == [], broken
+        names = table.evaluate(_FIGURE_LINES.replace("'td'", "'th[scope=row]'"))
+        broken = [text for text, lines in names if " " not in text and lines != 1]
+        assert broken == [], broken  # "temporaries", never "temporarie" and "s"
+    diff = page.locator("table.diff")
+    columns = diff.evaluate(_DIFF_COLUMNS)
+    assert len(columns) == 2 and min(columns) >= 40, columns
+    # The diff scrolls inside its own box; the page itself never scrolls sideways.
+    sideways = checks.overflow(page)
+    assert sideways["scroll"] <= size["width"], sideways
+    box = page.locator(".diff-scroll").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= size["width"], box
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    for n, table in enumerate(tables.all()):
+        table.scroll_into_view_if_needed()
+        page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-mem{n}.png"))
+    diff.scroll_into_view_if_needed()
+    page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-diff.png"))
