@@ -1,7 +1,9 @@
 """What a newcomer found cut off or missing, in Chromium at a phone's 390×844 and a laptop's
 1280×800: the memory fit's HBM line and its label inside the chart's visible box (on the
-run page and in each column of a comparison), and a run refused on an artifact's page
-said at the top of the page, with JavaScript on and off.
+run page and in each column of a comparison), a run refused on an artifact's page
+said at the top of the page, with JavaScript on and off; a comparison's figures each on
+one line and its IR diff ~40 characters a side; an artifact's sha256 and shapes whole at
+390.
 
 The compiles are real (libtpu and the CUDA plugin, without the hardware), done by the
 local worker of `boundary serve`.
@@ -247,3 +249,22 @@ def test_a_comparisons_figures_stay_whole_and_its_diff_is_readable(
         page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-mem{n}.png"))
     diff.scroll_into_view_if_needed()
     page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-diff.png"))
+
+
+def test_the_artifact_pages_sha256_and_shapes_show_whole_at_390(
+    page: Page, server: str, artifact: str
+) -> None:
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{artifact}")
+    sha = page.locator("section[aria-labelledby='what-h'] table.stats code").first
+    expect(sha).to_have_text(artifact)
+    boxes = page.locator("section[aria-labelledby='what-h'] .scroll-x")
+    assert boxes.count() >= 2
+    for box in boxes.all():  # nothing hidden to scroll to: every character in sight
+        hidden = box.evaluate("b => b.scrollWidth - b.clientWidth")
+        assert hidden <= 1, (box.inner_text(), hidden)
+    for code in page.locator("section[aria-labelledby='what-h'] table code").all():
+        _inside(code, page.locator("section[aria-labelledby='what-h']"), page)
+    assert checks.overflow(page)["scroll"] <= PHONE["width"]
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(checks.OUTPUT / "narrow-artifact-declares-390.png"))
