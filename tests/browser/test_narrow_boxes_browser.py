@@ -3,7 +3,7 @@
 run page and in each column of a comparison), a run refused on an artifact's page
 said at the top of the page, with JavaScript on and off; a comparison's figures each on
 one line and its IR diff ~40 characters a side; an artifact's sha256 and shapes whole at
-390.
+390; the targets ticked before "Compile for the chosen targets" still ticked after it.
 
 The compiles are real (libtpu and the CUDA plugin, without the hardware), done by the
 local worker of `boundary serve`.
@@ -11,6 +11,7 @@ local worker of `boundary serve`.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -268,3 +269,42 @@ def test_the_artifact_pages_sha256_and_shapes_show_whole_at_390(
     assert checks.overflow(page)["scroll"] <= PHONE["width"]
     checks.OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(checks.OUTPUT / "narrow-artifact-declares-390.png"))
+
+
+@pytest.fixture(scope="module")
+def everywhere(server: str) -> str:
+    """A function exported for the CPU, CUDA and TPU: every target accepts it."""
+    from workers.cli.export_fn import export_function
+
+    platforms = ["cpu", "cuda", "tpu"]
+    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], platforms)
+    r = httpx.post(
+        f"{server}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["sha256"])
+
+
+def test_the_chosen_targets_stay_ticked_after_compiling(
+    any_page: Page, server: str, everywhere: str
+) -> None:
+    page = any_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{everywhere}")
+    form = page.locator("form.targets-form")
+    chosen = {"v6e:2x2", "h200:1"} if page.js else {"v6e:1x1", "b200:2"}  # type: ignore[attr-defined]
+    for box in form.locator("input[name='target']").all():
+        box.set_checked(box.get_attribute("value") in chosen)
+    form.get_by_role("button", name="Compile for the chosen targets").click()
+    page.wait_for_url(re.compile(r".*#fit-h$"))
+    boxes = page.locator("form.targets-form input[name='target']")
+    expect(boxes.first).to_be_attached()
+    ticked = {b.get_attribute("value") for b in boxes.all() if b.is_checked()}
+    assert ticked == chosen
+    for target in chosen:
+        expect(page.locator(f"#fit-table tr[data-target='{target}']")).to_have_count(1)
+    expect(page.locator("main")).not_to_contain_text("It fits")
