@@ -251,8 +251,11 @@ def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
     }
 
 
-def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, Any]:
-    """What the artifact's page shows beyond the file's own description."""
+def artifact_context(
+    info: dict[str, Any], dispatcher: Dispatcher, ticked: list[str] | None = None
+) -> dict[str, Any]:
+    """What the artifact's page shows beyond the file's own description. `ticked`: the
+    targets the person last chose (their boxes stay ticked); None: the one button's."""
     header = info.get("header")
     if not header:
         # An .npz (or an unreadable file): nothing to compile, nothing pending.
@@ -275,7 +278,7 @@ def artifact_context(info: dict[str, Any], dispatcher: Dispatcher) -> dict[str, 
                 "chip": t.chip.name,
                 "placement": placement_on(t, devices),
                 "offered": t.id in offered,
-                "chosen": t in chosen,
+                "chosen": t in chosen if ticked is None else t.id in ticked,
             }
             for t in fitting
         ],

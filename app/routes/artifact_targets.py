@@ -7,6 +7,7 @@ refreshes itself).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -65,12 +66,15 @@ async def compile_for_targets(
         form=dict(pairs),
         bodies=bodies,
         errors=errors,
+        ticked=chosen,
     )
     if not isinstance(queued, list):
         return queued
+    # The page comes back with the same boxes ticked: the choice travels in its address.
+    page = f"/artifacts/{sha256}?{urlencode([('target', t) for t in chosen], safe=':')}#fit-h"
     if is_htmx(request):
-        return Response(status_code=204, headers={"HX-Redirect": f"/artifacts/{sha256}#fit-h"})
-    return RedirectResponse(f"/artifacts/{sha256}#fit-h", status_code=303)
+        return Response(status_code=204, headers={"HX-Redirect": page})
+    return RedirectResponse(page, status_code=303)
 
 
 @router.api_route(

@@ -152,14 +152,16 @@ def page_context(
     info: dict[str, Any] | None = None,
     values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None,
+    ticked: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The upload form's, or an uploaded file's page's, context."""
+    """The upload form's, or an uploaded file's page's, context (`ticked`: the target boxes
+    the person chose, as artifact_context takes them)."""
     paths: list[str] = []
     if info is not None and "header" in info:
         platforms = info["header"]["platforms"]
         paths = [p.value for p, name in JAX_PLATFORM.items() if name in platforms]
     return {
-        **(artifact_context(info, dispatcher) if info is not None else {}),
+        **(artifact_context(info, dispatcher, ticked) if info is not None else {}),
         "info": info,
         "values": values or {},
         "errors": errors or {},
@@ -268,15 +270,19 @@ async def artifact_page(
     sha256: str,
     state: StateDep,
     dispatcher: DispatcherDep,
+    *,
     inputs: Annotated[str | None, Query(pattern=SHA256)] = None,
     reference: Annotated[str | None, Query(pattern=SHA256)] = None,
+    target: Annotated[list[str] | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    """What an exported function declares, and a form to run it on a path."""
+    """What an exported function declares, and a form to run it on a path. `target`: the
+    boxes to tick, those the person compiled for (the compile form redirects here)."""
     info = stored_file(dispatcher, sha256)
     values = {"inputs": inputs or "", "reference": reference or ""}
     if not inputs and not reference:  # the reference export-fn --upload sent, if any
         values.update(uploaded_reference(sha256, dispatcher))
-    return render(state, "artifact.html", page_context(state, dispatcher, info=info, values=values))
+    ctx = page_context(state, dispatcher, info=info, values=values, ticked=target)
+    return render(state, "artifact.html", ctx)
 
 
 async def page_form(request: Request) -> list[tuple[str, str]]:
@@ -295,12 +301,14 @@ def queue_or_page(
     form: dict[str, str],
     bodies: list[tuple[str | None, dict[str, Any]]],
     errors: dict[str, str],
+    ticked: list[str] | None = None,
 ) -> list[JobRow] | HTMLResponse:
     """Queue the jobs a page form asks for, each checked like any submission, through the
     one admission (all of them or none); else the page again, saying what was wrong.
 
     `bodies` pairs each job with the label its refusals go under (errors["targets"]), or
-    None to name each refused field on its own."""
+    None to name each refused field on its own; `ticked`, the target boxes the refused page
+    keeps ticked."""
     status = 422
     headers: dict[str, str] = {}
     try:
@@ -324,7 +332,7 @@ def queue_or_page(
         except HTTPException as exc:
             errors["targets" if any(label for label, _ in bodies) else "general"] = str(exc.detail)
             status, headers = exc.status_code, dict(exc.headers or {})
-    ctx = page_context(state, dispatcher, info=info, values=form, errors=errors)
+    ctx = page_context(state, dispatcher, info=info, values=form, errors=errors, ticked=ticked)
     page = render(state, "artifact.html", ctx, status)
     page.headers.update(headers)
     return page

@@ -199,7 +199,7 @@ async def test_the_page_queues_one_compile_per_target_through_one_admission(
     assert "submissions a minute" in r.text
     assert (await slow_client.get("/api/v1/jobs")).json()["count"] == 0  # none, not some
     r = await slow_client.post(f"/artifacts/{sha}/compile", content="target=h100:8", headers=form)
-    assert r.status_code == 303 and r.headers["location"] == f"/artifacts/{sha}#fit-h"
+    assert r.status_code == 303 and r.headers["location"] == f"/artifacts/{sha}?target=h100:8#fit-h"
     jobs = (await slow_client.get("/api/v1/jobs")).json()["data"]
     assert [(j["target"], j["stages"], j["path"]) for j in jobs] == [
         ("h100:8", ["compile"], "jax-gpu")

@@ -1,7 +1,9 @@
 """What a newcomer found cut off or missing, in Chromium at a phone's 390×844 and a laptop's
 1280×800: the memory fit's HBM line and its label inside the chart's visible box (on the
-run page and in each column of a comparison), and a run refused on an artifact's page
-said at the top of the page, with JavaScript on and off.
+run page and in each column of a comparison), a run refused on an artifact's page
+said at the top of the page, with JavaScript on and off; a comparison's figures each on
+one line and its IR diff ~40 characters a side; an artifact's sha256 and shapes whole at
+390; the targets ticked before "Compile for the chosen targets" still ticked after it.
 
 The compiles are real (libtpu and the CUDA plugin, without the hardware), done by the
 local worker of `boundary serve`.
@@ -9,6 +11,7 @@ local worker of `boundary serve`.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -181,3 +184,127 @@ def test_the_upload_pages_flags_never_break_inside_at_390(page: Page, server: st
     assert checks.overflow(page)["scroll"] <= PHONE["width"]
     checks.OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(checks.OUTPUT / "narrow-upload-390.png"))
+
+
+# How many lines each text of the memory table's figures is drawn on ("0.00235 %",
+# "33.6 MB", "33,554,432"): a figure split over two lines reads as two.
+_FIGURE_LINES = """(table) => {
+  const out = [];
+  for (const td of table.querySelectorAll('td')) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!node.data.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+      out.push([node.data.trim(), tops.size]);
+    }
+  }
+  return out;
+}"""
+
+# The width of each side's text column of the IR diff, in characters of its own font.
+_DIFF_COLUMNS = """(table) => {
+  const probe = document.createElement('span');
+  probe.textContent = '0'.repeat(50);
+  table.querySelector('td.l').appendChild(probe);
+  const char = probe.getBoundingClientRect().width / 50;
+  probe.remove();
+  const row = table.querySelector('tr[class^="d-"]');
+  const pad = td => {
+    const s = getComputedStyle(td);
+    return parseFloat(s.paddingLeft) + parseFloat(s.paddingRight);
+  };
+  return [...row.querySelectorAll('td.l, td.r')].map(td => (td.clientWidth - pad(td)) / char);
+}"""
+
+
+@pytest.mark.parametrize("size", [PHONE, LAPTOP], ids=["390", "1280"])
+def test_a_comparisons_figures_stay_whole_and_its_diff_is_readable(
+    page: Page, server: str, compiled: tuple[str, str], size: dict[str, int]
+) -> None:
+    tpu, gpu = compiled
+    page.set_viewport_size(size)  # type: ignore[arg-type]
+    page.goto(f"{server}/compare?a={tpu}&b={gpu}")
+    tables = page.locator("table.memory-parts")
+    expect(tables).to_have_count(2)
+    for table in tables.all():
+        figures = table.evaluate(_FIGURE_LINES)
+        assert any(text.endswith("%") for text, _ in figures), figures
+        broken = [text for text, lines in figures if lines != 1]
+        assert broken == [], broken
+        names = table.evaluate(_FIGURE_LINES.replace("'td'", "'th[scope=row]'"))
+        broken = [text for text, lines in names if " " not in text and lines != 1]
+        assert broken == [], broken  # "temporaries", never "temporarie" and "s"
+    diff = page.locator("table.diff")
+    columns = diff.evaluate(_DIFF_COLUMNS)
+    assert len(columns) == 2 and min(columns) >= 40, columns
+    # The diff scrolls inside its own box; the page itself never scrolls sideways.
+    sideways = checks.overflow(page)
+    assert sideways["scroll"] <= size["width"], sideways
+    box = page.locator(".diff-scroll").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= size["width"], box
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    for n, table in enumerate(tables.all()):
+        table.scroll_into_view_if_needed()
+        page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-mem{n}.png"))
+    diff.scroll_into_view_if_needed()
+    page.screenshot(path=str(checks.OUTPUT / f"narrow-compare-{size['width']}-diff.png"))
+
+
+def test_the_artifact_pages_sha256_and_shapes_show_whole_at_390(
+    page: Page, server: str, artifact: str
+) -> None:
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{artifact}")
+    sha = page.locator("section[aria-labelledby='what-h'] table.stats code").first
+    expect(sha).to_have_text(artifact)
+    boxes = page.locator("section[aria-labelledby='what-h'] .scroll-x")
+    assert boxes.count() >= 2
+    for box in boxes.all():  # nothing hidden to scroll to: every character in sight
+        hidden = box.evaluate("b => b.scrollWidth - b.clientWidth")
+        assert hidden <= 1, (box.inner_text(), hidden)
+    for code in page.locator("section[aria-labelledby='what-h'] table code").all():
+        _inside(code, page.locator("section[aria-labelledby='what-h']"), page)
+    assert checks.overflow(page)["scroll"] <= PHONE["width"]
+    checks.OUTPUT.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(checks.OUTPUT / "narrow-artifact-declares-390.png"))
+
+
+@pytest.fixture(scope="module")
+def everywhere(server: str) -> str:
+    """A function exported for the CPU, CUDA and TPU: every target accepts it."""
+    from workers.cli.export_fn import export_function
+
+    platforms = ["cpu", "cuda", "tpu"]
+    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], platforms)
+    r = httpx.post(
+        f"{server}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["sha256"])
+
+
+def test_the_chosen_targets_stay_ticked_after_compiling(
+    any_page: Page, server: str, everywhere: str
+) -> None:
+    page = any_page
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}/artifacts/{everywhere}")
+    form = page.locator("form.targets-form")
+    chosen = {"v6e:2x2", "h200:1"} if page.js else {"v6e:1x1", "b200:2"}  # type: ignore[attr-defined]
+    for box in form.locator("input[name='target']").all():
+        box.set_checked(box.get_attribute("value") in chosen)
+    form.get_by_role("button", name="Compile for the chosen targets").click()
+    page.wait_for_url(re.compile(r".*#fit-h$"))
+    boxes = page.locator("form.targets-form input[name='target']")
+    expect(boxes.first).to_be_attached()
+    ticked = {b.get_attribute("value") for b in boxes.all() if b.is_checked()}
+    assert ticked == chosen
+    for target in chosen:
+        expect(page.locator(f"#fit-table tr[data-target='{target}']")).to_have_count(1)
+    expect(page.locator("main")).not_to_contain_text("It fits")
