@@ -83,6 +83,20 @@ def wait_for_target(url: str, target: str) -> None:
     pytest.fail(f"the local worker never offered target {target}")
 
 
+def upload_exported(url: str, data: bytes) -> str:
+    """Upload a `boundary export-fn` artifact as the CLI does; its sha256."""
+    r = httpx.post(
+        f"{url}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    sha: str = r.json()["sha256"]
+    return sha
+
+
 @pytest.fixture(scope="session")
 def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with no workers: the reader needs none."""

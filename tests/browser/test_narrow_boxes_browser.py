@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve, wait_for_target
+from tests.browser.conftest import serve, upload_exported, wait_for_target
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -116,15 +116,7 @@ def artifact(server: str) -> str:
     from workers.cli.export_fn import export_function
 
     data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], ["cpu"])
-    r = httpx.post(
-        f"{server}/api/v1/artifacts",
-        params={"kind": "exported"},
-        content=data,
-        headers={"Content-Type": "application/octet-stream"},
-        timeout=30,
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["sha256"])
+    return upload_exported(server, data)
 
 
 def test_a_refused_run_on_the_artifact_page_says_so_at_the_top(
@@ -278,15 +270,7 @@ def everywhere(server: str) -> str:
 
     platforms = ["cpu", "cuda", "tpu"]
     data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], platforms)
-    r = httpx.post(
-        f"{server}/api/v1/artifacts",
-        params={"kind": "exported"},
-        content=data,
-        headers={"Content-Type": "application/octet-stream"},
-        timeout=30,
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["sha256"])
+    return upload_exported(server, data)
 
 
 def test_the_chosen_targets_stay_ticked_after_compiling(

@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve, wait_for_target
+from tests.browser.conftest import serve, upload_exported, wait_for_target
 from tests.workers.own_exports import TARGETS
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
@@ -35,19 +35,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for url in serve(tmp_path_factory.mktemp("own-model"), workers=1):
         wait_for_target(url, "h100:8")
         yield url
-
-
-def upload(server: str, data: bytes) -> str:
-    r = httpx.post(
-        f"{server}/api/v1/artifacts",
-        params={"kind": "exported"},
-        content=data,
-        headers={"Content-Type": "application/octet-stream"},
-        timeout=30,
-    )
-    assert r.status_code == 201, r.text
-    sha: str = r.json()["sha256"]
-    return sha
 
 
 def wait_compiled(page: Page, server: str, sha: str, count: int, js: bool) -> list[dict[str, Any]]:
@@ -92,7 +79,7 @@ def test_ticked_targets_compile_and_fill_the_fit_table(
     browser: Browser, server: str, own_exports: dict[str, Any], name: str
 ) -> None:
     exported = own_exports[name]
-    sha = upload(server, exported.artifact.read_bytes())
+    sha = upload_exported(server, exported.artifact.read_bytes())
     context = browser.new_context(viewport=checks.VIEWPORTS["desktop"])  # type: ignore[arg-type]
     page = context.new_page()
     watch = checks.Watch()
@@ -125,7 +112,7 @@ def test_ticked_targets_compile_and_fill_the_fit_table(
 def test_the_one_button_compiles_the_eight_device_step_without_javascript(
     browser: Browser, server: str, own_exports: dict[str, Any]
 ) -> None:
-    sha = upload(server, own_exports["dp"].artifact.read_bytes())
+    sha = upload_exported(server, own_exports["dp"].artifact.read_bytes())
     context = browser.new_context(
         viewport=checks.VIEWPORTS["phone"],  # type: ignore[arg-type]
         java_script_enabled=False,
