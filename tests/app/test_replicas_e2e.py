@@ -94,6 +94,11 @@ class Replica:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Send `signum` to the server and every process it started."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.killpg(self.proc.pid, signum)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -153,13 +158,26 @@ def test_two_replicas_one_killed_every_job_runs_exactly_once(
             ).fetchone()
         return bool(row and row[0])
 
-    wait_for(a_holds_a_lease, 60, "a's worker to hold a lease")
-    a.kill()
-    with psycopg.connect(pg_url) as conn:
-        held = [r[0] for r in conn.execute(
-            "SELECT id FROM jobs WHERE status = 'running' AND lease_owner = %s", (worker_a,)
-        )]  # fmt: skip
-    assert held  # killed mid-job: its lease must expire and the job run again on b
+    def held_by_a() -> list[str]:
+        with psycopg.connect(pg_url) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT id FROM jobs WHERE status = 'running' AND lease_owner = %s", (worker_a,)
+            )]  # fmt: skip
+
+    # Killed mid-job: a's whole process group is frozen (SIGSTOP) while the database is
+    # asked what it holds, so the job cannot end between the look and the kill (it did
+    # once: a compile of 64³ takes milliseconds); if it held nothing at that instant, it
+    # runs on and is asked again.
+    held: list[str] = []
+    for _ in range(50):
+        wait_for(a_holds_a_lease, 60, "a's worker to hold a lease")
+        a.send_signal(signal.SIGSTOP)
+        held = held_by_a()
+        if held:
+            break
+        a.send_signal(signal.SIGCONT)
+    assert held, "a's worker never held a lease at the instant it was frozen"
+    a.kill()  # its lease must expire and the job run again on b
 
     def all_final() -> bool:
         with psycopg.connect(pg_url) as conn:
