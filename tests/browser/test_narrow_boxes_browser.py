@@ -110,13 +110,18 @@ def _forward(x: Any, w: Any) -> Any:
     return jnp.tanh(x @ w)
 
 
-@pytest.fixture(scope="module")
-def artifact(server: str) -> str:
-    """An exported function for the CPU, uploaded as `boundary export-fn` would."""
+def _uploaded(server: str, platforms: list[str]) -> str:
+    """`_forward` exported for `platforms` and uploaded as `boundary export-fn` would."""
     from workers.cli.export_fn import export_function
 
-    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], ["cpu"])
+    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], platforms)
     return upload_exported(server, data)
+
+
+@pytest.fixture(scope="module")
+def artifact(server: str) -> str:
+    """An exported function for the CPU."""
+    return _uploaded(server, ["cpu"])
 
 
 def test_a_refused_run_on_the_artifact_page_says_so_at_the_top(
@@ -266,11 +271,7 @@ def test_the_artifact_pages_sha256_and_shapes_show_whole_at_390(
 @pytest.fixture(scope="module")
 def everywhere(server: str) -> str:
     """A function exported for the CPU, CUDA and TPU: every target accepts it."""
-    from workers.cli.export_fn import export_function
-
-    platforms = ["cpu", "cuda", "tpu"]
-    data, _ = export_function(_forward, [("float32", (8, 16)), ("float32", (16, 4))], platforms)
-    return upload_exported(server, data)
+    return _uploaded(server, ["cpu", "cuda", "tpu"])
 
 
 def test_the_chosen_targets_stay_ticked_after_compiling(
