@@ -10,6 +10,7 @@ from pydantic import Field
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.catalog.peak import F64, Peak
+from workers.catalog.tolerances import contraction_tolerance
 
 
 class AttentionKernel(StrEnum):
@@ -56,6 +57,23 @@ class AttentionParams(WorkloadParams):
         # The score matrix is materialized by this plain formulation, so it counts too.
         scores = self.batch * self.heads * self.seq_len * self.seq_len
         return size * (qkvo + scores)
+
+    def flop_count(self) -> float:
+        # Two contractions of 2·S·S·D each, plus about five per score for scale and
+        # softmax. Masking skips no work in this formulation, so causal costs the same.
+        bh = self.batch * self.heads
+        s, d = self.seq_len, self.head_dim
+        return float(bh * (4 * s * s * d + 5 * s * s))
+
+    def byte_count(self) -> float:
+        # Q, K, V read once and the output written once: the least any implementation moves.
+        size = DTYPE_BYTES[self.dtype.value]
+        return float(4 * self.batch * self.heads * self.seq_len * self.head_dim * size)
+
+    def tolerance(self) -> float:
+        # The longer of the two contractions sets the float32 error growth.
+        length = max(self.seq_len, self.head_dim)
+        return 1.5 * contraction_tolerance(self.dtype, self.precision, length)
 
     def peak(self, calls_alive: int = 1) -> Peak:
         """As workers.workloads.attention runs it: the scores in float32 while sampling;

@@ -77,6 +77,22 @@ class WorkloadParams(BaseModel):
         inputs = max(self.input_bytes() - output, 0)
         return dense_peak(inputs, output, self.item_bytes(), calls_alive)
 
+    def flop_count(self) -> float | None:
+        """Floating-point operations one call performs, counted analytically from the
+        parameters (not a compiler's estimate); None when the catalog has no formula, so
+        no rate is shown from it."""
+        return None
+
+    def byte_count(self) -> float | None:
+        """Bytes one call must at least move to and from memory (inputs read, output
+        written); None when the catalog has no formula."""
+        return None
+
+    def tolerance(self) -> float | None:
+        """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes; None when
+        the catalog sets no tolerance for the workload's output as a whole."""
+        return None
+
     def may_go_unchecked(self) -> bool:
         """Whether a run may honestly have nothing to check its output against (its timings
         then stand, said to be of an unverified output). Every catalog workload has a

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax
 from workers.catalog.mesh import ArrayLayout, MeshError, MeshParams
+from workers.catalog.tolerances import UNIT_ROUNDOFF
 
 MAX_COLLECTIVE_BYTES = 256 * 1024**2
 
@@ -81,6 +82,22 @@ class CollectiveParams(MeshParams):
         """Devices in each replica group."""
         sizes = self.axis_sizes()
         return math.prod(sizes[name] for name in self.over_axes())
+
+    def flop_count(self) -> float:
+        if self.kind is CollectiveKind.ALL_GATHER:
+            return 0.0
+        # One addition per element for every device in a group but the first.
+        return float((self.group_size() - 1) * self.elements() * self.devices())
+
+    def byte_count(self) -> float:
+        # The bytes each device contributes, summed: the payload, not the wire traffic.
+        return float(self.bytes * self.devices())
+
+    def tolerance(self) -> float:
+        if self.kind is CollectiveKind.ALL_GATHER:
+            return 1e-12  # a copy: exact
+        # A sum of G terms rounds at most G times in the storage type.
+        return 4 * UNIT_ROUNDOFF[self.dtype.value] * (self.group_size() + 1)
 
     def arrays(self) -> list[ArrayLayout]:
         every = self.axis_names()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated
 
@@ -10,6 +11,14 @@ from pydantic import Field
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
 from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.protocol import PathId
+
+CHAIN_OPS: tuple[str, ...] = ("sin", "affine", "tanh", "cos")
+"""The operations applied in turn. Each maps into [-1, 1] or shrinks distances (|f'| ≤ 1),
+so rounding errors never grow along the chain and values never overflow."""
+
+# Per-operation error allowed, by storage type: a few ulps for float32 (accelerators use
+# approximate sin/tanh), one rounding of the narrow types otherwise.
+_PER_OP_ERROR: dict[str, float] = {"float32": 1e-6, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 
 
 class ElementwiseKernel(StrEnum):
@@ -48,3 +57,18 @@ class ElementwiseParams(WorkloadParams):
     def input_bytes(self) -> int:
         # One input vector and one output vector: fusion keeps the intermediates on chip.
         return 2 * self.n * DTYPE_BYTES[self.dtype.value]
+
+    def flop_count(self) -> float:
+        # Counted as one operation per element per step (the affine step's multiply-add
+        # counts two); transcendental functions count one, as XLA's cost model does.
+        per_element = sum(
+            2 if CHAIN_OPS[i % len(CHAIN_OPS)] == "affine" else 1 for i in range(self.ops)
+        )
+        return float(per_element * self.n)
+
+    def byte_count(self) -> float:
+        return float(self.input_bytes())
+
+    def tolerance(self) -> float:
+        # Independent roundings of random sign add up like √ops; the factor 2 is margin.
+        return 2 * _PER_OP_ERROR[self.dtype.value] * (1 + math.sqrt(self.ops))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from workers.catalog.base import WorkloadParams
 from workers.protocol import PathId
@@ -33,6 +33,19 @@ JAX_PLATFORM: dict[PathId, str] = {
     PathId.JAX_TPU: "tpu",
 }
 """The jax.export platform name a path's devices answer to (jax-gpu: NVIDIA's CUDA)."""
+
+DEFAULT_TOLERANCE: dict[str, float] = {
+    "float64": 1e-12,
+    "complex128": 1e-12,
+    "float32": 1e-4,
+    "complex64": 1e-4,
+    "float16": 5e-3,
+    "bfloat16": 2e-2,
+}
+"""Relative error allowed when the job declares no tolerance, by the result's dtype.
+
+Looser than a catalog workload's own bounds because the function is unknown: float32
+allows for a GPU's TF32 contractions; integers and booleans must match exactly (0)."""
 
 BOUNDARY_FRAMES = (
     "workers/export/",
@@ -67,6 +80,10 @@ class ExportedParams(WorkloadParams):
         "A function you exported with jax.export (boundary export-fn): its StableHLO is "
         "compiled and timed like any catalog workload; no Python of yours runs on a worker."
     )
+    # `tolerance` is also the name of the method every workload has, so the field is
+    # `tolerance_` in Python and `tolerance` on the wire, in both directions.
+    model_config = ConfigDict(serialize_by_alias=True)
+
     paths = (PathId.JAX_CPU, PathId.JAX_GPU, PathId.JAX_TPU)
     # Its device count is the artifact's own (`nr_devices`): a target needs at least that
     # many, checked where the artifact is read (the server's uploads, the worker's bind).
@@ -97,10 +114,11 @@ class ExportedParams(WorkloadParams):
         '{"kind": "zeros"}, {"kind": "ones"}, {"kind": "int", "low": a, "high": b}, '
         '{"kind": "positive"}. The longest matching path wins.',
     )
-    tolerance: float | None = Field(
+    tolerance_: float | None = Field(
         default=None,
         gt=0,
         le=1,
+        alias="tolerance",
         description="Largest relative error that passes; by the output's dtype if absent.",
     )
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of generated inputs.")
@@ -109,6 +127,28 @@ class ExportedParams(WorkloadParams):
         # Unknown until the artifact is read: the server checks its declared shapes against
         # the cap when the job is submitted, and the worker again before it runs.
         return 0
+
+    # flop_count and byte_count stay None: the function is unknown until its artifact is
+    # read, so the worker takes the compiler's cost analysis and the artifact's shapes.
+
+    def tolerance(self) -> float | None:
+        """The job's declared tolerance, for every result; None when it declares none
+        (each result then has its dtype's default: `result_tolerance`)."""
+        return self.tolerance_
+
+    def result_tolerance(self, dtype: str) -> float:
+        """The tolerance of a result of `dtype`: the job's, else the dtype's default (0,
+        an exact match, for integers, booleans and any dtype not listed)."""
+        if self.tolerance_ is not None:
+            return self.tolerance_
+        return DEFAULT_TOLERANCE.get(dtype, 0.0)
+
+    def loosest_tolerance(self) -> float:
+        """The largest tolerance any result of this job may have: the job's, else the
+        loosest dtype default (what bounds a result whose dtype is not known)."""
+        if self.tolerance_ is not None:
+            return self.tolerance_
+        return max(DEFAULT_TOLERANCE.values())
 
     def may_go_unchecked(self) -> bool:
         # Without reference outputs the worker checks against the same artifact on the CPU

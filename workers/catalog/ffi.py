@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, WorkloadParams
+from workers.catalog.tolerances import UNIT_ROUNDOFF
 from workers.protocol import PathId
 
 
@@ -33,3 +34,14 @@ class FfiParams(WorkloadParams):
     def input_bytes(self) -> int:
         # One float32 input and one float32 output.
         return 2 * self.n * DTYPE_BYTES["float32"]
+
+    def flop_count(self) -> float:
+        return 2.0 * self.n  # a multiply and an add per element
+
+    def byte_count(self) -> float:
+        return float(self.input_bytes())
+
+    def tolerance(self) -> float:
+        # The attributes and the product are each rounded to float32 once (float32(scale)
+        # differs from scale by up to one unit roundoff), with margin for a fused multiply-add.
+        return 8 * UNIT_ROUNDOFF["float32"]

@@ -29,3 +29,16 @@ class GatherParams(WorkloadParams):
         size = DTYPE_BYTES[self.dtype.value]
         index = DTYPE_BYTES["int32"] * self.count
         return size * (self.rows * self.width + self.count * self.width) + index
+
+    def flop_count(self) -> float:
+        return 0.0  # a copy: no arithmetic
+
+    def byte_count(self) -> float:
+        # Only the gathered rows are read, plus the indices; the output is written once.
+        size = DTYPE_BYTES[self.dtype.value]
+        index = DTYPE_BYTES["int32"] * self.count
+        return float(2 * self.count * self.width * size + index)
+
+    def tolerance(self) -> float:
+        # A gather copies values exactly: any difference at all is a wrong answer.
+        return 0.0

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.catalog.kernels import MatmulBlockFields
+from workers.catalog.tolerances import contraction_tolerance
 from workers.protocol import PathId
 
 
@@ -19,6 +20,12 @@ class MatmulKernel(StrEnum):
     NAIVE = "naive"
     XLA = "xla"
     PALLAS = "pallas"
+
+
+def product_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of an (m × k) @ (k × n) product: one multiply and one add per term of every
+    output element."""
+    return 2.0 * m * n * k
 
 
 class MatmulParams(WorkloadParams, MatmulBlockFields):
@@ -49,3 +56,13 @@ class MatmulParams(WorkloadParams, MatmulBlockFields):
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         return size * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    def flop_count(self) -> float:
+        return product_flops(self.m, self.n, self.k)
+
+    def byte_count(self) -> float:
+        # A and B read once, C written once.
+        return float(self.input_bytes())
+
+    def tolerance(self) -> float:
+        return contraction_tolerance(self.dtype, self.precision, self.k)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
+from workers.catalog.tolerances import UNIT_ROUNDOFF
 from workers.protocol import PathId
 
 
@@ -16,6 +18,14 @@ class ReductionOp(StrEnum):
 
     SUM = "sum"
     SOFTMAX = "softmax"
+
+
+# Rounding the result to the storage type: one unit roundoff per element, with margin.
+_OUTPUT_ERROR: dict[str, float] = {"float32": 1e-6, "bfloat16": 1e-2, "float16": 2e-3}
+
+# Flops per input element: a sum adds once; a softmax takes a max, a subtraction, an
+# exponential, an add for the normalizer and a division.
+_FLOPS_PER_ELEMENT: dict[ReductionOp, int] = {ReductionOp.SUM: 1, ReductionOp.SOFTMAX: 5}
 
 
 class ReductionKernel(StrEnum):
@@ -64,3 +74,14 @@ class ReductionParams(WorkloadParams):
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]
         return size * (self.rows * self.cols + self.output_elements())
+
+    def flop_count(self) -> float:
+        return float(_FLOPS_PER_ELEMENT[self.op] * self.rows * self.cols)
+
+    def byte_count(self) -> float:
+        return float(self.input_bytes())
+
+    def tolerance(self) -> float:
+        # The float32 accumulation adds rounding errors that grow like √length.
+        accumulate = 4 * UNIT_ROUNDOFF["float32"] * math.sqrt(self.reduced_length())
+        return _OUTPUT_ERROR[self.dtype.value] + accumulate

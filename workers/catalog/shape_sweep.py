@@ -11,14 +11,18 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
-from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, WorkloadParams
+from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
+from workers.catalog.elementwise import ElementwiseParams
 from workers.catalog.peak import COMPILE_BYTES, F64, Peak
+from workers.catalog.tolerances import contraction_tolerance
 
 MAX_SHAPES = 512
 MAX_SIZE = 8192
 BUCKETING = re.compile(r"^(none|pow2|multiple:([1-9][0-9]{0,3}))$")
 DIGITS = re.compile(r"[0-9]{1,6}")
 """A size typed as text: ASCII digits only ('²'.isdigit() is true, and int('²') fails)."""
+CHAIN_LENGTH = 8
+"""Operations in the elementwise op's chain (as in the elementwise workload's default)."""
 
 
 class SweepOp(StrEnum):
@@ -123,6 +127,58 @@ class ShapeSweepParams(WorkloadParams):
     def policies(self) -> list[str]:
         """The policies this job runs, in order: always none first."""
         return ["none"] if self.bucketing == "none" else ["none", self.bucketing]
+
+    def chain(self, elements: int) -> ElementwiseParams:
+        """The elementwise op as the elementwise workload: CHAIN_LENGTH operations over
+        `elements` values (at least one) in the sweep's storage type."""
+        return ElementwiseParams(n=max(1, elements), ops=CHAIN_LENGTH, dtype=self.dtype)
+
+    def flop_count_at(self, rows: int) -> float:
+        """FLOPs of one call at `rows` rows (analytic)."""
+        if self.op is SweepOp.MATMUL:
+            return 2.0 * rows * self.features * self.out_features
+        return self.chain(rows * self.features).flop_count()
+
+    def byte_count_at(self, rows: int) -> float:
+        """Bytes one call at `rows` rows must at least read and write."""
+        size = DTYPE_BYTES[self.dtype.value]
+        if self.op is SweepOp.MATMUL:
+            w = self.features * self.out_features
+            return float(size * (rows * self.features + w + rows * self.out_features))
+        return float(size * 2 * rows * self.features)
+
+    def pass_flops(self) -> float:
+        """Useful FLOPs of one pass over every size, unpadded: the sweep's unit of work
+        (its rate basis spans len(sizes()) calls, not one)."""
+        return sum(self.flop_count_at(n) for n in self.sizes())
+
+    def pass_bytes(self) -> float:
+        """Bytes one pass over every size, unpadded, must at least move."""
+        return sum(self.byte_count_at(n) for n in self.sizes())
+
+    def flop_count(self) -> float:
+        # A sweep has no single call: its counted unit is one pass (see pass_flops).
+        return self.pass_flops()
+
+    def byte_count(self) -> float:
+        return self.pass_bytes()
+
+    def tolerance(self) -> float:
+        """The relative error allowed, as the matmul and elementwise workloads declare it."""
+        if self.op is SweepOp.MATMUL:
+            return contraction_tolerance(self.dtype, Precision.DEFAULT, self.features)
+        return self.chain(self.features).tolerance()
+
+    def policy_figures(self, policy: str) -> tuple[list[int], float, float, float]:
+        """What one pass under `policy` computes, from the parameters alone: every call's
+        padded size, in order; the FLOPs executed (padding included); the useful FLOPs
+        (unpadded); and the padding waste, in percent of the useful FLOPs."""
+        sizes = self.sizes()
+        padded = [bucket(n, policy) for n in sizes]
+        useful = sum(self.flop_count_at(n) for n in sizes)
+        executed = sum(self.flop_count_at(m) for m in padded)
+        waste = (executed - useful) / useful * 100.0 if useful > 0 else 0.0
+        return padded, executed, useful, waste
 
     def input_bytes(self) -> int:
         size = DTYPE_BYTES[self.dtype.value]

@@ -16,7 +16,9 @@ from pydantic import Field
 
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision
 from workers.catalog.kernels import MatmulBlockFields
+from workers.catalog.matmul import product_flops
 from workers.catalog.mesh import ArrayLayout, MeshError, MeshParams, Spec, parse_spec
+from workers.catalog.tolerances import contraction_tolerance
 
 
 class Sharding(StrEnum):
@@ -105,3 +107,14 @@ class ShardedMatmulParams(MeshParams, MatmulBlockFields):
 
     def element_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype.value]
+
+    def flop_count(self) -> float:
+        # The whole product, summed over the devices: sharding moves work, it adds none.
+        return product_flops(self.m, self.n, self.k)
+
+    def byte_count(self) -> float:
+        size = self.element_bytes()
+        return float(size * (self.m * self.k + self.k * self.n + self.m * self.n))
+
+    def tolerance(self) -> float:
+        return contraction_tolerance(self.dtype, self.precision, self.k)

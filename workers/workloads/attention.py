@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers.catalog.attention import AttentionParams
-from workers.catalog.base import DTYPE_BYTES
 from workers.catalog.kernels import KernelChoice
 from workers.pallas import ops as pallas_ops
 from workers.workloads.base import (
@@ -21,7 +20,6 @@ from workers.workloads.base import (
     Workload,
     as_float64,
 )
-from workers.workloads.matmul import contraction_tolerance
 
 _MASKED = -1e30
 """Score given to masked keys: finite, so a row never becomes NaN, and exp() of it is 0."""
@@ -87,20 +85,3 @@ class Attention(Workload[AttentionParams]):
     def reference(self, params: AttentionParams, inputs: Sequence[HostArray]) -> HostArray:
         q, k, v = (as_float64(x) for x in inputs)
         return _attention64(q, k, v, params.causal)
-
-    def flop_count(self, params: AttentionParams) -> float:
-        # Two contractions of 2·S·S·D each, plus about five per score for scale and
-        # softmax. Masking skips no work in this formulation, so causal costs the same.
-        bh = params.batch * params.heads
-        s, d = params.seq_len, params.head_dim
-        return float(bh * (4 * s * s * d + 5 * s * s))
-
-    def byte_count(self, params: AttentionParams) -> float:
-        # Q, K, V read once and the output written once: the least any implementation moves.
-        size = DTYPE_BYTES[params.dtype.value]
-        return float(4 * params.batch * params.heads * params.seq_len * params.head_dim * size)
-
-    def tolerance(self, params: AttentionParams) -> float:
-        # The longer of the two contractions sets the float32 error growth.
-        length = max(params.seq_len, params.head_dim)
-        return 1.5 * contraction_tolerance(params.dtype, params.precision, length)

@@ -28,13 +28,6 @@ its results): what gets traced and compiled."""
 
 P = TypeVar("P", bound=WorkloadParams)
 
-UNIT_ROUNDOFF: dict[str, float] = {
-    "float32": 2.0**-24,
-    "bfloat16": 2.0**-8,
-    "float16": 2.0**-11,
-}
-"""Half the gap between 1 and the next representable number, per storage type."""
-
 LAX_PRECISION: dict[Precision, jax.lax.Precision] = {
     Precision.DEFAULT: jax.lax.Precision.DEFAULT,
     Precision.HIGH: jax.lax.Precision.HIGH,
@@ -97,17 +90,28 @@ class Workload(ABC, Generic[P]):
     def reference(self, params: P, inputs: Sequence[HostArray]) -> HostArray:
         """The expected output, computed in float64 with NumPy."""
 
-    @abstractmethod
     def flop_count(self, params: P) -> float:
-        """Floating-point operations one call performs (analytic, not XLA's estimate)."""
+        """Floating-point operations one call performs (analytic, not XLA's estimate): the
+        catalog's formula (`WorkloadParams.flop_count`), the one the server uses too."""
+        return _required(params.flop_count(), self.name, "flop_count")
 
-    @abstractmethod
     def byte_count(self, params: P) -> float:
-        """Bytes one call must at least move to and from memory (inputs read, output written)."""
+        """Bytes one call must at least move to and from memory (inputs read, output
+        written): the catalog's formula (`WorkloadParams.byte_count`)."""
+        return _required(params.byte_count(), self.name, "byte_count")
 
-    @abstractmethod
     def tolerance(self, params: P) -> float:
-        """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes."""
+        """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes: the catalog's
+        (`WorkloadParams.tolerance`)."""
+        return _required(params.tolerance(), self.name, "tolerance")
+
+
+def _required(figure: float | None, workload: str, name: str) -> float:
+    """A catalog figure a workload must have; a workload whose catalog entry has none
+    overrides the method that asks for it."""
+    if figure is None:
+        raise NotImplementedError(f"the catalog gives {workload} no {name}")
+    return figure
 
 
 def function_for(

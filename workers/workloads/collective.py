@@ -16,7 +16,7 @@ from jax.sharding import Mesh
 
 from workers.catalog.collective import CollectiveKind, CollectiveParams
 from workers.scale.mesh import partition_spec
-from workers.workloads.base import UNIT_ROUNDOFF, HostArray, InputSpec, JaxFunction, as_float64
+from workers.workloads.base import HostArray, InputSpec, JaxFunction, as_float64
 from workers.workloads.scale_base import ScaleWorkload
 
 # jax.lax's collectives, typed (jax leaves them unannotated).
@@ -83,22 +83,6 @@ class Collective(ScaleWorkload[CollectiveParams]):
         # Both the sum and its scatter come out group after group, each group's sum whole.
         result = np.transpose(summed, (*rest, *over, last)).reshape(-1)
         return result
-
-    def flop_count(self, params: CollectiveParams) -> float:
-        if params.kind is CollectiveKind.ALL_GATHER:
-            return 0.0
-        # One addition per element for every device in a group but the first.
-        return float((params.group_size() - 1) * params.elements() * params.devices())
-
-    def byte_count(self, params: CollectiveParams) -> float:
-        # The bytes each device contributes, summed: the payload, not the wire traffic.
-        return float(params.bytes * params.devices())
-
-    def tolerance(self, params: CollectiveParams) -> float:
-        if params.kind is CollectiveKind.ALL_GATHER:
-            return 1e-12  # a copy: exact
-        # A sum of G terms rounds at most G times in the storage type.
-        return 4 * UNIT_ROUNDOFF[params.dtype.value] * (params.group_size() + 1)
 
     def explain(self, params: CollectiveParams, kind: str, source: str | None) -> str:
         over = ", ".join(params.over_axes())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,18 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from workers.catalog.elementwise import ElementwiseParams
+from workers.catalog.elementwise import CHAIN_OPS, ElementwiseParams
 from workers.catalog.kernels import KernelChoice
 from workers.pallas import ops as pallas_ops
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload, as_float64
-
-CHAIN_OPS: tuple[str, ...] = ("sin", "affine", "tanh", "cos")
-"""The operations applied in turn. Each maps into [-1, 1] or shrinks distances (|f'| ≤ 1),
-so rounding errors never grow along the chain and values never overflow."""
-
-# Per-operation error allowed, by storage type: a few ulps for float32 (accelerators use
-# approximate sin/tanh), one rounding of the narrow types otherwise.
-_PER_OP_ERROR: dict[str, float] = {"float32": 1e-6, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 
 
 def apply_chain(x: Any, ops: int, lib: Any) -> Any:
@@ -64,18 +55,3 @@ class Elementwise(Workload[ElementwiseParams]):
     def reference(self, params: ElementwiseParams, inputs: Sequence[HostArray]) -> HostArray:
         result: HostArray = np.asarray(apply_chain(as_float64(inputs[0]), params.ops, np))
         return result
-
-    def flop_count(self, params: ElementwiseParams) -> float:
-        # Counted as one operation per element per step (the affine step's multiply-add
-        # counts two); transcendental functions count one, as XLA's cost model does.
-        per_element = sum(
-            2 if CHAIN_OPS[i % len(CHAIN_OPS)] == "affine" else 1 for i in range(params.ops)
-        )
-        return float(per_element * params.n)
-
-    def byte_count(self, params: ElementwiseParams) -> float:
-        return float(params.input_bytes())
-
-    def tolerance(self, params: ElementwiseParams) -> float:
-        # Independent roundings of random sign add up like √ops; the factor 2 is margin.
-        return 2 * _PER_OP_ERROR[params.dtype.value] * (1 + math.sqrt(params.ops))

@@ -49,19 +49,6 @@ from workers.workloads.artifact import (
 )
 from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
 
-DEFAULT_TOLERANCE: dict[str, float] = {
-    "float64": 1e-12,
-    "complex128": 1e-12,
-    "float32": 1e-4,
-    "complex64": 1e-4,
-    "float16": 5e-3,
-    "bfloat16": 2e-2,
-}
-"""Relative error allowed when the job declares no tolerance, by the result's dtype.
-
-Looser than a catalog workload's own bounds because the function is unknown: float32
-allows for a GPU's TF32 contractions; integers and booleans must match exactly (0)."""
-
 
 def _load(params: ExportedParams) -> Loaded:
     found = recall(params.artifact)
@@ -217,7 +204,7 @@ class ExportedFunction(Workload[ExportedParams]):
         results = [np.asarray(r) for r in output] if isinstance(output, list | tuple) else [output]
         specs = self.result_specs(params)
         names = [s.name for s in specs]
-        tolerances = [self.result_tolerance(params, s.dtype) for s in specs]
+        tolerances = [params.result_tolerance(s.dtype) for s in specs]
         if params.reference is not None:
             found = self.expected(params)
             label = "uploaded reference outputs"
@@ -240,18 +227,13 @@ class ExportedFunction(Workload[ExportedParams]):
     # --- counts --------------------------------------------------------------------------------
 
     def flop_count(self, params: ExportedParams) -> float:
-        return 0.0  # unknown analytically; see counts_from_xla
+        return 0.0  # unknown analytically (the catalog's is None); see counts_from_xla
 
     def byte_count(self, params: ExportedParams) -> float:
         exp = _load(params).exp
         return float(aval_bytes([*exp.in_avals, *exp.out_avals]))
 
-    def result_tolerance(self, params: ExportedParams, dtype: str) -> float:
-        """The tolerance of a result of `dtype`: the job's, else the dtype's default."""
-        if params.tolerance is not None:
-            return params.tolerance
-        return DEFAULT_TOLERANCE.get(dtype, 0.0)
-
     def tolerance(self, params: ExportedParams) -> float:
+        # The catalog's only when the job declares one; else its first result's dtype's.
         specs = self.result_specs(params)
-        return self.result_tolerance(params, specs[0].dtype if specs else "float32")
+        return params.result_tolerance(specs[0].dtype if specs else "float32")

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from workers.catalog.ffi import FfiParams
 from workers.cuda.ffi import make_scale_shift, register_for_this_process
 from workers.workloads.base import (
-    UNIT_ROUNDOFF,
     HostArray,
     InputSpec,
     JaxFunction,
@@ -34,14 +33,3 @@ class Ffi(Workload[FfiParams]):
     def reference(self, params: FfiParams, inputs: Sequence[HostArray]) -> HostArray:
         result: HostArray = as_float64(inputs[0]) * params.scale + params.shift
         return result
-
-    def flop_count(self, params: FfiParams) -> float:
-        return 2.0 * params.n  # a multiply and an add per element
-
-    def byte_count(self, params: FfiParams) -> float:
-        return float(params.input_bytes())
-
-    def tolerance(self, params: FfiParams) -> float:
-        # The attributes and the product are each rounded to float32 once (np.float32(scale)
-        # differs from scale by up to one unit roundoff), with margin for a fused multiply-add.
-        return 8 * UNIT_ROUNDOFF["float32"]

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from workers.catalog.base import DTYPE_BYTES
 from workers.catalog.gather import GatherParams
 from workers.workloads.base import (
     HostArray,
@@ -49,16 +48,3 @@ class Gather(Workload[GatherParams]):
         table, index = inputs
         result: HostArray = as_float64(table)[index]
         return result
-
-    def flop_count(self, params: GatherParams) -> float:
-        return 0.0
-
-    def byte_count(self, params: GatherParams) -> float:
-        # Only the gathered rows are read, plus the indices; the output is written once.
-        size = DTYPE_BYTES[params.dtype.value]
-        index = DTYPE_BYTES["int32"] * params.count
-        return float(2 * params.count * params.width * size + index)
-
-    def tolerance(self, params: GatherParams) -> float:
-        # A gather copies values exactly: any difference at all is a wrong answer.
-        return 0.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import jax
@@ -11,20 +10,12 @@ import numpy as np
 
 from workers.catalog.reduction import ReductionOp, ReductionParams
 from workers.workloads.base import (
-    UNIT_ROUNDOFF,
     HostArray,
     InputSpec,
     JaxFunction,
     Workload,
     as_float64,
 )
-
-# Rounding the result to the storage type: one unit roundoff per element, with margin.
-_OUTPUT_ERROR: dict[str, float] = {"float32": 1e-6, "bfloat16": 1e-2, "float16": 2e-3}
-
-# Flops per input element: a sum adds once; a softmax takes a max, a subtraction, an
-# exponential, an add for the normalizer and a division.
-_FLOPS_PER_ELEMENT: dict[ReductionOp, int] = {ReductionOp.SUM: 1, ReductionOp.SOFTMAX: 5}
 
 
 def _softmax64(x: HostArray, axis: int) -> HostArray:
@@ -67,14 +58,3 @@ class Reduction(Workload[ReductionParams]):
             result: HostArray = x.sum(axis=params.axis)
             return result
         return _softmax64(x, params.axis)
-
-    def flop_count(self, params: ReductionParams) -> float:
-        return float(_FLOPS_PER_ELEMENT[params.op] * params.rows * params.cols)
-
-    def byte_count(self, params: ReductionParams) -> float:
-        return float(params.input_bytes())
-
-    def tolerance(self, params: ReductionParams) -> float:
-        # The float32 accumulation adds rounding errors that grow like √length.
-        accumulate = 4 * UNIT_ROUNDOFF["float32"] * math.sqrt(params.reduced_length())
-        return _OUTPUT_ERROR[params.dtype.value] + accumulate

@@ -13,8 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from workers.catalog.base import Precision
-from workers.catalog.elementwise import ElementwiseParams
-from workers.catalog.shape_sweep import ShapeSweepParams, SweepOp
+from workers.catalog.shape_sweep import CHAIN_LENGTH, ShapeSweepParams, SweepOp
 from workers.workloads.base import (
     LAX_PRECISION,
     HostArray,
@@ -23,17 +22,7 @@ from workers.workloads.base import (
     as_float64,
     random_normal,
 )
-from workers.workloads.elementwise import Elementwise, apply_chain
-from workers.workloads.matmul import contraction_tolerance
-
-CHAIN_LENGTH = 8
-"""Operations in the elementwise op's chain (as in the elementwise workload's default)."""
-
-_ELEMENTWISE = Elementwise()
-
-
-def _chain_params(params: ShapeSweepParams, elements: int) -> ElementwiseParams:
-    return ElementwiseParams(n=max(1, elements), ops=CHAIN_LENGTH, dtype=params.dtype)
+from workers.workloads.elementwise import apply_chain
 
 
 def function(params: ShapeSweepParams) -> JaxFunction:
@@ -86,23 +75,15 @@ def reference(params: ShapeSweepParams, x: HostArray, w: HostArray | None) -> Ho
 
 
 def flop_count(params: ShapeSweepParams, rows: int) -> float:
-    """FLOPs of one call at `rows` rows (analytic)."""
-    if params.op is SweepOp.MATMUL:
-        return 2.0 * rows * params.features * params.out_features
-    return _ELEMENTWISE.flop_count(_chain_params(params, rows * params.features))
+    """FLOPs of one call at `rows` rows (`ShapeSweepParams.flop_count_at`)."""
+    return params.flop_count_at(rows)
 
 
 def byte_count(params: ShapeSweepParams, rows: int) -> float:
-    """Bytes one call at `rows` rows must at least read and write."""
-    size = np.dtype(jnp.dtype(params.dtype.value)).itemsize
-    if params.op is SweepOp.MATMUL:
-        w = params.features * params.out_features
-        return float(size * (rows * params.features + w + rows * params.out_features))
-    return float(size * 2 * rows * params.features)
+    """Bytes one call at `rows` rows must at least move (`ShapeSweepParams.byte_count_at`)."""
+    return params.byte_count_at(rows)
 
 
 def tolerance(params: ShapeSweepParams) -> float:
-    """The relative error allowed, as the matmul and elementwise workloads declare it."""
-    if params.op is SweepOp.MATMUL:
-        return contraction_tolerance(params.dtype, Precision.DEFAULT, params.features)
-    return _ELEMENTWISE.tolerance(_chain_params(params, params.features))
+    """The relative error allowed (`ShapeSweepParams.tolerance`)."""
+    return params.tolerance()

@@ -19,7 +19,7 @@ from workers.catalog.sharded_matmul import ShardedMatmulParams, Sharding
 from workers.pallas import matmul as pallas_matmul
 from workers.scale.mesh import partition_spec
 from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction
-from workers.workloads.matmul import contraction_tolerance, product_flops, product_reference
+from workers.workloads.matmul import product_reference
 from workers.workloads.scale_base import ScaleWorkload
 
 _constrain = cast(
@@ -64,16 +64,6 @@ class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
 
     def reference(self, params: ShardedMatmulParams, inputs: Sequence[HostArray]) -> HostArray:
         return product_reference(inputs)
-
-    def flop_count(self, params: ShardedMatmulParams) -> float:
-        return product_flops(params.m, params.n, params.k)
-
-    def byte_count(self, params: ShardedMatmulParams) -> float:
-        size = params.element_bytes()
-        return float(size * (params.m * params.k + params.k * params.n + params.m * params.n))
-
-    def tolerance(self, params: ShardedMatmulParams) -> float:
-        return contraction_tolerance(params.dtype, params.precision, params.k)
 
     def explain(self, params: ShardedMatmulParams, kind: str, source: str | None) -> str:
         a, b, out = (format_spec(s) for s in params.specs())
