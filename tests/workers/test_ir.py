@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workers.compiler.hlo_summary import library_of, summarize_hlo
 from workers.protocol.hlo import shape_bytes
+from workers.protocol.hlo_summary import library_of, summarize_hlo
 
 GPU_HLO = """\
 HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[256,256]{1,0})->f32[256,256]{1,0}}

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.catalog.exported import boundary_frame
-from workers.compiler.hlo_summary import COLLECTIVES
 from workers.protocol.hlo import COMPUTATION, INSTRUCTION, OP_NAME, called
+from workers.protocol.hlo_summary import COLLECTIVES
 
 Position = tuple[str, int]
 

@@ -1,7 +1,7 @@
 """How HLO text is read, in one place for both sides: the regular expressions for its
 syntax and the bytes of a shape. Pure text, no jax.
 
-The worker's readers of optimized HLO use these (`workers.compiler.hlo_summary`: what XLA
+The worker's readers of optimized HLO use these (`workers.protocol.hlo_summary`: what XLA
 chose, fusions, library calls, collectives; `workers.scale.hlo_flow`: how values are
 placed across a mesh), and so do the server's IR pages (`app.ir`: each instruction's
 origins, the explained summary, the pass pipeline's renames). Keeping one copy keeps

@@ -21,7 +21,6 @@ from workers.catalog.kernels import KernelChoice, kernel_record, public_params
 from workers.catalog.target_rules import COMPILE_ONLY_CAP
 from workers.compiler.compile_cache import apply_cache_policy, default_cache_dir
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
-from workers.compiler.hlo_summary import autotuned_gemms, compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source import workload_source
@@ -44,6 +43,7 @@ from workers.protocol import (
     TargetReport,
 )
 from workers.protocol.compiler_options import as_text
+from workers.protocol.hlo_summary import autotuned_gemms, compiled_costs, summarize_hlo
 from workers.run.base import PathUnavailable, Progress, emitter
 from workers.run.kernel_dumps import KernelArtifacts, Lowered, dump_artifacts
 from workers.run.program import memory_stat, memory_stats, work_of

@@ -36,7 +36,6 @@ from workers.catalog.kernels import (
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target, byte_cap, job_kernel, job_target
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
-from workers.compiler.hlo_summary import compiled_costs
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, RateBasis
 from workers.pallas.lowering import arch_conflict, real_gpu
@@ -50,6 +49,7 @@ from workers.protocol import (
     RunResult,
     StageId,
 )
+from workers.protocol.hlo_summary import compiled_costs
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.run.execute import execute
 from workers.run.program import compile_program, memory_analysis, work_of

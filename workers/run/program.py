@@ -22,7 +22,6 @@ from workers.compiler.compile_cache import (
     default_cache_dir,
     events_between,
 )
-from workers.compiler.hlo_summary import compiled_costs, summarize_hlo
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source_tags import tag_sources
@@ -37,6 +36,7 @@ from workers.protocol import (
     PipelineCapture,
     StageSeconds,
 )
+from workers.protocol.hlo_summary import compiled_costs, summarize_hlo
 from workers.run.base import Emit
 from workers.run.stages import placed_inputs, trace_and_lower
 from workers.scale.prepare import Prepared

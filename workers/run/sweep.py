@@ -32,7 +32,6 @@ from workers.compiler.compile_cache import (
     events_between,
 )
 from workers.compiler.environment import detect_environment
-from workers.compiler.hlo_summary import summarize_hlo
 from workers.compiler.options import CompileOptions, compile_options
 from workers.measure import harness
 from workers.measure.correctness import check_output
@@ -54,6 +53,7 @@ from workers.protocol import (
     SweepPolicy,
     SweepResult,
 )
+from workers.protocol.hlo_summary import summarize_hlo
 from workers.run.base import SEED, Progress
 from workers.workloads import shape_sweep as op
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers.compiler.hlo_summary import (
+from workers.protocol import HloCollective, Intermediate, PlacementKind, hlo
+from workers.protocol.hlo_summary import (
     COLLECTIVES,
     Computation,
     Instruction,
@@ -22,7 +23,6 @@ from workers.compiler.hlo_summary import (
     library_of,
     parse_computations,
 )
-from workers.protocol import HloCollective, Intermediate, PlacementKind, hlo
 
 PLUMBING = frozenset({"tuple", "get-tuple-element", "bitcast", "constant", "after-all"})
 """Instructions that move no data: never listed, only looked through."""

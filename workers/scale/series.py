@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from workers.catalog.mesh import MeshError, MeshParams, SeriesMode, series_counts, shard_shape
-from workers.compiler.hlo_summary import summarize_hlo
 from workers.compiler.options import CompileOptions
 from workers.measure.correctness import check_output
 from workers.protocol import MeasureOptions, ProgressEvent, ScalingPoint, ScalingSeries
+from workers.protocol.hlo_summary import summarize_hlo
 from workers.scale.prepare import prepare
 from workers.workloads.scale_base import ScaleWorkload
 
