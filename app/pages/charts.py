@@ -14,6 +14,7 @@ so its text keeps its size while the picture fits the box.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,3 +76,52 @@ def render_chart(chart: Chart | None) -> Markup:
     macro = make_environment().get_template("_chart.html").module.chart  # type: ignore[attr-defined]
     rendered: Markup = macro(chart)
     return rendered
+
+
+# Axis ticks: round values (1, 2 or 5 × a power of ten apart) whose labels fit the padding.
+
+GLYPH_EM: dict[str, float] = {".": 0.318, " ": 0.318, "m": 0.974, "s": 0.521, "µ": 0.636}
+"""Advance widths in em of DejaVu Sans (a common default sans, and wider than most):
+digits 0.636, other letters taken as 0.7. Enough to tell whether a label fits."""
+
+
+def label_width(text: str, size: float = 12.0) -> float:
+    """About how many pixels `text` takes at `size` px (see GLYPH_EM)."""
+    return size * sum(GLYPH_EM.get(c, 0.636 if c.isdigit() else 0.7) for c in text)
+
+
+def nice_ticks(lo: float, hi: float, step: tuple[int, int]) -> list[float]:
+    """The multiples of `step` (m, e: m × 10^e, with m one of 1, 2, 5) in [lo, hi]."""
+    m, e = step
+    size = m * 10.0**e
+    first, last = math.ceil(lo / size - 1e-9), math.floor(hi / size + 1e-9)
+    # An integer over an exact power of ten rounds once: 0.3, not 0.30000000000000004.
+    return [k * m / 10 ** (-e) if e < 0 else float(k * m * 10**e) for k in range(first, last + 1)]
+
+
+def seconds_ticks(lo: float, hi: float, room: float, most: int = 5) -> list[tuple[float, str]]:
+    """Round times in [lo, hi] and their labels ("705 ms"), each label at most `room` px
+    wide: the finest 1-2-5 step with at most `most` ticks whose labels fit, coarser steps
+    while they do not. No ticks when no label fits (a spread under about 1e-5 of the
+    times) or [lo, hi] is empty: a label clipped at the chart's edge would misread."""
+    if not hi > lo:
+        return []
+    found: list[list[tuple[float, str]]] = []  # finest step first
+    finest = math.floor(math.log10((hi - lo) / most))
+    for i in range(12):  # 1, 2, 5 × 10^finest, then × 10^(finest + 1), …
+        m, e = (1, 2, 5)[i % 3], finest + i // 3
+        values = nice_ticks(lo, hi, (m, e))
+        if not values:
+            break
+        if len(values) <= most:
+            found.append([(v, _seconds_label(v, m * 10.0**e, max(values))) for v in values])
+    fits = [t for t in found if max(label_width(text) for _, text in t) <= room]
+    return next((t for t in fits if len(t) > 1), fits[0] if fits else [])
+
+
+def _seconds_label(value: float, step: float, top: float) -> str:
+    """`value` in the unit of `top` (s, ms or µs) with the decimals `step` needs."""
+    top = abs(top)
+    scale, unit = (1.0, "s") if top >= 1 else (1e-3, "ms") if top >= 1e-3 else (1e-6, "µs")
+    decimals = max(0, -math.floor(math.log10(step / scale) + 1e-9))
+    return f"{value / scale:.{decimals}f} {unit}"

@@ -49,15 +49,17 @@ def test_the_roofs_are_the_measured_ceilings(run: RunResult) -> None:
     assert "125 GFLOP/s" in svg and "7.5 GB/s" in svg
 
 
+def _inputs_in(run: RunResult, dtype: str) -> RunResult:
+    """`run` as if made with `dtype` inputs (and its `dtype` parameter)."""
+    inputs = [i.model_copy(update={"dtype": dtype}) for i in run.inputs]
+    params = {**run.params, "dtype": dtype}
+    return run.model_copy(update={"ceilings": CEILINGS, "params": params, "inputs": inputs})
+
+
 def test_the_compute_roof_follows_the_runs_dtype(run: RunResult) -> None:
-    narrow = run.model_copy(
-        update={"ceilings": CEILINGS, "params": {**run.params, "dtype": "bfloat16"}}
-    )
-    r = build_roofline(narrow)
+    r = build_roofline(_inputs_in(run, "bfloat16"))
     assert r is not None and r.peak == 9.0e10 and r.dtype == "bfloat16" and not r.notes
-    half = run.model_copy(
-        update={"ceilings": CEILINGS, "params": {**run.params, "dtype": "float16"}}
-    )
+    half = _inputs_in(run, "float16")
     fallback = build_roofline(half)
     assert fallback is not None and fallback.peak == 1.25e11
     assert "No float16 matmul was measured" in fallback.notes[0]

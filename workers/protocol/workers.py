@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from workers.protocol.base import PROTOCOL_VERSION, OpenModel, PathId, Platform
+from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, OpenModel, PathId, Platform
 
 
 class Ceilings(OpenModel):
@@ -35,6 +35,13 @@ class Ceilings(OpenModel):
     )
     seconds: float | None = Field(default=None, description="Time spent measuring.")
     method: str = ""
+    boundary: BoundaryId = Field(
+        default=BoundaryId.HOST_SYNC,
+        description=(
+            "What each timed call enclosed: one call at a time, timed until its result was "
+            "ready. A roofline sets only a rate measured on the same boundary against it."
+        ),
+    )
     worker: str | None = Field(
         default=None, description="The worker's name, added by the server to a run's copy."
     )

@@ -1,9 +1,11 @@
-"""The sample distributions of a comparison: every run's samples, side by side, one SVG.
+"""The sample distributions of a comparison: every run's samples, side by side.
 
 Each run is a column of dots (its samples at the compared boundary) with a tick at its
-median; side A's runs come first, then side B's, in two colours. The scale is shared,
-so the run-to-run spread (which the interval is about) is visible beside the sample
-spread within each run (which it is not).
+median; side A's runs come first, then side B's, in two colours. For a comparable pair
+the scale is shared (one SVG), so the run-to-run spread (which the interval is about) is
+visible beside the sample spread within each run (which it is not). A pair the guard
+refuses is never set on one axis: each side gets its own chart, titled with its own
+boundary (a yardstick: a figure is set only against one measured on the same boundary).
 """
 
 from __future__ import annotations
@@ -48,10 +50,14 @@ def distributions_svg(
     def y(v: float) -> float:
         return PAD_T + plot_h * (1 - (v - lo) / (hi - lo))
 
+    sides = sorted({r.side for r in runs})
     title = (
         f"Samples of the {boundary} boundary, run by run: "
         f"{sum(1 for r in runs if r.side == 'A')} runs of side A, "
         f"{sum(1 for r in runs if r.side == 'B')} of side B"
+        if len(sides) > 1
+        else f"Side {sides[0]}: samples of the {boundary} boundary, run by run ({len(runs)} "
+        f"run{'' if len(runs) == 1 else 's'})"
     )
     parts: list[El] = []
     for i, r in enumerate(runs):
@@ -88,7 +94,34 @@ def distributions_svg(
                 text_anchor="middle",
             )
         )
-    caption = f"runs (A1…, B1…): each dot a sample, each bar a run's median ({boundary})"
+    first = "A1…, B1…" if len(sides) > 1 else f"{sides[0]}1…"
+    caption = f"runs ({first}): each dot a sample, each bar a run's median ({boundary})"
     box = (W, H, PAD_L, PAD_R, PAD_T, PAD_B)
     parts.extend(seconds_axis(y, lo, hi, caption, box=box))
     return Chart("dists", W, H, title_id, title, parts)
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart of the comparison's samples and the heading the page gives it."""
+
+    heading: str
+    chart: Chart
+
+
+def distribution_panels(
+    runs: list[RunSamples], comparable: bool, boundary_a: str | None, boundary_b: str | None
+) -> list[Panel]:
+    """The samples as the page draws them: one shared axis when the guard lets the sides
+    be compared; otherwise a chart per side (none for a side without samples), each on
+    its own axis and titled with its own boundary."""
+    if comparable:
+        shared = distributions_svg(runs, boundary_a or "?")
+        return [Panel(f"Both sides at {boundary_a}", shared)] if shared else []
+    panels = []
+    for name, boundary in (("A", boundary_a), ("B", boundary_b)):
+        mine = [r for r in runs if r.side == name]
+        chart = distributions_svg(mine, boundary or "?", title_id=f"dists-{name.lower()}")
+        if chart is not None:
+            panels.append(Panel(f"Side {name} at {boundary or '?'}", chart))
+    return panels

@@ -12,7 +12,7 @@ from app.ir.diff import ir_diff
 from app.ir.sources import MLIR_ARTIFACTS
 from app.pages.charts import Chart
 from app.pages.compare.guard import OPTIONS, Guarded, guard, run_facts
-from app.pages.compare.plot import RunSamples, distributions_svg
+from app.pages.compare.plot import RunSamples, distribution_panels
 from app.pages.compare.request import DIFFABLE, Comparison
 from app.pages.compare.sides import compiled_side, picker, side, side_jobs
 from app.pages.compare.stages import stage_rows
@@ -65,7 +65,9 @@ def compare_context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
         for r in side["runs"]
         if r["median_s"]
     ]
-    ctx["html"]["distributions"] = distributions_svg(samples, g.boundary_a or "?")  # a Chart
+    ctx["html"]["distributions"] = distribution_panels(
+        samples, g.comparable, g.boundary_a, g.boundary_b
+    )
     return ctx
 
 

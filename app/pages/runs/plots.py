@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.pages.charts import Chart, El, el
+from app.pages.charts import Chart, El, el, seconds_ticks
 from app.web.units import format_seconds
 from workers.protocol import Measurement
 
@@ -25,14 +25,15 @@ def seconds_axis(
     *,
     box: tuple[int, int, int, int, int, int] = (W, H, PAD_L, PAD_R, PAD_T, PAD_B),
 ) -> list[El]:
-    """A time axis: three labelled ticks in seconds, the axis line and a caption below.
+    """A time axis: labelled ticks at round times, the axis line and a caption below.
 
-    `box` is the chart's (width, height, pad left, pad right, pad top, pad bottom).
+    `box` is the chart's (width, height, pad left, pad right, pad top, pad bottom); the
+    labels fit the left padding, 2 px short of the chart's edge.
     """
     width, height, pad_l, pad_r, pad_t, pad_b = box
     ticks = [
-        el("text", format_seconds(v), class_="axis", x=pad_l - 6, y=y(v) + 4, text_anchor="end")
-        for v in (lo + (hi - lo) * frac for frac in (0.0, 0.5, 1.0))
+        el("text", text, class_="axis", x=pad_l - 6, y=y(v) + 4, text_anchor="end")
+        for v, text in seconds_ticks(lo, hi, room=pad_l - 8)
     ]
     middle = pad_l + (width - pad_l - pad_r) / 2
     return [
