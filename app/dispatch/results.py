@@ -28,11 +28,16 @@ from app.ir.pipeline import (
     split_kernel_pipelines,
     split_pipeline,
 )
-from workers.catalog import CatalogError, may_go_unchecked, parse_params
+from app.store import Store
+from workers.catalog import CatalogError, parse_params
+from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
 from workers.catalog.kernels import public_params
+from workers.catalog.published import published
+from workers.catalog.server_figures import job_params, subject_problems
 from workers.catalog.target_rules import apply_target
-from workers.protocol import ARTIFACT_NAMES, JobSpec, RunResult
-from workers.protocol.gate import gate, lease_mismatches
+from workers.protocol import ARTIFACT_NAMES, InputInfo, JobSpec, RunResult
+from workers.protocol.gate import lease_mismatches
+from workers.protocol.hlo_summary import summarize_hlo
 
 NO_BYTE_CAP = 2**62
 """The lease check parses parameters only to fill in defaults; the job's byte cap was
@@ -69,17 +74,55 @@ def leased_job(spec: dict[str, object]) -> tuple[JobSpec, dict[str, object]]:
 def lease_problems(spec: dict[str, object], result: RunResult) -> list[tuple[str, str]]:
     """(field, message) for each way `result` is not the job `spec` that was leased."""
     job, params = leased_job(spec)
-    return lease_mismatches(result, job, params)
+    return lease_mismatches(result, job, params) + subject_problems(result, job_params(job))
+
+
+def artifact_header(store: Store, run: RunResult) -> ExportHeader | None:
+    """An uploaded program's own header (its arguments and results, each with its dtype
+    and shape), or None for a catalog workload or an artifact no longer stored."""
+    sha = run.params.get("artifact") if run.job.workload == "exported" else None
+    found = store.open_file(sha) if isinstance(sha, str) and len(sha) == 64 else None
+    if found is None:
+        return None
+    try:
+        with found:
+            return read_header(found)
+    except (ArtifactError, OSError):
+        return None
+
+
+def _from_header(run: RunResult, header: ExportHeader) -> RunResult:
+    """`run` with its inputs as the artifact declares them (names, shapes, dtypes)."""
+    try:
+        inputs = [
+            InputInfo(name=name, shape=aval.dims(), dtype=aval.dtype)
+            for name, aval in header.arguments()
+        ]
+    except ArtifactError:  # a symbolic dimension: the worker's concrete shapes stand
+        return run
+    return run.model_copy(update={"inputs": inputs})
 
 
 def prepare(
-    result: RunResult, *, artifact_max_bytes: int, inline_bytes: int, pipeline_max_bytes: int
+    result: RunResult,
+    *,
+    artifact_max_bytes: int,
+    inline_bytes: int,
+    pipeline_max_bytes: int,
+    header: ExportHeader | None = None,
 ) -> Prepared:
-    """`result` through the gate, its artifacts capped, its HLO explained from the capped
-    text and its pass pipeline split off for storing apart."""
-    run = gate(result, may_be_unchecked=may_go_unchecked(result.job.workload, result.params))
+    """`result` with every figure by its rule (`workers.catalog.published`: recomputed,
+    bounded or withheld, valid only where the worker and the server's checks agree), its
+    artifacts capped, its HLO summary worked out again and explained from the capped text,
+    and its pass pipeline split off for storing apart. `header`: an uploaded program's own
+    header, which names its inputs and each result's dtype (and so its tolerance)."""
+    dtypes = None
+    if header is not None:
+        result = _from_header(result, header)
+        dtypes = {name: aval.dtype for name, aval in header.results()}
+    run = published(result, worker_valid=result.valid, result_dtypes=dtypes)
     # What the server adds is the server's alone: nothing a worker sends under these names.
-    run = run.model_copy(update={"hlo_explained": None, "ceilings": None})
+    run = run.model_copy(update={"hlo_explained": None, "ceilings": None, "hlo_summary": None})
     prepared = Prepared(run)
     inline: dict[str, str | None] = {}
     for name in ARTIFACT_NAMES:
@@ -95,7 +138,8 @@ def prepare(
     hlo = prepared.artifacts.get("hlo")
     if hlo is not None and hlo[0]:  # the summary that explains itself, from the run's own texts
         explained = explain(hlo[0], run.source, run.pipeline)
-        capped = capped.model_copy(update={"hlo_explained": explained})
+        summary = summarize_hlo(hlo[0])
+        capped = capped.model_copy(update={"hlo_explained": explained, "hlo_summary": summary})
     if run.pipeline is not None:  # stored apart: the run's JSON keeps only the steps
         stored, capped = split_pipeline(capped, pipeline_max_bytes)
         if stored is not None:

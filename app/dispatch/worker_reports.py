@@ -3,12 +3,22 @@ and leases given back. Posting the same result twice is harmless."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict
 from app.dispatch.results import Prepared
 from app.store import JobRow, NewRun
 from app.store.profiles import keep_profile
-from workers.protocol import FINAL_STATUSES, JobStatus, ProgressEvent
-from workers.protocol.gate import runs_anything
+from workers.catalog.published import run_seconds
+from workers.protocol import FINAL_STATUSES, BoundaryId, JobStatus, ProgressEvent
+
+
+def _held(job: JobRow | None) -> float | None:
+    """Seconds since the job's current lease began, or None when not known."""
+    if job is None or job.leased_at is None:
+        return None
+    return max(0.0, time.time() - job.leased_at)
 
 
 class ReportsMixin(DispatcherCore):
@@ -48,8 +58,10 @@ class ReportsMixin(DispatcherCore):
     ) -> Verdict:
         """Store a gated run (`app.dispatch.results.prepare`) and mark its job done. The
         attempt is the server's count, never the report's; a second post of the same
-        result finds the lease ended. A run that is not valid, or that ran nothing (compile only),
-        keeps no whole-job time.
+        result finds the lease ended. The whole-job time follows its rule
+        (`workers.catalog.published.run_seconds`): none for a run that is not valid, ran
+        nothing or is no speed, and none shorter than the run's own intervals or longer
+        than the lease was held.
         `read`: the job as the caller read it just now (storing checks the lease again)."""
         self._lease_of(worker_id, job_id, lease_id, read)
         settings = self.settings
@@ -58,14 +70,17 @@ class ReportsMixin(DispatcherCore):
         entry = self.recent_worker(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None
         if entry is not None and roofs is not None:  # the roofs of the run's roofline
-            named = roofs.model_copy(update={"worker": entry.name or entry.id})
+            # The roofs are timed one call at a time, host-synced: no worker says otherwise.
+            named = roofs.model_copy(
+                update={"worker": entry.name or entry.id, "boundary": BoundaryId.HOST_SYNC}
+            )
             run = run.model_copy(update={"ceilings": named})
         stored = NewRun(
             result_json=run.model_dump_json(),
             truncated=prepared.truncated,
             valid=run.valid,
             stage_seconds=run.stage_seconds.model_dump(),
-            run_s=run_s if run.valid and runs_anything(run.job.stages) else None,
+            run_s=run_seconds(run, run_s, _held(read)),
             artifacts=prepared.artifacts,
         )
         assert lease_id is not None  # (_lease_of held it)
@@ -103,6 +118,21 @@ class ReportsMixin(DispatcherCore):
             return Verdict(True, ended.status)
         current = self.store.get_job(job_id)
         return Verdict(False, current.status if current else JobStatus.FAILED)
+
+    def refuse_environment(
+        self, worker_id: str, job_id: str, lease_id: str | None, problems: list[tuple[str, str]]
+    ) -> None:
+        """End a job failed whose result names an environment that is not its worker's
+        (`workers.protocol.bounds.environment_problems`): the run is no result of it."""
+        said = "; ".join(f"{f}: {m}" for f, m in problems)
+        with contextlib.suppress(LeaseEnded, UnknownWorker, LookupError):
+            self.fail(
+                worker_id,
+                job_id,
+                lease_id,
+                f"the result was refused: its environment is not the worker's ({said})",
+                None,
+            )
 
     def release(self, worker_id: str, job_id: str, lease_id: str | None) -> Verdict:
         """A worker gives a lease back (it is shutting down): the job is queued again,

@@ -286,3 +286,38 @@ class ReportReply(BaseModel):
     status: JobStatus
     cancel: bool = False
     reason: str | None = None
+    detail: list[FieldError] | None = Field(
+        default=None,
+        description="A result refused for its environment (409): each field that is not "
+        "the registered worker's; the job has ended failed.",
+    )
+
+
+# --- the worker API's documented errors ---------------------------------------------
+
+KEYED: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": MessagePublic,
+        "description": "worker_key is not the key of the worker named: a worker may only "
+        "lease and report as itself.",
+    },
+}
+
+ENDED: dict[int | str, dict[str, Any]] = {
+    **KEYED,
+    404: {"model": MessagePublic, "description": "Unknown worker or job."},
+    409: {
+        "model": ReportReply,
+        "description": "The lease has ended; nothing changed. On /result also: the run's "
+        "environment is not the worker's (`detail` names the fields; the job ended failed).",
+    },
+}
+
+RESULT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ENDED,
+    422: {
+        "model": ValidationErrorPublic,
+        "description": "A field is wrong, or the result is not the job its lease carries "
+        "(the field is named, e.g. result.job.params).",
+    },
+}

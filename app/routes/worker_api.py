@@ -21,9 +21,13 @@ from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import LeaseEnded, UnknownWorker, Verdict
-from app.dispatch.results import Prepared, lease_problems, prepare
+from app.dispatch.results import Prepared, artifact_header, lease_problems, prepare
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
+    ENDED,
+    KEYED,
+    RESULT_ERRORS,
+    FieldError,
     HeartbeatRequest,
     LeaseReply,
     LeaseRequest,
@@ -33,7 +37,6 @@ from app.routes.schemas import (
     ReleaseRequest,
     ReportReply,
     ResultReport,
-    ValidationErrorPublic,
     WorkerRegister,
     inline_schema,
 )
@@ -42,7 +45,8 @@ from app.store import WorkersFull
 from app.store.profiles import screen_profile
 from app.web.bodylimit import WORKER_BODY_BYTES, Caps
 from workers.catalog import CATALOG_VERSION
-from workers.protocol import PROTOCOL_VERSION
+from workers.protocol import PROTOCOL_VERSION, JobStatus
+from workers.protocol.bounds import environment_problems
 from workers.protocol.targets import TARGET_IDS
 
 HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for three misses
@@ -198,15 +202,6 @@ async def register(
     )
 
 
-KEYED: dict[int | str, dict[str, Any]] = {
-    403: {
-        "model": MessagePublic,
-        "description": "worker_key is not the key of the worker named: a worker may only "
-        "lease and report as itself.",
-    },
-}
-
-
 @router.post(
     "/lease",
     response_model=LeaseReply,
@@ -255,13 +250,6 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
     return JSONResponse(reply.model_dump(mode="json"))
 
 
-ENDED: dict[int | str, dict[str, Any]] = {
-    **KEYED,
-    404: {"model": MessagePublic, "description": "Unknown worker or job."},
-    409: {"model": ReportReply, "description": "The lease has ended; nothing changed."},
-}
-
-
 @router.post(
     "/heartbeat", response_model=ReportReply, responses=ENDED, openapi_extra=_body(HeartbeatRequest)
 )
@@ -288,16 +276,6 @@ async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
             message.worker_id, message.job_id, message.lease_id, message.events
         ),
     )
-
-
-RESULT_ERRORS: dict[int | str, dict[str, Any]] = {
-    **ENDED,
-    422: {
-        "model": ValidationErrorPublic,
-        "description": "A field is wrong, or the result is not the job its lease carries "
-        "(the field is named, e.g. result.job.params).",
-    },
-}
 
 
 @router.post(
@@ -337,6 +315,20 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
         problems = lease_problems(job.spec, posted)
         if problems:
             field_errors(list(problems))
+    entry = dispatcher.recent_worker(message.worker_id)
+    elsewhere = environment_problems(posted, entry.capabilities) if entry is not None else []
+    if elsewhere:  # no result of this job: it ends failed, and is not queued again
+        dispatcher.refuse_environment(
+            message.worker_id, message.job_id, message.lease_id, elsewhere
+        )
+        refused = ReportReply(
+            accepted=False,
+            status=JobStatus.FAILED,
+            cancel=True,
+            reason="the result's environment is not the worker's",
+            detail=[FieldError(field=f, message=m) for f, m in elsewhere],
+        )
+        return JSONResponse(refused.model_dump(mode="json"), status_code=409)
 
     def gated() -> Prepared:
         prepared = prepare(
@@ -344,6 +336,7 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
             artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
             inline_bytes=settings.INLINE_ARTIFACT_BYTES,
             pipeline_max_bytes=settings.PIPELINE_MAX_BYTES,
+            header=artifact_header(dispatcher.store, posted),
         )
         prepared.run = screen_profile(prepared.run)  # inflates the trace, bounded
         return prepared

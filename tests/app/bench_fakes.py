@@ -22,11 +22,32 @@ MATMUL: dict[str, Any] = {
 }
 
 
+DEVICE_KINDS = {"cpu": "cpu", "gpu": "NVIDIA H200", "tpu": "TPU v6 lite"}
+"""The device kind a fake worker of each platform registers, and its runs report."""
+
+
+def environment_of(job: JobSpec) -> dict[str, Any]:
+    """The environment a run of `job` reports on a fake worker of the job's platform: the
+    host's CPU for a target compiled without the hardware."""
+    ran = {"execute", "scale"} & {s.value for s in job.stages}
+    platform = {"jax-gpu": "gpu", "cuda": "gpu", "jax-tpu": "tpu"}.get(job.path.value, "cpu")
+    if job.target is not None and not ran:
+        platform = "cpu"
+    return {
+        "platform": platform,
+        "device_kind": DEVICE_KINDS[platform],
+        "device_count": 1,
+        "jax_version": "0.10.2",
+        "jaxlib_version": "0.10.2",
+        "timestamp": "2026-11-01T00:00:00+00:00",
+    }
+
+
 def capabilities(platform: str = "cpu", **changes: Any) -> dict[str, Any]:
     path = {"cpu": "jax-cpu", "gpu": "jax-gpu", "tpu": "jax-tpu"}[platform]
     caps = {
         "platform": platform,
-        "device_kind": "cpu" if platform == "cpu" else "NVIDIA H200",
+        "device_kind": DEVICE_KINDS[platform],
         "device_count": 1,
         "max_virtual_devices": 8 if platform == "cpu" else 0,
         "paths": [path],
@@ -53,14 +74,7 @@ def run_result(spec: dict[str, Any], hlo: str = "HloModule m\n") -> dict[str, An
             {"boundary": "host-sync", "samples_s": [0.001, 0.002, 0.0015], "stats": None}
         ],
         "correctness": {"passed": True, "error": 1e-7, "tolerance": 1e-5},
-        "environment": {
-            "platform": "cpu",
-            "device_kind": "cpu",
-            "device_count": 1,
-            "jax_version": "0.10.2",
-            "jaxlib_version": "0.10.2",
-            "timestamp": "2026-11-01T00:00:00+00:00",
-        },
+        "environment": environment_of(job),
         "valid": True,
     }
 

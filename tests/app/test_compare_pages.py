@@ -57,7 +57,15 @@ def faster_elsewhere(result: dict[str, Any]) -> dict[str, Any]:
 async def finish(
     client: httpx.AsyncClient, worker: FakeWorker, spec: dict[str, Any], result: dict[str, Any]
 ) -> str:
-    """Submit `spec` through the API, lease it and post `result` for it; the job id."""
+    """Submit `spec` through the API, lease it and post `result` for it; the job id. A
+    result made on another device kind is posted by a worker registered with that kind
+    (the server refuses a run whose environment is not its worker's)."""
+    env = result["environment"]
+    if env["device_kind"] != worker.caps["device_kind"]:
+        platform = "gpu" if env["platform"] == "gpu" else "cpu"
+        caps = capabilities(platform, device_kind=env["device_kind"])
+        worker = FakeWorker(client, caps)
+        await worker.register()
     r = await client.post("/api/v1/jobs", json=spec)
     assert r.status_code == 202, r.text
     grant = await worker.lease()
@@ -170,7 +178,7 @@ async def test_a_change_of_path_and_version_is_not_called_like_with_like(
     bench_client: httpx.AsyncClient, worker: FakeWorker, results: list[dict[str, Any]]
 ) -> None:
     other = copy.deepcopy(results[0])
-    other["environment"]["jax_version"] = "0.0.1"
+    other["environment"].update(jax_version="0.0.1", platform="gpu", device_kind="NVIDIA H200")
     gpu_spec = {**SPEC, "path": "jax-gpu"}
     gpu_worker = FakeWorker(bench_client, capabilities("gpu"))
     await gpu_worker.register()

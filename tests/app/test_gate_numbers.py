@@ -292,7 +292,7 @@ async def test_a_wrongly_typed_cuda_build_fact_is_refused_and_no_page_breaks(
     spec = {"workload": "matmul", "path": "cuda", "params": MATMUL["params"]}
     worker, grant = await leased(bench_client, {**spec, "measure": {"samples": 5}}, caps)
     result = run_result(grant["spec"])
-    result["measurements"][0]["boundary"] = "device-events"
+    result["measurements"][0].update(boundary="device-events", subject="kernel")
     result["extra"] = {"cuda": {"build": {"ptx_s": "soon", "cubin_s": [1]}}}
     problems = fields(await post(worker, grant, result))
     assert "valid number" in problems["result.extra.cuda.build.ptx_s"]

@@ -87,7 +87,13 @@ async def test_a_job_runs_through_lease_and_result(bench_client: httpx.AsyncClie
     assert workers["data"][0]["paths"] == ["jax-cpu"]
 
     r = await worker.finish(grant)
-    assert r.json() == {"accepted": True, "status": "done", "cancel": False, "reason": None}
+    assert r.json() == {
+        "accepted": True,
+        "status": "done",
+        "cancel": False,
+        "reason": None,
+        "detail": None,
+    }
     done = await get(bench_client, job_id)
     assert done["status"] == "done" and done["reason"] is None
     run = done["run"]

@@ -34,6 +34,7 @@ from workers.protocol import (
     GroupReport,
     JobSpec,
     Measurement,
+    PathId,
     RunResult,
     ScalingPoint,
     ScalingSeries,
@@ -45,7 +46,6 @@ SPEED_KEYS = frozenset(
         "samples_s",
         "stats",
         "median_s",
-        "slowest_device_s",
         "steady_pass_s",
         "steady_call_s",
         "first_pass_s",
@@ -154,7 +154,7 @@ def _measurement(subject: str | None, boundary: BoundaryId, samples: list[float]
 def _cuda_like(kernel_passes: bool, cublas_passes: bool) -> RunResult:
     """What the cuda path hands over: a kernel and a baseline, each timed and judged."""
     measured = Measured(
-        job=spec("matmul"),
+        job=spec("matmul").model_copy(update={"path": PathId.CUDA}),
         params=SMALL["matmul"],
         environment=_environment(),
         started=time.perf_counter(),
@@ -175,7 +175,9 @@ def _cuda_like(kernel_passes: bool, cublas_passes: bool) -> RunResult:
 
 def test_the_cuda_path_shape_kernel_failing_hides_every_subject() -> None:
     good = _cuda_like(True, True)
-    assert good.rates is not None and good.rates.flops_per_s == pytest.approx(1e6 / 2.5e-5)
+    # The counts are the catalog's (2mnk), never the runner's `Work`: the rate is theirs.
+    assert good.rates is not None and good.rates.flops == 2 * 48 * 40 * 32
+    assert good.rates.flops_per_s == pytest.approx(good.rates.flops / 2.5e-5)
     assert len(good.extra["comparison"]) == 3
     bad = _cuda_like(False, True)
     assert not bad.valid and found(bad) == []
@@ -192,7 +194,12 @@ def test_a_failed_baseline_loses_its_own_times_only() -> None:
 
 def test_a_scaling_point_that_failed_its_check_loses_its_times() -> None:
     point = ScalingPoint(
-        devices=1, mode="strong", mesh_shape=[1], samples_s=[1e-3, 2e-3], median_s=1.5e-3
+        devices=1,
+        mode="strong",
+        mesh_shape=[1],
+        samples_s=[1e-3, 2e-3],
+        median_s=1.5e-3,
+        error=1e-7,
     )
     measured = Measured(
         job=spec("sharded-matmul"),

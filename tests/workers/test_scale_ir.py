@@ -3,7 +3,7 @@ analysis that says how each value lies across devices. Pure text, no jax."""
 
 from __future__ import annotations
 
-from workers.compiler.hlo_summary import parse_replica_groups, payload_shape, summarize_hlo
+from workers.protocol.hlo_summary import parse_replica_groups, payload_shape, summarize_hlo
 from workers.scale.hlo_flow import analyse, operand_names
 
 # The shape of a GPU program after SPMD partitioning: asynchronous collectives, a

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.catalog import may_go_unchecked
+from workers.catalog.published import published
 from workers.protocol import (
     NEVER_A_SPEED,
     Artifacts,
@@ -64,7 +64,7 @@ from workers.protocol import (
     TargetReport,
 )
 from workers.protocol.compiler_options import as_text
-from workers.protocol.gate import WITHHELD, WITHHELD_FIELDS, gate, strip
+from workers.protocol.gate import WITHHELD, WITHHELD_FIELDS, strip
 
 __all__ = [
     "WITHHELD",
@@ -207,7 +207,7 @@ class Checked:
             kernel_pipelines=m.kernel_pipelines,
             target=m.target,
         )
-        run = gate(run, may_be_unchecked=may_go_unchecked(m.job.workload, m.params))
+        run = published(run)  # every figure by its rule, through the gate
         if not run.valid:
             return run
         if m.no_speed is not None:  # checked and valid, and still no kernel's speed
@@ -230,8 +230,7 @@ def _no_speed(run: RunResult, why: str) -> RunResult:
 def regroup(run: RunResult, group: GroupReport) -> RunResult:
     """`run` with a multi-process group's report, through the gate again: a group whose
     processes did not all compute the same, correct output publishes no speed."""
-    grouped = run.model_copy(update={"group": group})
-    return gate(grouped, may_be_unchecked=may_go_unchecked(run.job.workload, run.params))
+    return published(run.model_copy(update={"group": group}))
 
 
 def _cache_notes(environment: Environment) -> list[str]:

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 
 from pydantic import Field, ValidationError
 
-from workers.protocol.base import MAX_SAMPLES, BoundaryId, OpenModel
+from workers.protocol.base import MAX_SAMPLES, BoundaryId, OpenModel, PathId, Platform, StageId
 from workers.protocol.jobs import JobSpec, main_boundary, measured_boundaries, sample_caps
 from workers.protocol.runs import RunResult
+from workers.protocol.workers import Capabilities
 
 SCALE_BOUNDARY = BoundaryId.HOST_SYNC
 """What a scaling point's step time encloses: the call until every shard is ready."""
@@ -125,3 +126,58 @@ def extra_problems(run: RunResult) -> list[tuple[str, str]]:
             for e in exc.errors()[:10]
         ]
     return []
+
+
+def environment_problems(run: RunResult, caps: Capabilities) -> list[tuple[str, str]]:
+    """(field, message) for each way a run's environment is not the worker that posted it.
+
+    A run happened on the worker's registered platform and device kind, on at most its
+    registered devices (a CPU worker: at most its virtual devices too); a run compiled
+    for a target without the hardware happened on the host's CPU, and a cuda-path compile
+    without a GPU on none. A group report spans at most the devices the worker has."""
+    env, job = run.environment, run.job
+    ran = StageId.EXECUTE in job.stages or StageId.SCALE in job.stages
+    registered = caps.platform.value
+    if job.path is PathId.CUDA and not ran:
+        platforms = {"none", registered}
+    elif job.target is not None and not ran:
+        platforms = {Platform.CPU.value}
+    else:
+        platforms = {registered}
+    problems: list[tuple[str, str]] = []
+    if env.platform not in platforms:
+        problems.append(
+            (
+                "result.environment.platform",
+                f"{env.platform[:40]!r}: this run could only have happened on "
+                f"{' or '.join(sorted(platforms))} (the worker registered {registered})",
+            )
+        )
+    kind = caps.device_kind if env.platform == registered else Platform.CPU.value
+    if env.platform in (registered, Platform.CPU.value) and env.device_kind != kind:
+        problems.append(
+            (
+                "result.environment.device_kind",
+                f"{env.device_kind[:60]!r} is not the device kind {kind[:60]!r} this run "
+                "could have had",
+            )
+        )
+    most = caps.device_count
+    if env.platform == Platform.CPU.value:
+        most = max(most, caps.max_virtual_devices, 1)
+    if not 0 <= env.device_count <= most:
+        problems.append(
+            (
+                "result.environment.device_count",
+                f"{env.device_count} devices; the worker registered at most {most}",
+            )
+        )
+    if run.group is not None and run.group.devices > max(caps.device_count, 1):
+        problems.append(
+            (
+                "result.group.devices",
+                f"a group of {run.group.devices} devices from a worker registered with "
+                f"{caps.device_count}",
+            )
+        )
+    return problems

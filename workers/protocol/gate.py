@@ -54,7 +54,7 @@ WITHHELD_FIELDS: tuple[str, ...] = (
     "harness_seconds",
     "extra.unreported_s, extra.warmed and extra.comparison",
     "sweep.policies[].first_pass_s, .steady_pass_s and .steady_call_s",
-    "scaling.points[].samples_s, .median_s and .slowest_device_s",
+    "scaling.points[].samples_s and .median_s",
     "group.members[].median_s",
     "profile (and its stored trace)",
     "run_seconds (the API's whole-job wall time)",
@@ -176,9 +176,7 @@ def withhold(m: Measurement, note: str = WITHHELD) -> Measurement:
 
 
 def _withhold_point(p: ScalingPoint, why: str) -> ScalingPoint:
-    return p.model_copy(
-        update={"samples_s": [], "median_s": None, "slowest_device_s": None, "note": why}
-    )
+    return p.model_copy(update={"samples_s": [], "median_s": None, "note": why})
 
 
 def _warn(warnings: list[str], text: str) -> list[str]:

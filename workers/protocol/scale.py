@@ -94,9 +94,6 @@ class ScalingPoint(OpenModel):
     median_s: float | None = Field(
         default=None, description="Median step time: call until every shard of the output is ready."
     )
-    slowest_device_s: float | None = Field(
-        default=None, description="The slowest participant's own time, where separable."
-    )
     collectives: list[str] = Field(default_factory=list)
     correct: bool | None = None
     error: float | None = None

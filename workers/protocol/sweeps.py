@@ -14,9 +14,11 @@ class SweepPolicy(OpenModel):
     padded_sizes: list[int] = Field(description="The size each call actually ran at, in order.")
     traces: int = Field(description="Entries in the jitted function's cache after the sweep.")
     compilations: int = Field(description="Backend compilations counted (jax.monitoring).")
-    compile_s: float = Field(description="Their total backend compile time.")
-    trace_s: float = 0.0
-    lower_s: float = 0.0
+    compile_s: float | None = Field(
+        description="Their total backend compile time; None when not reported."
+    )
+    trace_s: float | None = 0.0
+    lower_s: float | None = 0.0
     first_pass_s: float | None = Field(
         description="The first pass, compiles included (host-sync); None when withheld."
     )

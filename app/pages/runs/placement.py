@@ -83,9 +83,6 @@ def placement_view(run: RunResult) -> dict[str, Any] | None:
                 "global": ", ".join(f"{k} {_shape(v)}" for k, v in p.global_shapes.items()),
                 "per_device": ", ".join(f"{k} {_shape(v)}" for k, v in p.per_device_shapes.items()),
                 "median": format_seconds(p.median_s) if p.median_s is not None else "withheld",
-                "slowest": format_seconds(p.slowest_device_s)
-                if p.slowest_device_s is not None
-                else "not separable",
                 "rounds": len(p.samples_s),
                 "collectives": ", ".join(p.collectives) or "none",
                 "correct": p.correct,

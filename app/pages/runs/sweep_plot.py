@@ -125,7 +125,7 @@ def sweep_view(sweep: SweepResult | None) -> dict[str, Any] | None:
             "distinct": len(set(p.padded_sizes)),
             "traces": p.traces,
             "compilations": p.compilations,
-            "compile": format_seconds(p.compile_s),
+            "compile": format_seconds(p.compile_s) if p.compile_s is not None else "not reported",
             "first_pass": format_seconds(p.first_pass_s) if p.first_pass_s else "withheld",
             "waste": f"{p.padding_waste_pct:.1f} %",
             "steady_pass": format_seconds(p.steady_pass_s) if p.steady_pass_s else missing,

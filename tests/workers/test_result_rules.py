@@ -1,0 +1,87 @@
+"""Every field a worker can post has one written rule, and the manual's table is the code's.
+
+The walk goes through the result model itself, so a field added to `RunResult` (or to
+any model under it) without a rule fails here before it can reach a page.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from workers.catalog.result_rules import RULES, rule_for
+from workers.protocol import RunResult
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "design" / "result-rules.md"
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        found.append(annotation)
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def _container(annotation: object) -> str:
+    """How a field's path continues into its model: `[].` for a list, `{}.` for a dict."""
+    origins = {typing.get_origin(annotation)}
+    origins |= {typing.get_origin(a) for a in typing.get_args(annotation)}
+    if list in origins:
+        return "[]."
+    if dict in origins:
+        return "{}."
+    return "."
+
+
+def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every leaf field of `model`, as a path (`measurements[].stats.median`)."""
+    paths: list[str] = []
+    for name, info in model.model_fields.items():
+        models = _models_in(info.annotation)
+        if models:
+            for inner in models:
+                paths += field_paths(inner, prefix + name + _container(info.annotation))
+        else:
+            paths.append(prefix + name)
+    return paths
+
+
+def test_every_field_of_a_run_result_has_a_rule() -> None:
+    paths = field_paths(RunResult)
+    assert len(paths) > 250  # the walk reached the nested models
+    missing = [p for p in paths if rule_for(p) is None]
+    assert missing == []
+
+
+def test_every_rule_covers_a_field() -> None:
+    paths = field_paths(RunResult)
+    unused = [r.pattern for r in RULES if not any(rule_for(p) is r for p in paths)]
+    assert unused == []
+
+
+def test_the_figures_of_a_run_are_never_kept_as_sent() -> None:
+    """The fields the forged worker changed are each recomputed, checked or bounded."""
+    for path in (
+        "rates.flops",
+        "rates.calls",
+        "rates.subject",
+        "correctness.tolerance",
+        "sweep.policies[].steady_pass_s",
+        "scaling.points[].correct",
+        "group.members[].median_s",
+        "measurements[].calls_per_sample",
+        "environment.device_kind",
+        "valid",
+    ):
+        rule = rule_for(path)
+        assert rule is not None and rule.kind in ("recomputed", "checked"), path
+
+
+def test_the_manuals_table_is_the_codes() -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| (\w+) \| (.+) \|$", DOC.read_text(), re.MULTILINE)
+    assert rows == [(r.pattern, r.kind, r.rule) for r in RULES]

@@ -1,0 +1,222 @@
+"""The server's own numbers: every figure of a run, by its one written rule.
+
+A worker's run result is a claim. Before anything is stored or shown, `published` passes
+it through one rule per field (the table is `workers.catalog.result_rules.RULES`, and
+docs/design/result-rules.md reads it out):
+
+- **recomputed** from what the server trusts: the job it leased, the catalog's formulas
+  (FLOPs, bytes, tolerances, a sweep's padding), the posted samples (statistics, medians,
+  rates) and the compiler's own text;
+- **bounded**: a figure only the worker can know (a compile time, a compiler's memory
+  report) is kept when it is finite, not negative and consistent with the rest, and
+  withheld (None, "not reported") otherwise, never replaced by 0;
+- **withheld** when the run may not show it: a run that is not valid, that ran nothing,
+  or whose times are no kernel's speed (Pallas interpret mode) carries no time, no rate.
+
+The publish step (`workers.measure.publish`) builds every run through this function, the
+server passes every posted run through it again (`app.dispatch.results.prepare`) and
+every stored run once more when it is read, so a rule added here reaches old runs too.
+Pydantic and the catalog only, no jax: both halves import it. Applying it twice changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from workers.catalog import may_go_unchecked
+from workers.catalog.kernels import INTERPRET_WARNING
+from workers.catalog.server_figures import (
+    calls_per_sample,
+    deviceless,
+    interpreted,
+    job_params,
+    server_correctness,
+    server_measurement,
+    server_rates,
+    server_scaling,
+    server_sweep,
+)
+from workers.catalog.shape_sweep import ShapeSweepParams
+from workers.protocol import (
+    CachePolicy,
+    CostAnalysis,
+    MemoryAnalysis,
+    PathId,
+    RunResult,
+    StageSeconds,
+)
+from workers.protocol.gate import gate, runs_anything, strip
+from workers.protocol.jobs import main_boundary
+from workers.protocol.published_bounds import (
+    bounded_extra,
+    bounded_group,
+    bounded_kernel_resources,
+    bounded_placement,
+    bounded_target,
+    count,
+    seconds,
+)
+
+NO_SPEED_NOTE = f"withheld: {INTERPRET_WARNING}"
+"""What each measurement of a Pallas interpret-mode run says in place of its samples."""
+
+WORKER_INVALID = "the worker marked this run not valid: the timings are no result."
+
+MAX_WARNINGS = 64
+MAX_WARNING_CHARS = 2_000
+
+
+# --- the whole run -------------------------------------------------------------------------
+
+
+def bounded_figures(run: RunResult) -> RunResult:
+    """Every figure only a compiler or the worker's clock can know, kept when finite and
+    not negative, withheld (None) otherwise; a TPU target's temporaries, which libtpu
+    leaves at 0 without the hardware, read as not reported."""
+    st = run.stage_seconds
+    memory = run.memory_analysis
+    tpu_target = run.job.target is not None and run.job.path is PathId.JAX_TPU
+    if memory is not None:
+        memory = MemoryAnalysis(
+            argument_bytes=count(memory.argument_bytes),
+            output_bytes=count(memory.output_bytes),
+            temp_bytes=None if tpu_target else count(memory.temp_bytes),
+            peak_bytes=count(memory.peak_bytes),
+        )
+    cost = run.cost_analysis
+    if cost is not None:
+        cost = CostAnalysis(flops=seconds(cost.flops), bytes_accessed=seconds(cost.bytes_accessed))
+    source = run.source
+    if source is not None:
+        digest = hashlib.sha256(source.text.encode()).hexdigest()
+        source = source.model_copy(update={"sha256": digest})
+    warnings = [w[:MAX_WARNING_CHARS] for w in run.warnings[:MAX_WARNINGS]]
+    events = run.environment.cache_events
+    if events is not None:
+        saved = events.time_saved_s  # may be negative: loading can cost more than compiling
+        events = events.model_copy(
+            update={
+                "hits": max(events.hits, 0),
+                "misses": max(events.misses, 0),
+                "time_saved_s": saved if saved is not None and math.isfinite(saved) else None,
+            }
+        )
+    cache = CachePolicy.COLD if deviceless(run.job) else run.job.measure.cache
+    inputs = [i for i in run.inputs if all(d >= 0 for d in i.shape)]
+    return run.model_copy(
+        update={
+            "stage_seconds": StageSeconds(
+                trace=seconds(st.trace),
+                lower=seconds(st.lower),
+                compile=seconds(st.compile),
+                warm_up=seconds(st.warm_up),
+            ),
+            "memory_analysis": memory,
+            "cost_analysis": cost,
+            "harness_seconds": seconds(run.harness_seconds),
+            "kernel_resources": bounded_kernel_resources(run.kernel_resources),
+            "extra": bounded_extra(run.extra, run.job),
+            "placement": bounded_placement(run.placement),
+            "target": bounded_target(run.target, run.job),
+            "group": bounded_group(run.group),
+            "source": source,
+            "environment": run.environment.model_copy(
+                update={"cache": cache, "cache_events": events}
+            ),
+            "inputs": inputs,
+            "warnings": warnings,
+        }
+    )
+
+
+def published(
+    run: RunResult, *, worker_valid: bool = True, result_dtypes: dict[str, str] | None = None
+) -> RunResult:
+    """`run` with every figure by its rule (module docstring), through the result gate.
+
+    `worker_valid`: what the worker said of its own run; a run is valid only where the
+    worker says so *and* the server's checks pass. `result_dtypes`: an uploaded program's
+    result dtypes by result name, from its header, for each result's tolerance."""
+    params = job_params(run.job)
+    run = bounded_figures(run)
+    calls = calls_per_sample(run.job, params)
+    update: dict[str, Any] = {
+        "measurements": [server_measurement(m, calls) for m in run.measurements],
+        "rates": server_rates(run, params),
+    }
+    if run.correctness is not None:
+        update["correctness"] = server_correctness(run.correctness, params, result_dtypes)
+    run = run.model_copy(update=update)
+    if isinstance(params, ShapeSweepParams):
+        run = server_sweep(run, params)
+    run = server_scaling(run, params)
+    unchecked = may_go_unchecked(run.job.workload, run.params)
+    gated = gate(run, may_be_unchecked=unchecked)
+    if gated.valid and not worker_valid:
+        warnings = (
+            gated.warnings
+            if WORKER_INVALID in gated.warnings
+            else [*gated.warnings, WORKER_INVALID]
+        )
+        stripped = strip(gated.model_copy(update={"warnings": warnings}))
+        return stripped.model_copy(update={"valid": False})
+    if gated.valid and interpreted(run.job):
+        return _no_speed(gated)
+    return _group_median(gated)
+
+
+def _group_median(run: RunResult) -> RunResult:
+    """Process 0's median in a group's report is the run's own: its samples are the ones
+    the run carries (the others' were withheld as the server has none of theirs)."""
+    if run.group is None:
+        return run
+    main = main_boundary(run.job)
+    own = next((m for m in run.measurements if m.boundary is main and m.stats), None)
+    median = own.stats.median if own is not None and own.stats is not None else None
+    members = [
+        m.model_copy(update={"median_s": median if m.process_id == 0 else None})
+        for m in run.group.members
+    ]
+    return run.model_copy(update={"group": run.group.model_copy(update={"members": members})})
+
+
+def _no_speed(run: RunResult) -> RunResult:
+    """A valid interpret-mode run without a single time or rate, its verdict standing."""
+    stripped = strip(run, NO_SPEED_NOTE)
+    warnings = [INTERPRET_WARNING, *(w for w in stripped.warnings if w != INTERPRET_WARNING)]
+    return stripped.model_copy(update={"valid": True, "warnings": warnings})
+
+
+RUN_SECONDS_SLACK_S = 5.0
+"""How much longer than the server held its lease a worker's whole-job time may be (the
+two clocks and the result's transfer)."""
+
+
+def reported_seconds(run: RunResult) -> float:
+    """The intervals a run reports, added up: its stages, and every sample (the discarded
+    ones too) times the calls it spans. A job's wall time cannot be shorter."""
+    st = run.stage_seconds
+    total = math.fsum(x for x in (st.trace, st.lower, st.compile, st.warm_up) if x is not None)
+    for m in run.measurements:
+        total += math.fsum([*m.samples_s, *m.warmup_samples_s]) * m.calls_per_sample
+    if run.scaling is not None:
+        total += math.fsum(x for p in run.scaling.points for x in p.samples_s)
+    return total
+
+
+def run_seconds(run: RunResult, posted: float | None, held_s: float | None) -> float | None:
+    """The whole job's wall time, as the worker timed it (the API's `run_seconds`): kept
+    only for a valid run that ran something and whose times are a speed, when it is no
+    shorter than the intervals the run reports and no longer than the server held the
+    job's lease (`held_s`, None when not known: a stored run read again)."""
+    if not run.valid or not runs_anything(run.job.stages) or interpreted(run.job):
+        return None
+    wall = seconds(posted)
+    if wall is None or wall < reported_seconds(run):
+        return None
+    if held_s is not None and wall > held_s * 1.05 + RUN_SECONDS_SLACK_S:
+        return None
+    return wall
