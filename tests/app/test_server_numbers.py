@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.app.bench_fakes import MATMUL, FakeWorker, capabilities, run_result
 from workers.catalog import parse_params
@@ -318,3 +320,92 @@ async def test_a_group_larger_than_the_workers_devices_is_refused(
     answer, _ = await posted(bench_client, MATMUL, group_result(MATMUL, 8))
     assert answer.status_code == 409
     assert answer.json()["detail"][0]["field"] == "result.group.devices"
+
+
+# --- any lie at all ------------------------------------------------------------------------
+
+FIGURES: tuple[tuple[str | int, ...], ...] = (
+    ("rates", "flops"),
+    ("rates", "bytes"),
+    ("rates", "calls"),
+    ("rates", "subject"),
+    ("rates", "boundary"),
+    ("rates", "flops_per_s"),
+    ("rates", "bytes_per_s"),
+    ("correctness", "tolerance"),
+    ("measurements", 0, "calls_per_sample"),
+    ("measurements", 0, "stats", "median"),
+    ("measurements", 0, "stats", "ops"),
+)
+"""What the server publishes of a run that a lie must not change: each either what the
+honest run publishes, or withheld."""
+
+LIES: tuple[tuple[str | int, ...], ...] = (
+    *FIGURES,
+    ("correctness", "error"),
+    ("correctness", "passed"),
+    ("measurements", 0, "stats"),
+    ("measurements", 0, "boundary"),
+    ("stage_seconds", "compile"),
+    ("harness_seconds",),
+    ("valid",),
+    ("environment", "device_count"),
+)
+
+
+def _at(data: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        if data is None:
+            return None
+        data = data[key]
+    return data
+
+
+def _set(data: Any, path: tuple[str | int, ...], value: Any) -> None:
+    for key in path[:-1]:
+        data = data[key]
+    data[path[-1]] = value
+
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["host-sync", "host-throughput", "kernel", "x"]),
+)
+
+
+@pytest.fixture(scope="session")
+def honest_figures(real_runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The figures the server publishes of the honest run: filled in by the first example
+    (which posts it and reads it back), kept for the rest."""
+    return {}
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(lies=st.lists(st.tuples(st.sampled_from(LIES), values), min_size=1, max_size=3))
+async def test_any_lie_leaves_the_published_figures_as_they_were_or_withheld(
+    bench_client: httpx.AsyncClient,
+    real_runs: dict[str, dict[str, Any]],
+    honest_figures: dict[str, Any],
+    lies: list[tuple[tuple[str | int, ...], Any]],
+) -> None:
+    if not honest_figures:
+        job, _, _ = await published(bench_client, MATMUL, lie(real_runs["matmul"]))
+        honest_figures.update({str(p): _at(job["run"], p) for p in FIGURES})
+    forged = lie(real_runs["matmul"])
+    for path, value in lies:
+        _set(forged, path, value)
+    answer, job_id = await posted(bench_client, MATMUL, forged)
+    assert answer.status_code in (200, 409, 422), answer.text
+    if answer.status_code != 200:
+        return  # refused: nothing of it was stored
+    run = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()["run"]
+    for path in FIGURES:
+        shown = _at(run, path)
+        assert shown is None or shown == honest_figures[str(path)], (path, lies)

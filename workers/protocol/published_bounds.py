@@ -145,7 +145,9 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
                 "peak_bytes": peak,
                 "argument_bytes": count(memory.argument_bytes),
                 "output_bytes": count(memory.output_bytes),
-                "temp_bytes": None if tpu else count(memory.temp_bytes),
+                # libtpu fills in temporaries only when it refuses a program (they are then
+                # what it named); a compile without the device leaves them at 0.
+                "temp_bytes": None if tpu and report.refused is None else count(memory.temp_bytes),
                 "generated_code_bytes": None if (not tpu and not code) else code,
                 "hbm_bytes": chip.hbm_bytes,
                 "hbm_label": chip.hbm_label,

@@ -47,6 +47,12 @@ GPU_CODE_UNREPORTED = (
 )
 
 
+TPU_TEMP_UNREPORTED = (
+    "libtpu's compile without the device does not report the temporaries (its "
+    "memory_analysis() leaves them at 0 beside a filled-in peak); the peak includes them"
+)
+
+
 def _platform(model: str) -> Platform | None:
     """The platform of a target's chip model ("h100"), or None for no known model."""
     try:
@@ -90,6 +96,8 @@ def memory_fit(
     if not memory:
         return None
     memory = _with_code_known(memory, model)
+    if _platform(model) is Platform.TPU and not refused:  # libtpu's 0 is no size
+        memory = {**memory, "temp_bytes": None}
     hbm = int(memory["hbm_bytes"])
     needed = needed_bytes(memory)
     rows = [_row(label, memory.get(key), hbm) for key, label in PARTS]
@@ -99,6 +107,9 @@ def memory_fit(
         gpu = _platform(model) is Platform.GPU
         why = GPU_CODE_UNREPORTED if gpu else "the compiler reported no size of its code"
         code_note = f"{why}, so needed leaves it out"
+    temp_note = None
+    if memory.get("temp_bytes") is None and _platform(model) is Platform.TPU and not refused:
+        temp_note = TPU_TEMP_UNREPORTED
     fits = None if needed is None else needed <= hbm
     if needed is None:
         verdict = "Unknown: the compiler reported no peak"
@@ -118,6 +129,7 @@ def memory_fit(
         "peak_bytes": peak,
         "peak": _row("peak (XLA)", peak, hbm) if peak is not None and not refused else None,
         "code_note": code_note,
+        "temp_note": temp_note,
         "hbm_bytes": hbm,
         "hbm": gb(hbm),
         "hbm_gib": f"{hbm / GIB:.4g} GiB",
