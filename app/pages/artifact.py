@@ -32,6 +32,7 @@ from workers.protocol import (
     TargetModel,
     parse_target,
 )
+from workers.protocol.compiler_options import as_text
 
 ONE_CLICK = ("v6e:2x4", "h100:8", "b200:8")
 """The targets "Compile for v6e-8, H100 ×8, B200 ×8" compiles for, where they fit."""
@@ -142,25 +143,52 @@ def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
     return row
 
 
+def options_of(spec: dict[str, Any]) -> str | None:
+    """A job's compiler options as text ("xla_gpu_enable_triton_gemm=false"), or None
+    for the compiler's defaults."""
+    options = spec.get("compiler_options") or {}
+    return as_text(options) if options else None
+
+
+def _shown(jobs: list[Any]) -> tuple[Any, list[Any]]:
+    """Of one target's compiles (newest first): the one its row shows, the newest with the
+    compiler's default options when there is one, and the newest of each other set of
+    options, which the row lists beside it."""
+    shown = next((j for j in jobs if options_of(j.spec) is None), jobs[0])
+    others: dict[str | None, Any] = {}
+    for job in jobs:
+        if job is not shown and options_of(job.spec) != options_of(shown.spec):
+            others.setdefault(options_of(job.spec), job)
+    return shown, list(others.values())
+
+
 def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str, Any]]:
-    """The newest compile-only job of the artifact per target, in the targets' order, each
-    linked to the comparison of its HLO with the first done row's."""
-    newest: dict[str, Any] = {}
+    """One row per target, in the targets' order: the artifact's newest compile-only job
+    for it with the compiler's default options (else the newest), naming its options and
+    linking the compiles made with other options, each row linked to the comparison of its
+    HLO with the first done row's (only between rows of the same options)."""
+    by_target: dict[str, list[Any]] = {}
     for job in jobs_of(sha256, dispatcher):
         spec = job.spec
         target = spec.get("target")
-        if not target:
+        if not target or any(stage != "compile" for stage in spec.get("stages", [])):
             continue
-        if any(stage != "compile" for stage in spec.get("stages", [])):
-            continue
-        newest.setdefault(str(target), job)
+        by_target.setdefault(str(target), []).append(job)
     order = {t: i for i, t in enumerate(TARGET_IDS)}
-    jobs = sorted(newest.values(), key=lambda j: order.get(str(j.spec["target"]), len(order)))
-    rows = [fit_row(job, dispatcher, devices) for job in jobs]
+    rows = []
+    for target in sorted(by_target, key=lambda t: order.get(t, len(order))):
+        shown, others = _shown(by_target[target])
+        row = fit_row(shown, dispatcher, devices)
+        row["options"] = options_of(shown.spec)
+        row["variants"] = [
+            {"options": options_of(j.spec) or "default options", "link": f"/runs/{j.id}"}
+            for j in others
+        ]
+        rows.append(row)
     done = [r for r in rows if r["compiled"]]
     if done:
         first = done[0]
-        for row in done[1:]:
+        for row in [r for r in done[1:] if r["options"] == first["options"]]:
             row["compare"] = f"/compare?a={first['job']}&b={row['job']}&ir=hlo"
             row["compare_with"] = first["label"]
     return rows
@@ -190,6 +218,7 @@ def run_rows(sha256: str, dispatcher: Dispatcher) -> tuple[list[dict[str, Any]],
         stages = spec.get("stages") or []
         params = spec.get("params") or {}
         checked = "with a reference" if params.get("reference") else None
+        options = options_of(spec)
         rows.append(
             {
                 "id": job.id,
@@ -198,6 +227,7 @@ def run_rows(sha256: str, dispatcher: Dispatcher) -> tuple[list[dict[str, Any]],
                 "path": job.path,
                 "what": "compile" if stages == ["compile"] else "run",
                 "checked": checked,
+                "options": options,
                 "status": job.status.value,
                 "created_at": iso(job.created_at),
             }

@@ -222,3 +222,31 @@ def test_devices_are_named_readably(runs: dict[str, dict[str, Any]]) -> None:
         platform="none", device_kind="compiled for sm_90", device_count=0
     )
     assert run_facts(compiled).experimental["device"] == "no device (compiled for sm_90)"
+
+
+def _compiled_upload(job_id: str, target: str, params: dict[str, Any]) -> dict[str, Any]:
+    """An uploaded program's compile-only job for `target`, as the API returns it."""
+    sha = "ab" * 32
+    return {
+        "id": job_id,
+        "status": "done",
+        "workload": "exported",
+        "path": "jax-tpu" if target.startswith("v6e") else "jax-gpu",
+        "target": target,
+        "stages": ["compile"],
+        "params": {"artifact": sha, **params},
+        "run": {"valid": True, "params": {"artifact": sha, **params}, "measurements": []},
+    }
+
+
+def test_input_values_do_not_make_two_compiles_incomparable() -> None:
+    """The artifact page queues its compiles with the artifact alone, export-fn with a seed
+    and input rules: neither can change what the compiler compiles."""
+    rules = {"x": {"kind": "normal"}}
+    a = run_facts(_compiled_upload("a", "v6e:2x4", {}))
+    b = run_facts(_compiled_upload("b", "h100:8", {"seed": 7, "input_rules": rules}))
+    checked = guard([a], [b])
+    assert checked.comparable and checked.mismatches == []
+    assert checked.experimental == [("target", "v6e:2x4", "h100:8")]
+    other = run_facts(_compiled_upload("c", "h100:8", {"artifact": "cd" * 32}))
+    assert not guard([a], [other]).comparable  # another program is another problem

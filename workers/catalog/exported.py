@@ -47,6 +47,12 @@ DEFAULT_TOLERANCE: dict[str, float] = {
 Looser than a catalog workload's own bounds because the function is unknown: float32
 allows for a GPU's TF32 contractions; integers and booleans must match exactly (0)."""
 
+VALUE_PARAMS: frozenset[str] = frozenset(
+    {"inputs", "reference", "input_rules", "tolerance", "seed"}
+)
+"""Parameters of an uploaded program that choose its input values or how its output is
+checked, never a shape: they cannot change what the compiler compiles."""
+
 BOUNDARY_FRAMES = (
     "workers/export/",
     "workers/cli/",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.pages.compare.facts import OPTIONS, RunFacts, label, run_facts
+from workers.catalog.exported import VALUE_PARAMS
 from workers.protocol import BoundaryId
 
 __all__ = ["OPTIONS", "Guarded", "Mismatch", "RunFacts", "guard", "run_facts"]
@@ -173,6 +174,8 @@ def _guard_compiled(a: list[RunFacts], b: list[RunFacts]) -> Guarded:
     for key in sorted(set(first_a.controlled) | set(first_b.controlled)):
         if key in COMPILE_CONTROLLED_SKIP or key.startswith("measure."):
             continue
+        if _values_only(key, first_a, first_b):
+            continue  # input values and checks: they change no compile
         va, vb = first_a.controlled.get(key, "—"), first_b.controlled.get(key, "—")
         if va == vb:
             out.controlled[key] = va
@@ -191,6 +194,13 @@ def _guard_compiled(a: list[RunFacts], b: list[RunFacts]) -> Guarded:
             "difference in the output cannot be pinned on one"
         )
     return out
+
+
+def _values_only(key: str, a: RunFacts, b: RunFacts) -> bool:
+    """Whether `key` only picks an uploaded program's input values or its check (its seed,
+    input rules, reference): two compiles cannot differ by it."""
+    exported = a.controlled.get("workload") == b.controlled.get("workload") == "exported"
+    return exported and key.removeprefix("params.") in VALUE_PARAMS
 
 
 def _options_as_experiment(out: Guarded) -> None:
