@@ -30,6 +30,7 @@
 
   function describe(key, count) {
     var what = key.indexOf(":") === -1 ? "Source line " + key : key;
+    if (!count) return " " + what + ": loading the page of the IR that holds it…";
     return " " + what + ": " + count + " line" + (count === 1 ? "" : "s") + " on this page.";
   }
 
@@ -142,7 +143,19 @@
       if (found.ir) {
         event.preventDefault();
         found.ir.scrollIntoView({ block: "nearest" });
-      }  // else: the link opens the page of the IR that holds it
+      } else if (link) {
+        // Not on the pages loaded: the link's page of the IR holds it. `select` has just put
+        // the same ?src= in the address, so following the link would only change the
+        // fragment and load nothing: load that page outright.
+        event.preventDefault();
+        var to = new URL(link.href, location.href);
+        if (to.pathname + to.search === location.pathname + location.search) {
+          history.replaceState(history.state, "", to.href);
+          location.reload();
+        } else {
+          location.assign(to.href);
+        }
+      }
     } else {
       if (link) event.preventDefault();
       if (found.source) found.source.scrollIntoView({ block: "nearest" });

@@ -229,3 +229,33 @@ def test_the_pipeline_view_traces_a_fusion_to_its_pass(
         expect(page.locator("ol.passes li.current")).to_have_count(1)
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def late_run(runs: dict[str, Any]) -> str:
+    """The attention run with 600 lines before its HLO: every line a source line maps to
+    is past the view's first page."""
+    result = attention_result()
+    filler = "\n".join(f"// line {i} of a long preamble" for i in range(600))
+    artifacts = {**result["artifacts"], "hlo": filler + "\n" + result["artifacts"]["hlo"]}
+    return _post(runs["url"], {**result, "artifacts": artifacts})
+
+
+@pytest.mark.parametrize("javascript", [True, False], ids=["js", "no-js"])
+def test_a_source_link_reaches_ir_lines_past_the_first_page(
+    browser: Any, runs: dict[str, Any], late_run: str, javascript: bool
+) -> None:
+    context = browser.new_context(java_script_enabled=javascript)
+    try:
+        page = context.new_page()
+        page.goto(f"{runs['url']}/runs/{late_run}/ir/hlo")
+        softmax = _line(runs["source"], "jax.nn.softmax")
+        expect(page.locator(f'.l[data-src="{softmax}"]')).to_have_count(0)  # not on page 1
+        page.locator(f"#S-{softmax} a.n").click()
+        marked = page.locator(f'.l.sel[data-src="{softmax}"]')
+        expect(marked.first).to_be_visible(timeout=10000)
+        assert f"src={softmax}" in page.url
+        top = page.locator(".ir-lines .l").first.get_attribute("id") or ""
+        assert int(top.removeprefix("L")) > 500  # the page that holds the line
+    finally:
+        context.close()
