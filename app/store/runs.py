@@ -188,7 +188,8 @@ class Runs(StoreBase):
         out: dict[str, list[float]] = {"trace": [], "lower": [], "compile": []}
         for row in rows:
             for name, value in zip(("trace", "lower", "compile"), row, strict=True):
-                if value is not None:
+                # A time stored before the rules bounded it may be negative: no time.
+                if value is not None and float(value) >= 0:
                     out[name].append(float(value))
         return out
 

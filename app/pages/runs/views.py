@@ -109,7 +109,10 @@ def reproduce_command(job: dict[str, Any], server: str | None = None) -> str:
     if job.get("stages"):
         parts += ["--stages", ",".join(job["stages"])]
     measure = job.get("measure") or {}
-    for option in ("mode", "samples", "cache"):
+    stages = job.get("stages") or []
+    # A compile-only job samples nothing: its sampling options would only mislead.
+    timed = not stages or any(s != "compile" for s in stages)
+    for option in ("mode", "samples", "cache") if timed else ("cache",):
         if option in measure:
             parts += [f"--{option}", str(measure[option])]
     parts += as_arguments(job.get("compiler_options") or {})
