@@ -64,9 +64,10 @@ def bounded_extra(extra: dict[str, Any], job: JobSpec) -> dict[str, Any]:
             if isinstance(value, dict):
                 parts = {str(k)[:64]: seconds(v) for k, v in list(value.items())[:32]}
                 kept[key] = {k: v for k, v in parts.items() if v is not None}
-        elif key == "warmed":
-            covers = _text(value.get("covers")) if isinstance(value, dict) else None
-            kept[key] = {"calls": job.measure.warmup, "covers": covers or ""}
+        elif key == "warmed":  # which parts the uncounted calls covered, by name
+            raw = value.get("covers") if isinstance(value, dict) else None
+            covers = [str(c)[:64] for c in raw[:16]] if isinstance(raw, list) else []
+            kept[key] = {"calls": job.measure.warmup, "covers": covers}
         elif key in ("seed", "sizes_distinct"):
             if count(value) is not None:
                 kept[key] = value
