@@ -19,7 +19,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 
 from app.settings import REPO_ROOT
-from app.web.units import format_seconds
+from app.web.units import format_seconds, format_si
 
 TEMPLATE_DIR = REPO_ROOT / "templates"
 
@@ -148,6 +148,7 @@ def make_environment() -> Environment:
     env.filters["unchecked_why"] = unchecked_why
     env.filters["capitalize_first"] = capitalize_first
     env.filters["seconds"] = format_seconds  # the run pages' units, on every page
+    env.filters["si"] = format_si
     return env
 
 

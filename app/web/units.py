@@ -10,3 +10,12 @@ def format_seconds(value: float) -> str:
     if value >= 1e-3:
         return f"{value * 1e3:.3f} ms"
     return f"{value * 1e6:.1f} µs"
+
+
+def format_si(value: float, unit: str) -> str:
+    """A count in decimal (SI) units, three significant digits: '3.02 GFLOP', '94.2 MB'
+    (G = 10^9, as vendors count bytes and FLOPs)."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"

@@ -346,7 +346,11 @@ def test_memory_fit_says_fits_or_by_how_much_it_does_not() -> None:
     # XLA:GPU's unfilled field, not a size; libtpu's own figure stands.
     code = {**base, "peak_bytes": 9 * 10**9, "generated_code_bytes": 0}
     gpu, tpu = memory_fit(code, "h100", 1), memory_fit({**code, "hbm_bytes": 32 * 10**9}, "v6e", 1)
-    assert gpu is not None and gpu["rows"][3]["gb"] == "not reported" and gpu["code_note"]
+    assert (
+        gpu is not None
+        and gpu["rows"][3]["gb"] == "not reported by XLA:GPU without the device"
+        and gpu["code_note"]
+    )
     assert tpu is not None and tpu["rows"][3]["gb"] == "0 bytes" and tpu["code_note"] is None
 
 

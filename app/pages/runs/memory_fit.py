@@ -53,6 +53,13 @@ TPU_TEMP_UNREPORTED = (
 )
 
 
+def compiler_of(model: str) -> str:
+    """The compiler that compiles for a target's chip model: libtpu or XLA:GPU."""
+    names = {Platform.TPU: "libtpu", Platform.GPU: "XLA:GPU"}
+    platform = _platform(model)
+    return names.get(platform, "the compiler") if platform is not None else "the compiler"
+
+
 def _platform(model: str) -> Platform | None:
     """The platform of a target's chip model ("h100"), or None for no known model."""
     try:
@@ -100,7 +107,8 @@ def memory_fit(
         memory = {**memory, "temp_bytes": None}
     hbm = int(memory["hbm_bytes"])
     needed = needed_bytes(memory)
-    rows = [_row(label, memory.get(key), hbm) for key, label in PARTS]
+    missing = f"not reported by {compiler_of(model)} without the device"
+    rows = [_row(label, memory.get(key), hbm, missing) for key, label in PARTS]
     peak = memory.get("peak_bytes")
     code_note = None
     if memory.get("generated_code_bytes") is None and not refused:
@@ -144,12 +152,13 @@ def memory_fit(
     }
 
 
-def _row(label: str, value: int | None, hbm: int) -> dict[str, Any]:
-    """One row of the memory table: a size in decimal units, its bytes, its share of HBM."""
+def _row(label: str, value: int | None, hbm: int, missing: str = "not reported") -> dict[str, Any]:
+    """One row of the memory table: a size in decimal units, its bytes, its share of HBM
+    (`missing` in place of a figure the compiler did not report)."""
     return {
         "label": label,
         "bytes": value,
-        "gb": gb(value) if value is not None else "not reported",
+        "gb": gb(value) if value is not None else missing,
         "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
     }
 
