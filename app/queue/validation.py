@@ -24,7 +24,13 @@ class JobRefused(ValueError):
     """A job the checks refuse; `problems` names each one as (field, message)."""
 
     def __init__(self, problems: list[tuple[str | None, str]]) -> None:
-        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        # A message that names its field already ("target: …") is not prefixed twice.
+        super().__init__(
+            "; ".join(
+                message if message.startswith(f"{field}: ") else f"{field}: {message}"
+                for field, message in problems
+            )
+        )
         self.problems = problems
 
     def detail(self) -> list[dict[str, str | None]]:

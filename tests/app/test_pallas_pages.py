@@ -133,12 +133,12 @@ async def test_ir_that_maps_to_no_source_line_gets_the_whole_width(
         html = (await bench_client.get(f"/runs/{job}/ir/{name}")).text
         assert 'class="ir-source"' not in html and "ir-panes with-source" not in html
         assert (
-            f"No line of this {name} maps to a line of workers/pallas/matmul.py, so that "
+            f"No line of the {name} text maps to a line of workers/pallas/matmul.py, so that "
             "source is not shown beside it." in text_of(html)
         )
     # Triton's IR names lines of the kernel: it keeps the source beside it.
     triton = (await bench_client.get(f"/runs/{job}/ir/triton")).text
-    assert 'class="ir-source"' in triton and "No line of this" not in triton
+    assert 'class="ir-source"' in triton and "No line of the" not in triton
 
 
 def text_of(html: str) -> str:

@@ -202,7 +202,7 @@ def test_submit_lands_on_the_run_with_its_verdict_in_view(
     page.click("#queue-run")
     expect(page).to_have_url(re.compile(re.escape(server) + r"/runs/[0-9a-f]{16}$"))
     job_id = page.url.rsplit("/", 1)[1]
-    expect(page).to_have_title(f"Run {job_id} · Boundary")
+    expect(page).to_have_title(f"matmul on jax-cpu · run {job_id} · Boundary")
     verdict = page.locator("#verdict")
     expect(verdict).to_contain_text("Correct within tolerance", timeout=90000)
     expect(verdict).to_be_in_viewport()

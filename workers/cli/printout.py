@@ -212,6 +212,12 @@ def format_report(run: RunResult) -> str:
                 f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
                 f"peak {byte_size(ma.peak_bytes)}"
             )
+            if ma.peak_bytes is not None and (ma.temp_bytes or 0) > ma.peak_bytes:
+                xla.append(
+                    "peak below temp: XLA reports the two from different accounts of its "
+                    "buffers, so neither is part of the other (its buffer assignment has "
+                    "the detail)"
+                )
         if xla:
             lines.append(f"XLA       {'; '.join(xla)}")
     if run.target is not None:
