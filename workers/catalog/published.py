@@ -78,7 +78,8 @@ def bounded_figures(run: RunResult) -> RunResult:
     leaves at 0 without the hardware, read as not reported."""
     st = run.stage_seconds
     memory = run.memory_analysis
-    tpu_target = run.job.target is not None and run.job.path is PathId.JAX_TPU
+    # libtpu leaves the temporaries at 0 when it compiles without the device.
+    tpu_target = deviceless(run.job) and run.job.path is PathId.JAX_TPU
     if memory is not None:
         memory = MemoryAnalysis(
             argument_bytes=count(memory.argument_bytes),

@@ -138,7 +138,10 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
     }
     memory = report.memory
     if memory is not None:
-        tpu = chip.platform.value == "tpu"
+        # Without the device, libtpu leaves the temporaries at 0 (it fills them in only
+        # when it refuses a program: what it named) and XLA:GPU the code size.
+        tpu_blank = chip.platform.value == "tpu" and not ran and report.refused is None
+        gpu_blank = chip.platform.value == "gpu" and not ran
         peak = count(memory.peak_bytes)
         code = count(memory.generated_code_bytes)
         update["memory"] = memory.model_copy(
@@ -146,10 +149,8 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
                 "peak_bytes": peak,
                 "argument_bytes": count(memory.argument_bytes),
                 "output_bytes": count(memory.output_bytes),
-                # libtpu fills in temporaries only when it refuses a program (they are then
-                # what it named); a compile without the device leaves them at 0.
-                "temp_bytes": None if tpu and report.refused is None else count(memory.temp_bytes),
-                "generated_code_bytes": None if (not tpu and not code) else code,
+                "temp_bytes": None if tpu_blank else count(memory.temp_bytes),
+                "generated_code_bytes": None if gpu_blank and not code else code,
                 "hbm_bytes": chip.hbm_bytes,
                 "hbm_label": chip.hbm_label,
                 "source": chip.source,
