@@ -192,8 +192,16 @@ async def run_page(
     job = _job_json(job_id, dispatcher)
     ctx = run_context(job, _public_base(state, request))
     ctx.update(nav="runs", token_needed=state.settings.SUBMIT_TOKEN is not None)
-    if ctx.get("run") is not None:
+    run = ctx.get("run")
+    if run is not None:
         ctx["card_claims"] = _card_claims(state, dispatcher, job)
+        by_bytes = request.query_params.get("explain") == "bytes"
+        ctx["explain_by_bytes"] = by_bytes
+        if by_bytes and run.hlo_explained:  # the biggest first; unknown sizes last
+            order = sorted(
+                run.hlo_explained, key=lambda e: -(e.bytes if e.bytes is not None else -1)
+            )
+            ctx["run"] = run.model_copy(update={"hlo_explained": order})
     return render(state, "_run.html" if is_htmx(request) else "run.html", ctx)
 
 

@@ -165,3 +165,17 @@ async def test_source_line_numbers_of_thousands_of_digits_break_neither_the_post
         page = await bench_client.get(f"/runs/{job_id}/ir/{name}")
         assert page.status_code == 200, (name, page.text[:300])
         assert words in unescape(re.sub(r"<[^>]+>", "", page.text)), name
+
+
+async def test_the_explained_table_sorts_by_bytes_without_javascript(
+    bench_client: httpx.AsyncClient, attention: dict[str, Any]
+) -> None:
+    job_id = await post_run(bench_client, attention)
+    page = (await bench_client.get(f"/runs/{job_id}")).text
+    link = f'href="/runs/{job_id}?explain=bytes#explain-h"'
+    assert link in page
+    sorted_page = (await bench_client.get(f"/runs/{job_id}?explain=bytes")).text
+    table = sorted_page.split('id="explain-h"', 1)[1].split("</table>", 1)[0]
+    shown = [int(b.replace(",", "")) for b in re.findall(r"<td>([\d,]+)</td>", table)]
+    assert shown == sorted(shown, reverse=True) and len(shown) > 1
+    assert "in program order" in table

@@ -183,6 +183,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
         "reproduce": reproduce_command(job),
         "reproduce_server": reproduce_command(job, public_base or "http://127.0.0.1:8000"),
         "job_request": job_request(job),
+        "explain_by_bytes": False,  # the run page's ?explain=bytes sorts that table
         "links": {
             "self": f"/runs/{job['id']}",
             "json": f"/runs/{job['id']}.json",
