@@ -105,6 +105,25 @@ def side(
     }
 
 
+def groups_text(collective: dict[str, Any]) -> str:
+    """A collective's replica groups in one spelling, device ids in braces ("{0,1},{2,3}"),
+    whichever of HLO's spellings its text used; a collective-permute names its pairs."""
+    groups = collective.get("groups")
+    if groups:
+        return ",".join("{" + ",".join(str(d) for d in g) + "}" for g in groups)
+    if collective.get("kind", "").startswith("collective-permute"):
+        return "none: it sends along source→target pairs (see its HLO)"
+    return str(collective.get("replica_groups") or "not stated")
+
+
+def _kinds(fusions: list[dict[str, Any]]) -> str:
+    """How many fusions of each kind, most first: "kLoop 40, kInput 12"."""
+    counts: dict[str, int] = {}
+    for f in fusions:
+        counts[str(f.get("kind"))] = counts.get(str(f.get("kind")), 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
     """One side of a compile-only comparison: what XLA chose, memory per device against
     the target's HBM, and this host's compile time."""
@@ -127,8 +146,9 @@ def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
             f"{c['target']}" + (f" ({c['library']})" if c.get("library") else "")
             for c in summary.get("custom_calls") or []
         ],
+        "fusion_kinds": _kinds(summary.get("fusions") or []),
         "collectives": [
-            f"{c['kind']} {c.get('shape') or ''} groups {c.get('replica_groups') or '—'}".strip()
+            f"{c['kind']} {c.get('shape') or ''} groups {groups_text(c)}".strip()
             for c in summary.get("collectives") or []
         ],
         "collective_summary": facts["collectives"],
