@@ -33,9 +33,9 @@ from workers.catalog import CatalogError, parse_params
 from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
 from workers.catalog.kernels import public_params
 from workers.catalog.published import published
-from workers.catalog.server_figures import job_params, subject_problems
+from workers.catalog.server_figures import job_params, result_problems, subject_problems
 from workers.catalog.target_rules import apply_target
-from workers.protocol import ARTIFACT_NAMES, InputInfo, JobSpec, RunResult
+from workers.protocol import ARTIFACT_NAMES, PROTOCOL_VERSION, InputInfo, JobSpec, RunResult
 from workers.protocol.gate import lease_mismatches
 from workers.protocol.hlo_summary import summarize_hlo
 
@@ -71,10 +71,21 @@ def leased_job(spec: dict[str, object]) -> tuple[JobSpec, dict[str, object]]:
     return job, params
 
 
-def lease_problems(spec: dict[str, object], result: RunResult) -> list[tuple[str, str]]:
-    """(field, message) for each way `result` is not the job `spec` that was leased."""
+def lease_problems(
+    spec: dict[str, object], result: RunResult, header: ExportHeader | None = None
+) -> list[tuple[str, str]]:
+    """(field, message) for each way `result` is not the job `spec` that was leased (or,
+    for an upload, the program its `header` declares)."""
     job, params = leased_job(spec)
-    return lease_mismatches(result, job, params) + subject_problems(result, job_params(job))
+    problems = lease_mismatches(result, job, params) + subject_problems(result, job_params(job))
+    if result.protocol_version != PROTOCOL_VERSION:
+        problems.append(("result.protocol_version", f"this server speaks {PROTOCOL_VERSION}"))
+    return problems + result_problems(result, result_dtypes(header))
+
+
+def result_dtypes(header: ExportHeader | None) -> dict[str, str] | None:
+    """An uploaded program's result dtypes by result name, from its header."""
+    return {name: aval.dtype for name, aval in header.results()} if header else None
 
 
 def artifact_header(store: Store, run: RunResult) -> ExportHeader | None:
@@ -116,11 +127,9 @@ def prepare(
     artifacts capped, its HLO summary worked out again and explained from the capped text,
     and its pass pipeline split off for storing apart. `header`: an uploaded program's own
     header, which names its inputs and each result's dtype (and so its tolerance)."""
-    dtypes = None
     if header is not None:
         result = _from_header(result, header)
-        dtypes = {name: aval.dtype for name, aval in header.results()}
-    run = published(result, worker_valid=result.valid, result_dtypes=dtypes)
+    run = published(result, worker_valid=result.valid, result_dtypes=result_dtypes(header))
     # What the server adds is the server's alone: nothing a worker sends under these names.
     run = run.model_copy(update={"hlo_explained": None, "ceilings": None, "hlo_summary": None})
     prepared = Prepared(run)

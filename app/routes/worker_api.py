@@ -311,8 +311,9 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
         )
     posted = message.result
     job = dispatcher.store.get_job(message.job_id)
+    header = await run_in_threadpool(artifact_header, dispatcher.store, posted)
     if job is not None:
-        problems = lease_problems(job.spec, posted)
+        problems = lease_problems(job.spec, posted, header)
         if problems:
             field_errors(list(problems))
     entry = dispatcher.recent_worker(message.worker_id)
@@ -336,7 +337,7 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
             artifact_max_bytes=settings.ARTIFACT_MAX_BYTES,
             inline_bytes=settings.INLINE_ARTIFACT_BYTES,
             pipeline_max_bytes=settings.PIPELINE_MAX_BYTES,
-            header=artifact_header(dispatcher.store, posted),
+            header=header,
         )
         prepared.run = screen_profile(prepared.run)  # inflates the trace, bounded
         return prepared

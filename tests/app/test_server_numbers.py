@@ -409,3 +409,136 @@ async def test_any_lie_leaves_the_published_figures_as_they_were_or_withheld(
     for path in FIGURES:
         shown = _at(run, path)
         assert shown is None or shown == honest_figures[str(path)], (path, lies)
+
+
+# --- what a second look found --------------------------------------------------------------
+
+CUDA = {"workload": "matmul", "path": "cuda", "params": {"m": 64, "n": 64, "k": 64}}
+CUDA_CAPS = {"paths": ["cuda"], "cuda_compile": True, "cuda_run": True}
+
+
+def cuda_result(spec: dict[str, Any]) -> dict[str, Any]:
+    """A cuda-path run with its kernel and the cuBLAS baseline, each judged."""
+    result = run_result(spec)
+    kernel = {"boundary": "device-events", "samples_s": [2e-5, 3e-5], "stats": None}
+    result["measurements"] = [
+        {**kernel, "subject": "kernel"},
+        {**kernel, "subject": "cuBLAS", "samples_s": [1e-7, 1e-7]},
+    ]
+    lax = {"passed": True, "error": 0.5, "tolerance": 1e9}
+    result["extra"] = {"baselines": {"cuBLAS": lax}, "comparison": []}
+    return result
+
+
+async def test_a_baseline_is_judged_at_the_catalogs_tolerance(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    caps = capabilities("gpu", **CUDA_CAPS)
+    job, rows, _ = await published(
+        bench_client, CUDA, cuda_result(run_result(CUDA)["job"]), caps=caps
+    )
+    run = job["run"]
+    cublas = next(m for m in run["measurements"] if m["subject"] == "cuBLAS")
+    assert cublas["samples_s"] == [] and cublas["stats"] is None
+    assert run["extra"]["baselines"]["cuBLAS"]["passed"] is False
+    assert {r["subject"] for r in run["extra"]["comparison"]} == {"kernel"}
+    assert all(r[0] != "cuBLAS" for r in rows)
+
+
+async def test_an_invented_baseline_or_a_second_measurement_is_refused(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    caps = capabilities("gpu", **CUDA_CAPS)
+    invented = cuda_result(run_result(CUDA)["job"])
+    invented["measurements"][1]["subject"] = "MagicLib"
+    answer, _ = await posted(bench_client, CUDA, invented, caps=caps)
+    assert answer.status_code == 422 and "MagicLib" in answer.text
+    twice = run_result(MATMUL)
+    twice["measurements"] = twice["measurements"] * 2
+    answer, _ = await posted(bench_client, MATMUL, twice)
+    assert answer.status_code == 422 and "second measurement" in answer.text
+
+
+async def test_a_platform_the_jobs_path_cannot_run_on_is_refused(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """A CPU worker that leased a jax-cpu job, registered again as a GPU with its own id
+    and key, then posted the run as made on that GPU."""
+    worker = FakeWorker(bench_client)
+    await worker.register()
+    assert (await bench_client.post("/api/v1/jobs", json=MATMUL)).status_code == 202
+    grant = await worker.lease()
+    assert grant is not None
+    gpu = capabilities("gpu", paths=["jax-cpu", "jax-gpu"])
+    again = {"capabilities": gpu, "worker_id": worker.id, "worker_key": worker.key}
+    assert (await worker.post("register", again)).status_code == 200
+    forged = run_result(grant["spec"])
+    forged["environment"].update(platform="gpu", device_kind="NVIDIA H200")
+    body = {"worker_id": worker.id, "job_id": grant["job_id"], "result": forged}
+    answer = await worker.post("result", body)
+    assert answer.status_code == 409 and "environment.platform" in answer.text
+
+
+async def test_bad_ceilings_are_refused_at_registration(bench_client: httpx.AsyncClient) -> None:
+    roofs = {"device_kind": "cpu", "copy_bytes_per_s": -1e9, "measured_at": "2026-12-02T00:00"}
+    worker = FakeWorker(bench_client, capabilities(ceilings=roofs))
+    answer = await worker.post("register", {"capabilities": worker.caps, "name": "x"})
+    assert answer.status_code == 422 and "copy_bytes_per_s" in answer.text
+
+
+async def test_a_sweep_or_series_on_a_job_without_one_is_not_published(
+    bench_client: httpx.AsyncClient, real_runs: dict[str, dict[str, Any]]
+) -> None:
+    forged = lie(real_runs["matmul"])
+    forged["sweep"] = lie(real_runs["sweep"])["sweep"]
+    job, _, page = await published(bench_client, MATMUL, forged)
+    assert job["run"]["sweep"] is None and "Shape sweep" not in page
+    series = scaling_result(MATMUL, correct=True, error=1e-7)
+    answer, _ = await posted(bench_client, MATMUL, series)
+    assert answer.status_code == 422 and "scale stage" in answer.text
+
+
+async def test_a_sweep_policy_the_job_never_ran_is_refused(
+    bench_client: httpx.AsyncClient, real_runs: dict[str, dict[str, Any]]
+) -> None:
+    forged = lie(real_runs["sweep"])
+    forged["sweep"]["policies"][1]["policy"] = "bogus"
+    answer, _ = await posted(bench_client, SWEEP, forged)
+    assert answer.status_code == 422 and "result.sweep.policies" in answer.text
+
+
+async def test_a_scaling_point_outside_the_series_is_refused(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    answer, _ = await posted(bench_client, SCALE, scaling_result(SCALE, devices=64))
+    assert answer.status_code == 422 and "result.scaling.points[0].devices" in answer.text
+
+
+async def test_a_run_that_executed_was_not_compiled_without_the_hardware(
+    bench_client: httpx.AsyncClient, real_runs: dict[str, dict[str, Any]]
+) -> None:
+    forged = lie(real_runs["matmul"])
+    forged["environment"]["cache_events"] = {"hits": 50, "misses": 0, "time_saved_s": 123.0}
+    forged["extra"]["kernel"] = {"kernel": "pallas", "blocks": {"block_m": -1}}
+    forged["warnings"] = ["this kernel reached 987.6 TFLOP/s", "an honest warning"]
+    forged["measurements"][0]["stopped_because"] = "took 5 samples at 12 GB/s"
+    job, _, page = await published(bench_client, MATMUL, forged)
+    run = job["run"]
+    assert run["environment"]["cache_events"] is None  # a cold job has no cache hits
+    assert "kernel" not in run["extra"]
+    assert run["warnings"] == ["an honest warning"]
+    assert run["measurements"][0]["stopped_because"] is None
+    assert "987.6" not in page and "12 GB/s" not in page
+
+
+def test_gating_a_failed_scaling_point_twice_says_withheld_once() -> None:
+    from workers.catalog.published import published as rules
+    from workers.protocol import RunResult
+
+    result = scaling_result(SCALE, correct=False, error=0.5, note="relative error 0.5")
+    once = rules(RunResult.model_validate(result))
+    twice = rules(rules(once))
+    assert once == twice
+    assert (
+        once.scaling is not None and once.scaling.points[0].note == "withheld: relative error 0.5"
+    )

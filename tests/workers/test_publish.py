@@ -38,6 +38,7 @@ from workers.protocol import (
     RunResult,
     ScalingPoint,
     ScalingSeries,
+    StageId,
 )
 from workers.run.engine import run_job
 
@@ -201,8 +202,9 @@ def test_a_scaling_point_that_failed_its_check_loses_its_times() -> None:
         median_s=1.5e-3,
         error=1e-7,
     )
+    scaled = [StageId.COMPILE, StageId.EXECUTE, StageId.SCALE]  # a series needs the stage
     measured = Measured(
-        job=spec("sharded-matmul"),
+        job=spec("sharded-matmul").model_copy(update={"stages": scaled}),
         params=SMALL["sharded-matmul"],
         environment=_environment(),
         started=time.perf_counter(),

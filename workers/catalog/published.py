@@ -27,12 +27,14 @@ import math
 from typing import Any
 
 from workers.catalog import may_go_unchecked
+from workers.catalog.base import DTYPE_BYTES
 from workers.catalog.kernels import INTERPRET_WARNING
 from workers.catalog.server_figures import (
     calls_per_sample,
     deviceless,
     interpreted,
     job_params,
+    server_baselines,
     server_correctness,
     server_measurement,
     server_rates,
@@ -41,11 +43,15 @@ from workers.catalog.server_figures import (
 )
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.protocol import (
+    CacheEvents,
     CachePolicy,
     CostAnalysis,
+    InputInfo,
     MemoryAnalysis,
     PathId,
+    PipelineCapture,
     RunResult,
+    StageId,
     StageSeconds,
 )
 from workers.protocol.gate import gate, runs_anything, strip
@@ -58,6 +64,7 @@ from workers.protocol.published_bounds import (
     bounded_target,
     count,
     seconds,
+    words,
 )
 
 NO_SPEED_NOTE = f"withheld: {INTERPRET_WARNING}"
@@ -94,19 +101,8 @@ def bounded_figures(run: RunResult) -> RunResult:
     if source is not None:
         digest = hashlib.sha256(source.text.encode()).hexdigest()
         source = source.model_copy(update={"sha256": digest})
-    warnings = [w[:MAX_WARNING_CHARS] for w in run.warnings[:MAX_WARNINGS]]
-    events = run.environment.cache_events
-    if events is not None:
-        saved = events.time_saved_s  # may be negative: loading can cost more than compiling
-        events = events.model_copy(
-            update={
-                "hits": max(events.hits, 0),
-                "misses": max(events.misses, 0),
-                "time_saved_s": saved if saved is not None and math.isfinite(saved) else None,
-            }
-        )
+    said = [words(w, MAX_WARNING_CHARS) for w in run.warnings[:MAX_WARNINGS]]
     cache = CachePolicy.COLD if deviceless(run.job) else run.job.measure.cache
-    inputs = [i for i in run.inputs if all(d >= 0 for d in i.shape)]
     return run.model_copy(
         update={
             "stage_seconds": StageSeconds(
@@ -125,12 +121,48 @@ def bounded_figures(run: RunResult) -> RunResult:
             "group": bounded_group(run.group),
             "source": source,
             "environment": run.environment.model_copy(
-                update={"cache": cache, "cache_events": events}
+                update={"cache": cache, "cache_events": _cache_events(run, cache)}
             ),
-            "inputs": inputs,
-            "warnings": warnings,
+            "inputs": _inputs(run),
+            "warnings": [w for w in said if w is not None],
+            "pipeline": _capture(run.pipeline),
+            "kernel_pipelines": {k: _capture(p) for k, p in run.kernel_pipelines.items()},
+            "sweep": run.sweep if run.job.workload == "shape-sweep" else None,
+            "scaling": run.scaling if StageId.SCALE in run.job.stages else None,
         }
     )
+
+
+def _cache_events(run: RunResult, cache: CachePolicy) -> CacheEvents | None:
+    """The persistent cache's hits and misses: only a job under that policy has any, and
+    none of them is negative."""
+    events = run.environment.cache_events
+    if events is None or cache is not CachePolicy.PERSISTENT or min(events.hits, events.misses) < 0:
+        return None
+    saved = events.time_saved_s  # may be negative: loading can cost more than compiling
+    finite = saved if saved is not None and math.isfinite(saved) else None
+    return events.model_copy(update={"time_saved_s": finite})
+
+
+def _capture(p: PipelineCapture | None) -> PipelineCapture | None:
+    return p.model_copy(update={"capture_s": seconds(p.capture_s)}) if p is not None else None
+
+
+def _inputs(run: RunResult) -> list[InputInfo]:
+    """A catalog workload's inputs as the worker describes them, kept only when each is no
+    larger than what the job places and its floating dtype is the job's own; an upload's
+    are its header's (set by the server before this)."""
+    params = job_params(run.job)
+    if params is None or run.job.workload == "exported":
+        return [i for i in run.inputs if all(d >= 0 for d in i.shape)]
+    dtype = str(getattr(getattr(params, "dtype", None), "value", "") or "")
+    most = params.input_bytes()
+    for i in run.inputs:
+        size = DTYPE_BYTES.get(i.dtype, 8) * math.prod(i.shape) if i.shape else 0
+        floating = i.dtype.startswith(("float", "bfloat"))
+        if min(i.shape, default=0) < 0 or size > most or (floating and dtype and i.dtype != dtype):
+            return []
+    return run.inputs
 
 
 def published(
@@ -150,6 +182,9 @@ def published(
     }
     if run.correctness is not None:
         update["correctness"] = server_correctness(run.correctness, params, result_dtypes)
+    baselines = server_baselines(run, params)
+    if baselines is not None:
+        update["extra"] = {**run.extra, "baselines": baselines}
     run = run.model_copy(update=update)
     if isinstance(params, ShapeSweepParams):
         run = server_sweep(run, params)

@@ -25,11 +25,12 @@ from workers.protocol import (
     Rates,
     ResultCheck,
     RunResult,
+    StageId,
 )
 from workers.protocol.gate import executes, runs_anything
 from workers.protocol.jobs import main_boundary
-from workers.protocol.published_bounds import count, seconds
-from workers.protocol.speeds import KERNEL_SUBJECT
+from workers.protocol.published_bounds import count, seconds, words
+from workers.protocol.speeds import CUBLAS_SUBJECT, JAX_SUBJECT, KERNEL_SUBJECT
 
 NO_BYTE_CAP = 2**62
 """Parameters are parsed here only for their formulas; the byte cap held at admission."""
@@ -60,22 +61,57 @@ def deviceless(job: JobSpec) -> bool:
     return job.target is not None and not runs_anything(job.stages)
 
 
+def subjects_of(job: JobSpec, params: WorkloadParams | None) -> set[str | None]:
+    """The subjects a run of `job` may time: a jax-path run its own program (a sweep: each
+    bucketing policy), a cuda run its kernel, cuBLAS beside a matmul, and JAX."""
+    if job.path is PathId.CUDA:
+        library = {CUBLAS_SUBJECT} if job.workload == "matmul" else set()
+        return {KERNEL_SUBJECT, JAX_SUBJECT, *library}
+    if isinstance(params, ShapeSweepParams):
+        return {f"bucketing {p}" for p in params.policies()}
+    return {None}
+
+
 def subject_problems(run: RunResult, params: WorkloadParams | None) -> list[tuple[str, str]]:
-    """(field, message) for each measurement timed under a subject its job has none of: a
-    jax-path run times its own program (a sweep: each bucketing policy), a cuda run its
-    kernel and the baselines whose verdicts it carries."""
-    if run.job.path is PathId.CUDA:
-        baselines = run.extra.get("baselines")
-        allowed = {KERNEL_SUBJECT, *(baselines if isinstance(baselines, dict) else {})}
-    elif isinstance(params, ShapeSweepParams):
-        allowed = {f"bucketing {p}" for p in params.policies()}
-    else:
-        allowed = {None}
-    return [
-        (f"result.measurements[{i}].subject", f"{str(m.subject)[:40]!r} is no subject of this job")
-        for i, m in enumerate(run.measurements)
-        if m.subject not in allowed
-    ]
+    """(field, message) for each measurement under a subject its job has none of, or under
+    a boundary and subject another measurement already holds; for each sweep policy the
+    job did not run (or ran twice); for each scaling point outside its job's series."""
+    allowed = subjects_of(run.job, params)
+    problems: list[tuple[str, str]] = []
+    seen: set[tuple[str, str | None]] = set()
+    for i, m in enumerate(run.measurements):
+        at = f"result.measurements[{i}]"
+        if m.subject not in allowed:
+            problems.append((f"{at}.subject", f"{str(m.subject)[:40]!r} is no subject of this job"))
+        if (m.boundary.value, m.subject) in seen:
+            problems.append((f"{at}.boundary", "a second measurement of this boundary and subject"))
+        seen.add((m.boundary.value, m.subject))
+    if run.sweep is not None and isinstance(params, ShapeSweepParams):
+        names = [p.policy for p in run.sweep.policies]
+        if sorted(names) != sorted(params.policies()):
+            wanted = ", ".join(params.policies())
+            problems.append(("result.sweep.policies", f"the job runs {wanted}, once each"))
+    return problems + _scaling_problems(run, params)
+
+
+def _scaling_problems(run: RunResult, params: WorkloadParams | None) -> list[tuple[str, str]]:
+    """A scaling series only on a job with the scale stage, one point per device count and
+    mode, each at most the job's device count."""
+    if run.scaling is None:
+        return []
+    if StageId.SCALE not in run.job.stages or params is None:
+        return [("result.scaling", "this job has no scale stage")]
+    most = params.devices()
+    problems: list[tuple[str, str]] = []
+    seen: set[tuple[int, str]] = set()
+    for i, p in enumerate(run.scaling.points):
+        at = f"result.scaling.points[{i}]"
+        if not 1 <= p.devices <= most:
+            problems.append((f"{at}.devices", f"{p.devices}: the job's series spans 1 to {most}"))
+        if (p.devices, p.mode) in seen:
+            problems.append((f"{at}.devices", "a second point of this device count and mode"))
+        seen.add((p.devices, p.mode))
+    return problems
 
 
 def calls_per_sample(job: JobSpec, params: WorkloadParams | None) -> int:
@@ -155,20 +191,43 @@ def _finite_or(value: float, fallback: float) -> float:
     return value if math.isfinite(value) and value >= 0 else fallback
 
 
+def _ratio(r: ResultCheck) -> float:
+    """How far a result is from failing: its error over its tolerance (inf: no error)."""
+    if r.error is None:
+        return math.inf
+    if r.tolerance <= 0:
+        return math.inf if r.error > 0 else 0.0
+    return r.error / r.tolerance
+
+
 def server_correctness(
     c: Correctness, params: WorkloadParams | None, dtypes: dict[str, str] | None
 ) -> Correctness:
-    """`c` judged against the catalog's tolerance: every result's, then the worst's."""
+    """`c` judged against the catalog's tolerance: every result's, then the verdict as the
+    worst checked result's (the one nearest to failing, or past it), whatever the worker
+    named as its worst."""
     results = []
     for r in c.results:
         tol = result_tolerance(params, r, dtypes)
         error = _checked_error(r.error)
-        passed = _judged(r.passed, r.checked, error, tol) or (not r.checked and not r.passed)
-        update = {"tolerance": tol, "error": error, "passed": passed and r.checked}
-        results.append(r.model_copy(update={**update, "sampled": count(r.sampled)}))
-    worst = next((r for r in results if r.name == c.worst), None) if c.worst else None
-    if worst is not None:
-        tolerance = worst.tolerance
+        passed = _judged(r.passed, r.checked, error, tol)
+        update = {"tolerance": tol, "error": error, "passed": passed, "sampled": count(r.sampled)}
+        results.append(r.model_copy(update=update))
+    checked = [r for r in results if r.checked]
+    if checked:
+        worst = max(checked, key=_ratio)
+        passed = c.checked and all(r.passed for r in checked)
+        return c.model_copy(
+            update={
+                "tolerance": worst.tolerance,
+                "error": worst.error,
+                "passed": passed,
+                "results": results,
+                "worst": worst.name,
+            }
+        )
+    if isinstance(params, ExportedParams) and dtypes is not None and len(dtypes) == 1:
+        tolerance = params.result_tolerance(next(iter(dtypes.values())))
     elif isinstance(params, ExportedParams):
         tolerance = min(_finite_or(c.tolerance, 0.0), params.loosest_tolerance())
     else:
@@ -176,25 +235,60 @@ def server_correctness(
         tolerance = own if own is not None else _finite_or(c.tolerance, 0.0)
     error = _checked_error(c.error)
     passed = _judged(c.passed, c.checked, error, tolerance)
-    if results and not all(r.passed or not r.checked for r in results):
-        passed = False
     return c.model_copy(
         update={"tolerance": tolerance, "error": error, "passed": passed, "results": results}
     )
+
+
+def result_problems(run: RunResult, dtypes: dict[str, str] | None) -> list[tuple[str, str]]:
+    """An uploaded program's checks must name its results as its header does, all of
+    them, when it has several: a result left out cannot set a looser verdict."""
+    c = run.correctness
+    if c is None or dtypes is None or len(dtypes) < 2:
+        return []
+    named = [r.name for r in c.results]
+    if sorted(named) != sorted(dtypes):
+        return [("result.correctness.results", f"the program's {len(dtypes)} results, each once")]
+    return []
 
 
 # --- measurements, sweep, scaling --------------------------------------------------------
 
 
 def server_measurement(m: Measurement, calls: int) -> Measurement:
+    """A measurement's own figures by their rules: the calls a sample spans from the job,
+    a shape judged only over 10 samples or more, its sentences without a rate."""
     checked = m.shape_checked and len(m.samples_s) + len(m.warmup_samples_s) >= 10
     return m.model_copy(
         update={
             "calls_per_sample": calls,
             "shape": m.shape if checked else None,
             "shape_checked": (checked or False) if m.shape_checked is not None else None,
+            "stopped_because": words(m.stopped_because),
+            "note": words(m.note),
         }
     )
+
+
+def server_baselines(run: RunResult, params: WorkloadParams | None) -> dict[str, Any] | None:
+    """The cuda path's baseline verdicts, each judged against the catalog's tolerance;
+    a subject the job has none of is dropped (its times then have no verdict)."""
+    raw = run.extra.get("baselines")
+    if not isinstance(raw, dict):
+        return None
+    allowed = subjects_of(run.job, params)
+    judged: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in allowed:
+            continue
+        try:
+            verdict = Correctness.model_validate(value) if value is not None else None
+        except ValueError:
+            verdict = None
+        judged[name] = (
+            server_correctness(verdict, params, None).model_dump(mode="json") if verdict else None
+        )
+    return judged
 
 
 def _median(samples: list[float]) -> float | None:

@@ -19,7 +19,15 @@ from collections.abc import Sequence
 
 from pydantic import Field, ValidationError
 
-from workers.protocol.base import MAX_SAMPLES, BoundaryId, OpenModel, PathId, Platform, StageId
+from workers.protocol.base import (
+    MAX_SAMPLES,
+    PATH_PLATFORM,
+    BoundaryId,
+    OpenModel,
+    PathId,
+    Platform,
+    StageId,
+)
 from workers.protocol.jobs import JobSpec, main_boundary, measured_boundaries, sample_caps
 from workers.protocol.runs import RunResult
 from workers.protocol.workers import Capabilities
@@ -138,12 +146,13 @@ def environment_problems(run: RunResult, caps: Capabilities) -> list[tuple[str, 
     env, job = run.environment, run.job
     ran = StageId.EXECUTE in job.stages or StageId.SCALE in job.stages
     registered = caps.platform.value
+    needed = PATH_PLATFORM[job.path].value  # what the job's path runs on, whoever says
     if job.path is PathId.CUDA and not ran:
         platforms = {"none", registered}
     elif job.target is not None and not ran:
         platforms = {Platform.CPU.value}
     else:
-        platforms = {registered}
+        platforms = {registered} & {needed}
     problems: list[tuple[str, str]] = []
     if env.platform not in platforms:
         problems.append(
@@ -165,11 +174,12 @@ def environment_problems(run: RunResult, caps: Capabilities) -> list[tuple[str, 
     most = caps.device_count
     if env.platform == Platform.CPU.value:
         most = max(most, caps.max_virtual_devices, 1)
-    if not 0 <= env.device_count <= most:
+    least = 1 if ran and env.platform != "none" else 0  # a run that executed had a device
+    if not least <= env.device_count <= most:
         problems.append(
             (
                 "result.environment.device_count",
-                f"{env.device_count} devices; the worker registered at most {most}",
+                f"{env.device_count} devices; a run of this job had {least} to {most}",
             )
         )
     if run.group is not None and run.group.devices > max(caps.device_count, 1):

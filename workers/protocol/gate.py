@@ -34,12 +34,12 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from workers.protocol.base import StageId
+from workers.protocol.base import PathId, StageId
 from workers.protocol.bounds import extra_problems, sample_problems
 from workers.protocol.jobs import JobSpec
 from workers.protocol.runs import Correctness, Measurement, RunResult
 from workers.protocol.scale import GroupReport, ScalingPoint
-from workers.protocol.speeds import with_speeds
+from workers.protocol.speeds import KERNEL_SUBJECT, with_speeds
 
 WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
 """The note a withheld measurement carries in place of its samples and statistics."""
@@ -179,6 +179,12 @@ def _withhold_point(p: ScalingPoint, why: str) -> ScalingPoint:
     return p.model_copy(update={"samples_s": [], "median_s": None, "note": why})
 
 
+def _withheld_note(note: str | None) -> str:
+    """A failed scaling point's note, said once: gating it again adds nothing."""
+    text = note or "failed"
+    return text if text.startswith("withheld: ") else f"withheld: {text}"
+
+
 def _warn(warnings: list[str], text: str) -> list[str]:
     """`warnings` with `text` added once: gating a gated run changes nothing."""
     return warnings if text in warnings else [*warnings, text]
@@ -268,7 +274,10 @@ def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
     measurements = []
     for m in run.measurements:
         verdict = verdicts.get(m.subject or "")
-        if m.subject in verdicts and (verdict is None or not verdict_passes(verdict)):
+        # A baseline timed beside the cuda path's kernel keeps its times only with a
+        # verdict of its own that passed: no verdict, no speed.
+        baseline = run.job.path is PathId.CUDA and m.subject not in (None, KERNEL_SUBJECT)
+        if (baseline or m.subject in verdicts) and (verdict is None or not verdict_passes(verdict)):
             detail = (verdict.detail if verdict else None) or "not checked"
             lost = f"{m.subject}: correctness failed ({detail}): no speed shown."
             warnings = _warn(warnings, lost)
@@ -278,7 +287,7 @@ def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
     update: dict[str, Any] = {"measurements": measurements, "valid": True, "warnings": warnings}
     if run.scaling is not None:
         points = [
-            p if point_keeps_times(p) else _withhold_point(p, f"withheld: {p.note or 'failed'}")
+            p if point_keeps_times(p) else _withhold_point(p, _withheld_note(p.note))
             for p in run.scaling.points
         ]
         update["scaling"] = run.scaling.model_copy(update={"points": points})

@@ -9,6 +9,7 @@ otherwise. A withheld figure is never replaced by 0, which would read as a measu
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from workers.protocol.jobs import JobSpec
@@ -33,6 +34,18 @@ KNOWN_EXTRA: frozenset[str] = frozenset(
 )
 """The `extra` entries a run may carry (each with its rule in the rules table); any other
 entry a worker sends is dropped."""
+
+
+RATE_IN_WORDS = re.compile(r"\d\s*[kKMGTPE]?(?:i?B|FLOP|FLOPS|ops|calls)\s*/\s*s\b|FLOP/s|GB/s")
+"""A rate written into a sentence: rates are the server's own, so such a sentence is
+dropped (counts and times live in structured fields, never in words)."""
+
+
+def words(text: str | None, limit: int = 2_000) -> str | None:
+    """A worker's sentence, capped, or None when it states a rate."""
+    if text is None or RATE_IN_WORDS.search(text):
+        return None
+    return text[:limit]
 
 
 def seconds(value: float | None) -> float | None:
@@ -77,9 +90,32 @@ def bounded_extra(extra: dict[str, Any], job: JobSpec) -> dict[str, Any]:
         elif key == "compile_only":
             if isinstance(value, bool):
                 kept[key] = value
-        else:  # cuda, baselines, kernel: typed by the lease check; comparison recomputed
+        elif key == "kernel":
+            record = _kernel_record(value)
+            if record is not None:
+                kept[key] = record
+        elif key in ("baselines", "comparison"):
+            if job.path.value == "cuda":  # the cuda path's subjects; re-judged, recomputed
+                kept[key] = value
+        else:  # cuda: typed by the lease check
             kept[key] = value
     return kept
+
+
+def _kernel_record(value: Any) -> dict[str, Any] | None:
+    """A Pallas run's `extra.kernel` when it has its documented types: the kernel and its
+    compiler and GPU as words, every block size a whole number from 1 to 65,536."""
+    if not isinstance(value, dict):
+        return None
+    blocks = value.get("blocks")
+    if not isinstance(blocks, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 65_536 for v in blocks.values()
+    ):
+        return None
+    texts = {k: value.get(k) for k in ("kernel", "compiler", "gpu")}
+    if not all(v is None or isinstance(v, str) for v in texts.values()):
+        return None
+    return {**{k: v[:64] if v else v for k, v in texts.items()}, "blocks": dict(blocks)}
 
 
 def bounded_kernel_resources(resources: list[KernelResources]) -> list[KernelResources]:
@@ -128,12 +164,12 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
     except TargetError:
         return None
     chip = target.chip
-    ran = "execute" in {s.value for s in job.stages}
+    ran = bool({"execute", "scale"} & {s.value for s in job.stages})
     update: dict[str, Any] = {
         "id": target.id,
         "model": target.model.value,
         "count": target.count,
-        "deviceless": report.deviceless or not ran,
+        "deviceless": not ran,  # a job that ran needed the hardware
         "kernels": [_schedule(k) for k in report.kernels],
     }
     memory = report.memory

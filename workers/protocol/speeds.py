@@ -20,6 +20,10 @@ from workers.protocol.stats import summarize
 
 KERNEL_SUBJECT = "kernel"
 """The subject a comparison compares the others with (the cuda path's own kernel)."""
+CUBLAS_SUBJECT = "cuBLAS"
+"""The cuda path's library baseline (matmul only)."""
+JAX_SUBJECT = "JAX"
+"""The cuda path's JAX baseline: the same workload through jax.jit on the same GPU."""
 
 
 def restated(m: Measurement) -> Measurement:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, OpenModel, PathId, Platform
+
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A measured rate: a finite number above zero (a roof of 0 or below draws nothing)."""
 
 
 class Ceilings(OpenModel):
@@ -17,13 +20,16 @@ class Ceilings(OpenModel):
 
     device_kind: str
     copy_bytes_per_s: float | None = Field(
-        default=None, description="A large device-to-device copy: bytes read + written per s."
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="A large device-to-device copy: bytes read + written per s.",
     )
-    copy_bytes: int | None = Field(default=None, description="Size of the array copied.")
-    matmul_flops_per_s: dict[str, float] = Field(
+    copy_bytes: int | None = Field(default=None, ge=1, description="Size of the array copied.")
+    matmul_flops_per_s: dict[str, Rate] = Field(
         default_factory=dict, description="dtype → FLOP/s of a large square matmul."
     )
-    matmul_sizes: dict[str, int] = Field(
+    matmul_sizes: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict, description="dtype → the matrix size n that was timed."
     )
     measured_at: str = Field(description="ISO time of the first measurement.")
@@ -33,7 +39,7 @@ class Ceilings(OpenModel):
     updated_at: str | None = Field(
         default=None, description="ISO time of the latest round, when re-measured while idle."
     )
-    seconds: float | None = Field(default=None, description="Time spent measuring.")
+    seconds: float | None = Field(default=None, ge=0, description="Time spent measuring.")
     method: str = ""
     boundary: BoundaryId = Field(
         default=BoundaryId.HOST_SYNC,

@@ -160,12 +160,15 @@ def build_roofline(run: RunResult) -> Roofline | None:
     ceilings, rates = run.ceilings, run.rates
     if ceilings is None or rates is None or not run.valid:
         return None
-    if not ceilings.copy_bytes_per_s or not rates.flops_per_s or rates.bytes <= 0:
+    # Roofs of 0 or below (a run stored before registration bounded them) draw nothing.
+    if not ceilings.copy_bytes_per_s or ceilings.copy_bytes_per_s <= 0:
+        return None
+    if not rates.flops_per_s or rates.flops_per_s <= 0 or rates.bytes <= 0:
         return None
     wanted, mixed = roof_dtype(run)
     dtype = wanted if wanted in ceilings.matmul_flops_per_s else "float32"
     peak = ceilings.matmul_flops_per_s.get(dtype)
-    if not peak:
+    if not peak or peak <= 0:
         return None
     notes = list(mixed)
     if dtype != wanted:
