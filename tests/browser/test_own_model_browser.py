@@ -141,6 +141,12 @@ def test_the_one_button_compiles_the_eight_device_step_without_javascript(
     expect(page.locator("main")).to_contain_text("v6e:2x4")
     expect(page.locator("main")).to_contain_text("h100:8")
     expect(page.locator("main")).to_contain_text("all-reduce")
+    expect(page.locator("main")).not_to_contain_text("Not comparable")  # the page's own link
+    # A row's run page opens with a table of contents that lands on its memory.
+    page.goto(f"{server}/runs/{rows[0]['job']}")
+    page.locator("nav.run-nav").get_by_role("link", name="memory").click()
+    expect(page).to_have_url(re.compile("#target-h$"))
+    expect(page.locator("#target-h")).to_be_in_viewport()
     assert watch.console == [] and watch.failed == []
     context.close()
     # The same page with scripts on, as most readers see it.
@@ -149,4 +155,8 @@ def test_the_one_button_compiles_the_eight_device_step_without_javascript(
     page.goto(f"{server}/artifacts/{sha}")
     expect(page.locator("#fit-table tr[data-status='done']")).to_have_count(3)
     looks_right(page, "dp")
+    page.set_viewport_size(checks.VIEWPORTS["phone"])  # type: ignore[arg-type]
+    page.goto(f"{server}/runs/{rows[-1]['job']}")
+    page.locator("nav.run-nav").get_by_role("link", name="IR").click()
+    expect(page.locator("#ir-h")).to_be_in_viewport()
     context.close()
