@@ -188,9 +188,10 @@ def source_map(artifact: str, lines: list[str]) -> SourceMap:
         found = _hlo(lines)
     else:
         return SourceMap({})
-    kept: dict[int, list[Position]] = {}
+    own = {f: boundary_frame(f) for f in {p[0] for c in found.positions.values() for p in c}}
+    kept: dict[int, list[Position]] = {}  # (a large module names few files, on many lines)
     for i, chain in found.positions.items():
-        users = [p for p in chain if not boundary_frame(p[0])]
+        users = [p for p in chain if not own[p[0]]]
         if users:
             kept[i] = users
     return SourceMap(kept)

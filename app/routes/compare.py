@@ -29,6 +29,7 @@ from app.queue.validation import ValidJob
 from app.reader.tour import TOUR_JOBS
 from app.routes.common import is_htmx, render
 from app.routes.forms import FormValueError, number, whole_number
+from app.routes.hlo_diff import changes_section
 from app.settings import Settings
 
 router = APIRouter(include_in_schema=False)
@@ -79,6 +80,12 @@ def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
         ) from None
 
 
+async def _with_changes(dispatcher: Dispatcher, req: Comparison, ctx: dict[str, Any]) -> None:
+    """Add the HLO diff of the two sides' first runs ("What changed"), when both have HLO."""
+    if req.b and ctx.get("sides", {}).get("b") is not None:
+        ctx["hlo_changes"] = await changes_section(dispatcher, req.a[0], req.b[0])
+
+
 def _page(state: Any, **extra: Any) -> dict[str, Any]:
     """What every rendering of the comparison page needs besides the comparison."""
     return {
@@ -119,13 +126,17 @@ async def compare_page(
         ctx = compare_context(dispatcher, req)
     except CompareInputError as exc:
         return render(state, template, _page(state, c=None, error=str(exc)), 404)
+    await _with_changes(dispatcher, req, ctx)
     return render(state, template, _page(state, c=ctx))
 
 
 @router.api_route("/compare.json", methods=["GET", "HEAD"])
 async def compare_json(dispatcher: DispatcherDep, req: Asked) -> JSONResponse:
     """The same comparison as JSON."""
-    return JSONResponse(json_twin(_context(dispatcher, _read(req))))
+    comparison = _read(req)
+    ctx = _context(dispatcher, comparison)
+    await _with_changes(dispatcher, comparison, ctx)
+    return JSONResponse(json_twin(ctx))
 
 
 def _notes(request: Request) -> DecisionNotes:

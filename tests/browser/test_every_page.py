@@ -87,6 +87,7 @@ PAGES: dict[str, Callable[[Site], str]] = {
     "run-profiled": lambda s: f"/runs/{s.runs['profiled']}",
     "timeline": lambda s: f"/runs/{s.runs['profiled']}/profile/timeline",
     "compare-options": lambda s: s.compare_options,
+    "compare-hlo-diff": lambda s: s.compare_targets.replace("/compare?", "/compare/hlo-diff?"),
     "run-ir-search": lambda s: f"/runs/{s.runs['done']}/ir/hlo?q=fusion",
 }
 DELIBERATE = {"not-found": 404, "bad-query": 422}

@@ -5,5 +5,7 @@ fixed and which one is the experiment; stats: ratio of medians with a bootstrap 
 over independent runs; sides: each side's runs, stage times, compiler output and the
 runs side B may be picked from; plot: the distributions; view: the comparison's context
 (page, fragment and JSON alike); decision: the record a team keeps of what it measured
-and decided. The IR diff is app.ir.diff.
+and decided; hlo_changes and hlo_words: the HLO diff of the two sides' optimized HLO
+(app.ir.hlo_diff) as a report, in sentences and in rows. The line-by-line IR diff is
+app.ir.diff.
 """

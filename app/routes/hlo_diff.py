@@ -1,0 +1,212 @@
+"""The HLO diff of two runs: `GET /api/v1/compare/hlo-diff?a=&b=` (JSON), and its full
+listing at `/compare/hlo-diff?a=&b=` (a page, or its fragment for htmx). The compare
+page's "What changed" section is the same report's top (`changes_section`).
+
+A large pair takes a second or two the first time, so the diff is computed in a worker
+thread (two at most), never on the event loop; it is then cached
+(app.pages.compare.hlo_changes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import anyio
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, Field
+
+from app.deps import DispatcherDep, StateDep
+from app.dispatch import Dispatcher
+from app.pages.compare.hlo_changes import HloDiffMissing, hlo_report
+from app.pages.compare.hlo_words import groups
+from app.pages.jobs import PREFIX
+from app.routes.common import is_htmx, render
+from app.routes.routing import reads
+from app.routes.schemas import MessagePublic
+
+api_router = APIRouter(prefix=PREFIX, tags=["compare"])
+page_router = APIRouter(include_in_schema=False)
+
+TOP = 10
+"""Rows per group on the compare page; the full listing has them all."""
+MAX_ROWS = 2000
+"""Rows per group on the full listing (the JSON has every one)."""
+
+DIFFERS = anyio.CapacityLimiter(2)
+"""How many diffs are worked out at once, each in a worker thread (a large one holds a
+few hundred MB while it runs); more requests wait their turn."""
+
+JobId = Annotated[str, Query(min_length=1, max_length=64, description="A job id.")]
+
+
+class HloCostPublic(BaseModel):
+    cycles: int | None = Field(
+        description="The compiler's own estimate, where its HLO states one (a TPU "
+        "fusion's estimated_cycles)."
+    )
+    bytes: int | None = Field(
+        description="Bytes of the operands and the result, from their shapes, per device."
+    )
+
+
+class HloInstrPublic(BaseModel):
+    """One instruction: a fusion's kind (with a custom fusion's backend kind, e.g.
+    kCustom/__triton_gemm) or a custom call's target is its `kind`."""
+
+    name: str
+    opcode: str = Field(description="An asynchronous start's opcode without -start.")
+    kind: str | None
+    shape: str
+    line: int = Field(description="Its 1-based line in the run's HLO text (0: not found).")
+    cost: HloCostPublic
+
+
+class HloPairPublic(BaseModel):
+    a: HloInstrPublic
+    b: HloInstrPublic
+    what: list[str] = Field(description="What differs, e.g. opcode, layout, fusion body.")
+
+
+class HloRegroupLines(BaseModel):
+    a: list[int]
+    b: list[int]
+
+
+class HloSplitPublic(BaseModel):
+    a: str
+    b: list[str]
+    lines: HloRegroupLines
+
+
+class HloMergePublic(BaseModel):
+    a: list[str]
+    b: str
+    lines: HloRegroupLines
+
+
+class HloCollectiveLines(BaseModel):
+    a: int | None
+    b: int | None
+
+
+class HloCollectivePublic(BaseModel):
+    a: str | None = Field(description="The collective in A; null when only B has it.")
+    b: str | None
+    kind: str
+    bytes_a: int | None = Field(description="Bytes it delivers per device, from its shape.")
+    bytes_b: int | None
+    groups_a: str | None = Field(description="Its replica groups as the HLO spells them.")
+    groups_b: str | None
+    lines: HloCollectiveLines
+
+
+class HloDiffSummary(BaseModel):
+    identical: int
+    changed: int
+    only_a: int
+    only_b: int
+    splits: int
+    merges: int
+
+
+class HloSides(BaseModel):
+    a: bool
+    b: bool
+
+
+class HloCounts(BaseModel):
+    a: int
+    b: int
+
+
+class HloCompilers(BaseModel):
+    a: str
+    b: str
+
+
+class HloDiffPublic(BaseModel):
+    """Two runs' optimized HLO paired instruction by instruction."""
+
+    a: str
+    b: str
+    compilers: HloCompilers
+    instructions: HloCounts = Field(description="Instructions paired on each side.")
+    summary: HloDiffSummary
+    sentences: list[str]
+    changed: list[HloPairPublic]
+    only_a: list[HloInstrPublic]
+    only_b: list[HloInstrPublic]
+    splits: list[HloSplitPublic]
+    merges: list[HloMergePublic]
+    collectives: list[HloCollectivePublic]
+    truncated: HloSides = Field(
+        description="Which side's HLO was cut at the server's storage cap (diffed as far "
+        "as it goes)."
+    )
+
+
+async def report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
+    """The report of job `a` against job `b`, worked out off the event loop; HloDiffMissing."""
+    return await anyio.to_thread.run_sync(hlo_report, dispatcher.store, a, b, limiter=DIFFERS)
+
+
+async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
+    try:
+        return await report(dispatcher, a, b)
+    except HloDiffMissing as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+
+
+@reads(api_router)(
+    "/compare/hlo-diff",
+    response_model=HloDiffPublic,
+    responses={404: {"model": MessagePublic, "description": "No such job, or no HLO."}},
+    summary="Two runs' optimized HLO, paired instruction by instruction",
+)
+async def hlo_diff_json(a: JobId, b: JobId, dispatcher: DispatcherDep) -> JSONResponse:
+    """Job `a`'s optimized HLO against job `b`'s: identical and changed pairs (with what
+    differs), what only one side has, fusions split or merged, and the collectives of
+    both; cost as each side's HLO states it."""
+    return JSONResponse(await _report(dispatcher, a, b))
+
+
+def links(a: str, b: str) -> dict[str, str]:
+    query = urlencode({"a": a, "b": b})
+    return {"all": f"/compare/hlo-diff?{query}", "json": f"{PREFIX}/compare/hlo-diff?{query}"}
+
+
+def section(report: dict[str, Any], top: int | None) -> dict[str, Any]:
+    """What the "What changed" section shows: the sentences and the groups' first `top`
+    rows (all rows, up to MAX_ROWS a group, for None)."""
+    return {
+        "a": report["a"],
+        "b": report["b"],
+        "summary": report["summary"],
+        "sentences": report["sentences"],
+        "compilers": report["compilers"],
+        "groups": groups(report, top if top is not None else MAX_ROWS),
+        "full": top is None,
+        "links": links(report["a"], report["b"]),
+    }
+
+
+async def changes_section(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any] | None:
+    """The compare page's section for the first runs of its two sides; None while a side
+    has no HLO (still queued, or a path without XLA)."""
+    try:
+        found = await report(dispatcher, a, b)
+    except HloDiffMissing:
+        return None
+    return section(found, TOP)
+
+
+@reads(page_router)("/compare/hlo-diff", response_class=HTMLResponse)
+async def hlo_diff_page(
+    request: Request, state: StateDep, dispatcher: DispatcherDep, a: JobId, b: JobId
+) -> HTMLResponse:
+    """Every row of the HLO diff (the compare page shows each group's top)."""
+    changes = section(await _report(dispatcher, a, b), None)
+    template = "_compare_hlo_diff.html" if is_htmx(request) else "compare_hlo_diff.html"
+    return render(state, template, {"changes": changes, "nav": "runs"})

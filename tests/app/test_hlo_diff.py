@@ -1,0 +1,178 @@
+"""The HLO diff's matcher on small hand-written modules, one kind of change each (a
+renaming, a split, a merge, a layout change, an added collective), and on large
+generated ones: what it pairs, what it says differs, what it leaves on one side."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.ir.hlo_diff import HloDiff, diff_modules
+from app.pages.compare.hlo_changes import DiffCache, hlo_report
+from tests.app.hlo_modules import BASE, GATHERED, RELAID, RENAMED, SPLIT, large, meta
+from workers.protocol.base import JobStatus
+
+
+def names(d: HloDiff) -> dict[str, Any]:
+    """The diff by instruction names: pairs as "a=b", leftovers and regroups as names."""
+    a, b = d.a.instrs, d.b.instrs
+    return {
+        "identical": [f"{a[p.a].name}={b[p.b].name}" for p in d.identical],
+        "changed": {f"{a[p.a].name}={b[p.b].name}": p.what for p in d.changed},
+        "only_a": [a[i].name for i in d.only_a],
+        "only_b": [b[j].name for j in d.only_b],
+        "splits": [([a[i].name for i in r.a], [b[j].name for j in r.b]) for r in d.splits],
+        "merges": [([a[i].name for i in r.a], [b[j].name for j in r.b]) for r in d.merges],
+    }
+
+
+def test_a_module_against_itself_pairs_every_instruction_identically() -> None:
+    found = names(diff_modules(GATHERED, GATHERED))
+    assert found["changed"] == {} and found["only_a"] == found["only_b"] == []
+    # The asynchronous pair is one instruction, named after its start.
+    assert found["identical"] == [
+        "x=x", "y=y", "fusion.3=fusion.3", "all-gather-start=all-gather-start",
+        "slice.1=slice.1", "neg.1=neg.1",
+    ]  # fmt: skip
+
+
+def test_renamed_instructions_and_computations_are_identical() -> None:
+    found = names(diff_modules(BASE, RENAMED))
+    assert found["identical"] == ["x=x", "y=y", "fusion.3=fusion.9", "neg.1=negate.7"]
+    assert found["changed"] == {} and found["only_a"] == found["only_b"] == []
+
+
+def test_a_fusion_split_in_two_is_a_split_and_read_back_a_merge() -> None:
+    split = names(diff_modules(BASE, SPLIT))
+    assert split["splits"] == [(["fusion.3"], ["fusion.3", "fusion.4"])]
+    assert split["identical"] == ["x=x", "y=y", "neg.1=neg.1"]  # it reads the split's result
+    assert split["changed"] == {} and split["only_a"] == split["only_b"] == []
+    merge = names(diff_modules(SPLIT, BASE))
+    assert merge["merges"] == [(["fusion.3", "fusion.4"], ["fusion.3"])]
+    assert merge["splits"] == [] and merge["only_a"] == merge["only_b"] == []
+
+
+def test_a_layout_change_is_named_and_changes_nothing_else() -> None:
+    found = names(diff_modules(BASE, RELAID))
+    assert found["changed"] == {"neg.1=neg.1": ("layout",)}
+    assert found["identical"] == ["x=x", "y=y", "fusion.3=fusion.3"]
+
+
+def test_an_added_collective_is_only_in_b_with_its_bytes_and_groups() -> None:
+    d = diff_modules(BASE, GATHERED)
+    found = names(d)
+    assert found["only_b"] == ["all-gather-start", "slice.1"]
+    assert found["changed"] == {"neg.1=neg.1": ("operands",)}  # it reads the slice now
+    (collective,) = d.collectives
+    gather = d.b.instrs[collective.b or 0]
+    assert (collective.a, collective.kind) == (None, "all-gather")
+    assert gather.done == "all-gather-done" and gather.shape == "f32[32,128]{1,0}"
+    assert gather.result_bytes == 32 * 128 * 4 and gather.groups == "[[0, 1, 2, 3]]"
+
+
+ITERATED = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[512,512]) -> f32[512,512] {
+  %p = f32[512,512]{1,0} parameter(0)
+  ROOT %ar = f32[512,512]{1,0} all-reduce(%p), channel_id=3, replica_groups=GROUPS, \
+to_apply=%add, backend_config={"estimated_cycles":"2620"}
+}
+"""
+
+
+def test_replica_groups_compare_by_devices_not_spelling_and_cycles_are_read() -> None:
+    mesh = ITERATED.replace("GROUPS", "mesh['axis_0'=1,'axis_1'=8] {'axis_1'}")
+    iota = ITERATED.replace("GROUPS", "[1,8]<=[8]").replace("%ar", "%all-reduce.7")
+    d = diff_modules(mesh, iota)
+    assert names(d)["identical"] == ["p=p", "ar=all-reduce.7"]
+    assert d.b.instrs[d.identical[1].b].cycles == 2620
+    pairs = diff_modules(mesh, ITERATED.replace("GROUPS", "{{0,1,2,3},{4,5,6,7}}"))
+    assert names(pairs)["changed"] == {"ar=ar": ("replica groups",)}
+
+
+def test_metadata_pairs_a_kernel_that_became_another_kind() -> None:
+    triton = BASE.replace(
+        f"kind=kLoop, calls=%fused_add_mul, {meta('mul', 11)}",
+        f"kind=kCustom, calls=%fused_add_mul, {meta('mul', 11)}, "
+        'backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}',
+    )
+    library = BASE.replace(
+        f"fusion(%x, %y), kind=kLoop, calls=%fused_add_mul, {meta('mul', 11)}",
+        f'custom-call(%x, %y), custom_call_target="__cublas$gemm", {meta("mul", 11)}',
+    )
+    library = library[library.index("ENTRY") :]  # no fusion calls the body any more
+    d = diff_modules(triton, library)
+    (pair,) = d.changed
+    assert (d.a.instrs[pair.a].kind, d.b.instrs[pair.b].kind) == (
+        "kCustom/__triton_gemm",
+        "__cublas$gemm",
+    )
+    assert pair.stage == "metadata" and pair.what[:2] == ("opcode", "custom-call target")
+    assert names(d)["identical"] == ["x=x", "y=y", "neg.1=neg.1"]
+
+
+def test_a_cut_module_is_diffed_as_far_as_it_goes() -> None:
+    cut = GATHERED[: GATHERED.index("  %slice.1") + 12]  # mid-line in the entry
+    d = diff_modules(GATHERED, cut, truncated_b=True)
+    assert d.b.truncated and not d.a.truncated
+    found = names(d)
+    assert found["identical"] == [
+        "x=x", "y=y", "fusion.3=fusion.3", "all-gather-start=all-gather-start"
+    ]  # fmt: skip
+    assert found["only_a"] == ["slice.1", "neg.1"] and found["only_b"] == []
+
+
+def test_ten_thousand_instructions_pair_up_with_every_change_found() -> None:
+    a, b = large(2000), large(2000, variant=True)
+    started = time.perf_counter()
+    d = diff_modules(a, b)
+    took = time.perf_counter() - started
+    assert len(d.a.units) >= 10_000 and len(d.b.units) >= 10_000
+    assert len(d.splits) == 20 and not d.merges and not d.only_a
+    assert sorted(d.b.instrs[j].op for j in d.only_b) == ["all-reduce"] * 4
+    kinds = [p.what for p in d.changed]
+    assert kinds.count(("layout",)) == 200  # every tenth copy
+    assert kinds.count(("operands",)) == 4  # what reads an added all-reduce
+    assert len(d.changed) == 204
+    assert took < 20, f"{took:.1f} s (the benchmark holds the real bound: bench/hlo_diff.py)"
+
+
+@dataclass
+class _Job:
+    path: str
+    status: JobStatus = JobStatus.DONE
+
+
+class _Store:
+    """The two store methods the report reads, over texts in memory."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+        self.reads = 0
+
+    def get_job(self, job_id: str) -> _Job | None:
+        return _Job("jax-tpu") if job_id in self.texts else None
+
+    def get_artifact(self, job_id: str, name: str) -> tuple[str, bool] | None:
+        self.reads += 1
+        return (self.texts[job_id], False) if name == "hlo" and job_id in self.texts else None
+
+
+def test_a_repeated_report_is_a_lookup_and_a_changed_text_is_not() -> None:
+    store = _Store({"a": large(2000), "b": large(2000, variant=True)})
+    cache = DiffCache(4)
+    first = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    again = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
+    assert again is first and time.perf_counter() - started < 0.5
+    assert first["compilers"] == {"a": "libtpu", "b": "libtpu"}
+    store.texts["b"] = large(2000)
+    fresh = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
+    assert fresh is not first and fresh["summary"]["changed"] == 0
