@@ -47,7 +47,7 @@ async def _target_page(
 
 def _cell(page: str, label: str) -> str:
     """The figure of the memory table's row `label`, as a person reads it."""
-    found = re.search(label + r"</th><td>([^<]*)", page)
+    found = re.search(label + r"</th><td[^>]*>([^<]*)", page)
     assert found is not None, label
     return found.group(1).strip()
 

@@ -228,7 +228,9 @@ def test_a_comparisons_figures_stay_whole_and_its_diff_is_readable(
     for table in tables.all():
         figures = table.evaluate(_FIGURE_LINES)
         assert any(text.endswith("%") for text, _ in figures), figures
-        broken = [text for text, lines in figures if lines != 1]
+        # A figure is never split over two lines; words in its place ("not reported by
+        # libtpu without the device") may wrap.
+        broken = [text for text, lines in figures if lines != 1 and "not reported" not in text]
         assert broken == [], broken
         names = table.evaluate(_FIGURE_LINES.replace("'td'", "'th[scope=row]'"))
         broken = [text for text, lines in names if " " not in text and lines != 1]

@@ -134,10 +134,12 @@ def bounded_figures(run: RunResult) -> RunResult:
 
 
 def _cache_events(run: RunResult, cache: CachePolicy) -> CacheEvents | None:
-    """The persistent cache's hits and misses: only a job under that policy has any, and
-    none of them is negative."""
+    """The persistent cache's hits and misses, none negative: only a job under that policy
+    can hit it (a cold or warm job bypasses it and reports 0 hits, or nothing)."""
     events = run.environment.cache_events
-    if events is None or cache is not CachePolicy.PERSISTENT or min(events.hits, events.misses) < 0:
+    if events is None or min(events.hits, events.misses) < 0:
+        return None
+    if cache is not CachePolicy.PERSISTENT and (events.hits or events.time_saved_s):
         return None
     saved = events.time_saved_s  # may be negative: loading can cost more than compiling
     finite = saved if saved is not None and math.isfinite(saved) else None

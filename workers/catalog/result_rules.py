@@ -76,7 +76,7 @@ RULES: tuple[Rule, ...] = (
     Rule("environment.device_kind", "checked", "the worker's registered device kind (409)"),
     Rule("environment.device_count", "checked", "1 or more if it ran, at most registered (409)"),
     Rule("environment.cache", "recomputed", "the job's cache policy"),
-    Rule("environment.cache_events.*", "bounded", "persistent policy only; counts not negative"),
+    Rule("environment.cache_events.*", "bounded", "hits only if persistent; none negative"),
     Rule("environment.*", "text", "versions, flags, host: the worker's words"),
     Rule("warnings", "text", "the worker's, capped; one that states a rate is dropped"),
     Rule("valid", "recomputed", "the worker says so and the server's checks pass"),
