@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 from workers.catalog import may_go_unchecked
-from workers.catalog.base import DTYPE_BYTES
+from workers.catalog.base import DTYPE_BYTES, WorkloadParams
 from workers.catalog.kernels import INTERPRET_WARNING
 from workers.catalog.server_figures import (
     calls_per_sample,
@@ -79,7 +79,7 @@ MAX_WARNING_CHARS = 2_000
 # --- the whole run -------------------------------------------------------------------------
 
 
-def bounded_figures(run: RunResult) -> RunResult:
+def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
     """Every figure only a compiler or the worker's clock can know, kept when finite and
     not negative, withheld (None) otherwise; a TPU target's temporaries, which libtpu
     leaves at 0 without the hardware, read as not reported."""
@@ -123,7 +123,7 @@ def bounded_figures(run: RunResult) -> RunResult:
             "environment": run.environment.model_copy(
                 update={"cache": cache, "cache_events": _cache_events(run, cache)}
             ),
-            "inputs": _inputs(run),
+            "inputs": _inputs(run, params),
             "warnings": [w for w in said if w is not None],
             "pipeline": _capture(run.pipeline),
             "kernel_pipelines": {k: _capture(p) for k, p in run.kernel_pipelines.items()},
@@ -150,11 +150,10 @@ def _capture(p: PipelineCapture | None) -> PipelineCapture | None:
     return p.model_copy(update={"capture_s": seconds(p.capture_s)}) if p is not None else None
 
 
-def _inputs(run: RunResult) -> list[InputInfo]:
+def _inputs(run: RunResult, params: WorkloadParams | None) -> list[InputInfo]:
     """A catalog workload's inputs as the worker describes them, kept only when each is no
     larger than what the job places and its floating dtype is the job's own; an upload's
     are its header's (set by the server before this)."""
-    params = job_params(run.job)
     if params is None or run.job.workload == "exported":
         return [i for i in run.inputs if all(d >= 0 for d in i.shape)]
     dtype = str(getattr(getattr(params, "dtype", None), "value", "") or "")
@@ -176,7 +175,7 @@ def published(
     worker says so *and* the server's checks pass. `result_dtypes`: an uploaded program's
     result dtypes by result name, from its header, for each result's tolerance."""
     params = job_params(run.job)
-    run = bounded_figures(run)
+    run = bounded_figures(run, params)
     calls = calls_per_sample(run.job, params)
     update: dict[str, Any] = {
         "measurements": [server_measurement(m, calls) for m in run.measurements],
