@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workers.cli.run import run_command
-from workers.protocol import BoundaryId, RunResult
+from workers.protocol import BoundaryId, PathId, RunResult
 
 SMALL = ["m=32", "n=32", "k=32", "--samples", "3"]
 
@@ -72,6 +72,47 @@ def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--samples" in capsys.readouterr().err
     assert run_command(["matmul", "--stages", "compile,link"]) == 2
     assert "'link' is no stage" in capsys.readouterr().err
+
+
+def test_parameters_may_come_after_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse filled the parameters from the words before the first option only, and
+    # refused the rest: "unrecognized arguments: n=32 k=24".
+    assert run_command(["matmul", "m=32", "--samples", "3", "n=32", "--json", "k=24"]) == 0
+    run = RunResult.model_validate_json(capsys.readouterr().out)
+    assert (run.params["m"], run.params["n"], run.params["k"]) == (32, 32, 24)
+    assert run.job.measure.samples == 3
+
+
+def test_a_pallas_backend_after_the_path_reaches_the_job(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from workers.cli.run import build_job, parse_command_line
+
+    argv = [
+        "matmul",
+        "dtype=bfloat16",
+        "--path",
+        "jax-gpu",
+        "kernel=pallas",
+        "pallas_backend=mosaic-gpu",
+    ]
+    job = build_job(parse_command_line(argv))
+    assert job.path is PathId.JAX_GPU
+    assert job.params == {"dtype": "bfloat16", "kernel": "pallas", "pallas_backend": "mosaic-gpu"}
+    # Without a GPU here the run is refused for the path, not for the words' order.
+    assert run_command(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs a gpu device" in err and "unrecognized" not in err
+
+
+def test_an_unknown_option_is_named_alone_and_a_parameter_given_twice_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_command(["matmul", "m=32", "--bogus", "n=32"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --bogus\n" in err and "n=32" not in err
+    assert run_command(["matmul", "m=32", "--samples", "3", "m=64"]) == 2
+    assert "params.m: given twice" in capsys.readouterr().err
 
 
 def test_settings_come_from_the_environment(

@@ -99,7 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a workload through trace → lower → compile → execute and report it.",
     )
     parser.add_argument("workload", help=f"one of: {', '.join(WORKLOADS)}")
-    parser.add_argument("params", nargs="*", metavar="key=value", help="workload parameters")
+    parser.add_argument(
+        "params",
+        nargs="*",
+        metavar="key=value",
+        help="workload parameters, before, between or after the options",
+    )
     parser.add_argument("--path", choices=[p.value for p in PathId], default=PathId.JAX_CPU.value)
     parser.add_argument(
         "--target",
@@ -149,6 +154,23 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="print the run result as JSON")
     output.add_argument("--ir", choices=list(ARTIFACT_NAMES), help="print one artifact")
     return parser
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """The `boundary run` words as parsed arguments, `key=value` parameters anywhere.
+
+    argparse fills a `nargs="*"` positional once, from the words before the first option,
+    and calls every later parameter an unrecognized argument. The words it leaves over are
+    therefore parameters too, unless they look like an option: those, and only those, are
+    named in the usage error.
+    """
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    unknown = [word for word in extras if word.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.params = [*args.params, *extras]
+    return args
 
 
 def xla_options(path: str, texts: list[str]) -> dict[str, OptionValue]:
@@ -245,7 +267,7 @@ def submit_to_server(job: JobSpec, server_url: str, as_json: bool, ir: str | Non
 def run_command(argv: list[str]) -> int:
     """`boundary run ARGV...`: parse, run here (or submit), print; return the exit status."""
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_command_line(argv)
     except SystemExit as exc:  # argparse has printed the usage or the help
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_JOB
     try:
