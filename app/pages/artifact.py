@@ -74,8 +74,25 @@ def one_click(fitting: list[Target], devices: int) -> list[Target]:
     return chosen
 
 
-def _named(names: list[str], avals: list[str]) -> list[dict[str, str]]:
-    return [{"name": n, "aval": a} for n, a in zip(names, avals, strict=True)]
+def _named(
+    names: list[str], avals: list[str], placements: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each argument's or result's row: its name, shape and sharding (None when the
+    header's shardings were not read)."""
+    shardings: list[dict[str, Any] | None] = list(placements) or [None] * len(names)
+    return [
+        {"name": n, "aval": a, "sharding": p}
+        for n, a, p in zip(names, avals, shardings, strict=True)
+    ]
+
+
+def mesh_text(header: dict[str, Any]) -> str | None:
+    """The program's mesh as the pages name it (`data: 2 × model: 4`; several, rarely,
+    joined by "and"), or None for a program of one device."""
+    if int(header.get("nr_devices", 1)) <= 1:
+        return None
+    meshes = [str(m["text"]) for m in header.get("meshes") or []]
+    return " and ".join(meshes) if meshes else "not named (no argument or result is placed)"
 
 
 def _collectives(run: dict[str, Any]) -> list[str]:
@@ -289,7 +306,13 @@ def artifact_context(
     header = info.get("header")
     if not header:
         # An .npz (or an unreadable file): nothing to compile, nothing pending.
-        empty: dict[str, Any] = {"arguments": [], "results": [], "fitting": [], "one_click": []}
+        empty: dict[str, Any] = {
+            "arguments": [],
+            "results": [],
+            "mesh": None,
+            "fitting": [],
+            "one_click": [],
+        }
         return {**empty, "fit": [], "fit_pending": False, "runs": [], "more_runs": False}
     devices = int(header.get("nr_devices", 1))
     fitting = fitting_targets(header)
@@ -298,8 +321,17 @@ def artifact_context(
     rows = fit_rows(info["sha256"], dispatcher, devices)
     runs, more_runs = run_rows(info["sha256"], dispatcher)
     return {
-        "arguments": _named(header.get("argument_names", []), header.get("in_avals", [])),
-        "results": _named(header.get("result_names", []), header.get("out_avals", [])),
+        "arguments": _named(
+            header.get("argument_names", []),
+            header.get("in_avals", []),
+            header.get("in_shardings", []),
+        ),
+        "results": _named(
+            header.get("result_names", []),
+            header.get("out_avals", []),
+            header.get("out_shardings", []),
+        ),
+        "mesh": mesh_text(header),
         "max_listed": MAX_LISTED,
         "fitting": [
             {

@@ -23,6 +23,7 @@ from app.pages.jobs import job_public
 from app.pages.runs.profile import chrome_trace, profile_response, profile_view
 from app.pages.runs.timeline import KEYS_HELP, TraceTooLarge, timeline_urls, viewer_trace
 from app.pages.runs.views import run_context, samples_csv, shape_and_dtype, variant_of
+from app.pages.uploaded import artifact_of, placement
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import IrQueryDep, is_htmx, render
@@ -193,6 +194,8 @@ async def run_page(
     ctx = run_context(job, _public_base(state, request))
     ctx.update(nav="runs", token_needed=state.settings.SUBMIT_TOKEN is not None)
     run = ctx.get("run")
+    uploaded = artifact_of(job) if run is not None else None
+    ctx["placement"] = placement(uploaded, dispatcher) if uploaded is not None else None
     if run is not None:
         ctx["card_claims"] = _card_claims(state, dispatcher, job)
         by_bytes = request.query_params.get("explain") == "bytes"

@@ -318,6 +318,7 @@ def _summary(output: Path, data: bytes, header: Any) -> dict[str, Any]:
         "function_name": header.function_name,
         "platforms": list(header.platforms),
         "nr_devices": header.nr_devices,
+        "meshes": [m.text() for m in header.meshes()],
         "in_avals": [a.text() for a in header.in_avals],
         "out_avals": [a.text() for a in header.out_avals],
         "arguments": list(header.argument_names),

@@ -2,9 +2,10 @@
 
 `Exported.serialize()` writes a FlatBuffer (schema: jax/_src/export/serialization.fbs).
 The server must say what an uploaded artifact holds (the platforms it was exported for,
-its device count, its arguments and results with their shapes and names) and refuse a
-damaged one, without importing jax. This module walks just enough of the FlatBuffer to
-do that, through `workers.export.flatbuffer`'s bounds-checked reads.
+its device count, its arguments and results with their shapes, names and shardings) and
+refuse a damaged one, without importing jax. This module walks just enough of the
+FlatBuffer to do that, through `workers.export.flatbuffer`'s bounds-checked reads (the
+shardings: `workers.export.shardings`).
 
 Names come from the artifact's own trees (`in_tree`, `out_tree`), so the server, the
 worker and `boundary export-fn` name every argument and result alike:
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from workers.export.flatbuffer import ArtifactError, FlatBuffer
+from workers.export.shardings import ArraySharding, MeshShape, read_shardings
 
 __all__ = [
     "DTYPES",
     "ITEMSIZE",
     "MLIR_BYTECODE_MAGIC",
+    "ArraySharding",
     "ArtifactError",
     "Aval",
     "ExportHeader",
@@ -171,6 +174,27 @@ class ExportHeader:
     """One per flat argument, in `in_avals` order (see the module's docstring)."""
     result_names: tuple[str, ...] = field(default=())
     """One per flat result, in `out_avals` order."""
+    in_shardings: tuple[ArraySharding, ...] = field(default=())
+    """One per flat argument (unspecified ones included); empty when not read."""
+    out_shardings: tuple[ArraySharding, ...] = field(default=())
+
+    def meshes(self) -> list[MeshShape]:
+        """The meshes its shardings name (usually one), in first-named order."""
+        found: list[MeshShape] = []
+        for sharding in (*self.in_shardings, *self.out_shardings):
+            if sharding.mesh is not None and sharding.mesh not in found:
+                found.append(sharding.mesh)
+        return found
+
+    def _placements(
+        self, avals: tuple[Aval, ...], shardings: tuple[ArraySharding, ...], result: bool
+    ) -> list[dict[str, object]]:
+        if len(shardings) != len(avals):
+            return []
+        return [
+            s.as_dict(tuple(a.dims()) if a.concrete else None, a.dtype, result)
+            for a, s in zip(avals, shardings, strict=True)
+        ]
 
     def arguments(self) -> list[tuple[str, Aval]]:
         """(name, aval) of every flat argument, in call order."""
@@ -190,6 +214,9 @@ class ExportHeader:
             "argument_names": list(self.argument_names),
             "result_names": list(self.result_names),
             "nr_devices": self.nr_devices,
+            "meshes": [m.as_dict() for m in self.meshes()],
+            "in_shardings": self._placements(self.in_avals, self.in_shardings, False),
+            "out_shardings": self._placements(self.out_avals, self.out_shardings, True),
             "calling_convention_version": self.calling_convention_version,
             "module_bytes": self.module_bytes,
         }
@@ -248,6 +275,7 @@ def read_header(data: bytes | IO[bytes]) -> ExportHeader:
     results = result_names(_tree_paths(buf, root, _OUT_TREE))
     if len(arguments) != len(in_avals) or len(results) != len(out_avals):
         raise ArtifactError("corrupted: its argument or result tree does not match its shapes")
+    in_shardings, out_shardings = read_shardings(buf, root, len(in_avals), len(out_avals))
     return ExportHeader(
         function_name=buf.text(name_at),
         platforms=tuple(p.lower() for p in platforms),
@@ -258,6 +286,8 @@ def read_header(data: bytes | IO[bytes]) -> ExportHeader:
         module_bytes=module_bytes,
         argument_names=tuple(arguments),
         result_names=tuple(results),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
     )
 
 
