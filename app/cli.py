@@ -104,7 +104,7 @@ def _serve(argv: list[str]) -> int:
         host=args.host,
         port=args.port,
         # uvicorn's httptools protocol with a header deadline, a connection cap and a
-        # lingering close (app.web.connections; README, "Design notes").
+        # lingering close (app.web.connections; docs/design/hardening.md).
         http=guarded_protocol(limits),
         access_log=settings.ACCESS_LOG,
         log_level="info",

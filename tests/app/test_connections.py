@@ -6,7 +6,7 @@ streams are capped per client, a stalled body gets 408, and /healthz keeps answe
 Before: uvicorn had no header deadline and nothing capped connections or streams;
 19,990 half-open connections used up the server's 20,000 file descriptors (/healthz, the
 API and worker registration refused), and 19,800 event streams took it to 1.43 GB. The
-last test shows the uvicorn fact behind the design (README, "Design notes")."""
+last test shows the uvicorn fact behind the design (docs/design/hardening.md)."""
 
 from __future__ import annotations
 

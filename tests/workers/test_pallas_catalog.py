@@ -156,7 +156,7 @@ def test_defaults_pass_their_own_checks_on_every_compiler() -> None:
 
 
 def test_gpu_defaults_are_smaller_than_tpu_defaults() -> None:
-    """The README's line: 512-row Triton tiles do not fit; the GPU default is 128 at most."""
+    """docs/pallas.md's line: 512-row Triton tiles do not fit; the GPU default is 128 at most."""
     assert pb.default_matmul_blocks(1024, 1024, 1024, Backend.MOSAIC_TPU).bm == 512
     assert pb.default_matmul_blocks(1024, 1024, 1024, Backend.TRITON).bm == 128
     assert pb.default_rows(1 << 18, Backend.MOSAIC_TPU) == 512

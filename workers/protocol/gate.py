@@ -59,8 +59,8 @@ WITHHELD_FIELDS: tuple[str, ...] = (
     "profile (and its stored trace)",
     "run_seconds (the API's whole-job wall time)",
 )
-"""Every speed-bearing field of a run that is not valid, as the README and tests name them.
-(`run_seconds` is not part of a run result: the server stores none for such a run.)"""
+"""Every speed-bearing field of a run that is not valid, as docs/running.md and the tests
+name them. (`run_seconds` is not part of a run result: the server stores none for such a run.)"""
 
 SPEED_EXTRA_KEYS = frozenset({"comparison", "unreported_s", "warmed"})
 """`extra` entries that hold times, or counts of timed calls."""
