@@ -1,25 +1,25 @@
 """A profiled CPU run's timeline, opened on its page in Chromium with the network off.
 
-A real `boundary serve` and its local worker make the run (a few jitted matmuls under the
-JAX profiler); the page is opened at 390 and 1280 px with every request that is not to
-the test server aborted and recorded. What a person sees: the viewer opens on the thread
-that made the calls, a tooltip names the jitted function, the table by self time counts
-its calls, and stepping through the threads finds the XLA op the compiled program ran.
+The shared `boundary serve` (bench_server) and its local worker make the run (a few jitted
+matmuls under the JAX profiler); the page is opened at 390 and 1280 px with every request
+that is not to the test server aborted and recorded. What a person sees: the viewer opens
+on the thread that ran the compiled program's XLA op; the page's own buttons for its views,
+threads and zoom are whole on the screen at both widths and work; no emoji is drawn as an
+empty box; stepping through the threads finds the jitted function's calls; on a phone, a
+tap on a frame names it with its duration.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Locator, Page, Route, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -27,22 +27,21 @@ CALL = "PjitFunction(jit(matmul))"
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def profiled(bench_server: str) -> tuple[str, str]:
     """(server URL, the id of a finished profiled run on it)."""
-    for url in serve(tmp_path_factory.mktemp("timeline"), workers=1):
-        body = {
-            "workload": "matmul",
-            "params": {"m": 128, "n": 128, "k": 128},
-            "measure": {"samples": 6, "profile": True},
-        }
-        job_id = httpx.post(url + "/api/v1/jobs", json=body).json()["id"]
-        deadline = time.monotonic() + 180
-        status = "queued"
-        while status in ("queued", "running") and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status = httpx.get(f"{url}/api/v1/jobs/{job_id}").json()["status"]
-        assert status == "done", status
-        yield url, job_id
+    body = {
+        "workload": "matmul",
+        "params": {"m": 128, "n": 128, "k": 128},
+        "measure": {"samples": 6, "profile": True},
+    }
+    job_id = httpx.post(bench_server + "/api/v1/jobs", json=body).json()["id"]
+    deadline = time.monotonic() + 180
+    status = "queued"
+    while status in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = httpx.get(f"{bench_server}/api/v1/jobs/{job_id}").json()["status"]
+    assert status == "done", status
+    return bench_server, job_id
 
 
 @dataclass
@@ -71,79 +70,128 @@ def offline_page(browser: Browser, base: str, size: dict[str, int]) -> Visit:
     return visit
 
 
-def focus_viewer(visit: Visit) -> None:
-    """Click into the viewer's chart, as a person does before using its keys."""
-    frame = visit.page.locator("iframe.timeline")
-    frame.scroll_into_view_if_needed()
-    box = frame.bounding_box()
-    assert box is not None
-    frame.click(position={"x": box["width"] / 2, "y": 200})
-
-
-def press(visit: Visit, key: str) -> None:
-    visit.page.keyboard.press(key)
-    visit.page.wait_for_timeout(300)
-
-
 def viewer_text(visit: Visit) -> str:
     return visit.page.frame_locator("iframe.timeline").locator("body").inner_text()
 
 
-def table_rows_matching(visit: Visit, query: str) -> str:
-    """The table by self time (key 3, "Sandwich") filtered by the viewer's search box
-    (Ctrl+F), as a person looks a frame up: the rows under its heading."""
-    focus_viewer(visit)
-    press(visit, "3")
-    press(visit, "Control+f")
-    visit.page.keyboard.type(query)
-    visit.page.wait_for_timeout(500)
-    text = viewer_text(visit)
-    assert "Total" in text and "Self" in text, text[:300]
-    return text
+def heading(visit: Visit, number: int) -> Locator:
+    """The viewer's heading for the thread shown, `number` of them."""
+    frame = visit.page.frame_locator("iframe.timeline")
+    return frame.get_by_text(
+        re.compile(rf"^/host:CPU \(pid \d+\),\s+.+ \(tid \d+\)\s*\({number}/\d+\)$")
+    )
 
 
-def thread_with_row(visit: Visit, needle: str, threads: int = 8) -> str | None:
-    """Step through the threads (key n) until the filtered table shows `needle`."""
-    for _ in range(threads):
-        text = viewer_text(visit)
-        if needle in text:
-            return text
-        focus_viewer(visit)
-        press(visit, "n")
-    return None
+def click(visit: Visit, name: str) -> None:
+    """Click one of the page's buttons for the viewer, as a person taps it."""
+    visit.page.locator(".timeline-controls").get_by_role("button", name=name, exact=True).click()
+    visit.page.wait_for_timeout(300)
+
+
+def picture(visit: Visit) -> bytes:
+    return visit.page.locator("iframe.timeline").screenshot()
+
+
+# Elements in the viewer a person sees whose text is only emoji: empty boxes where the
+# machine has no emoji font (this one has none).
+_EMOJI_ONLY = """() => [...document.querySelectorAll('body *')].filter(el =>
+  el.children.length === 0 && el.getClientRects().length &&
+  /^[\\p{Extended_Pictographic}\\uFE0F\\s]+$/u.test(el.textContent)).map(el => el.textContent)"""
 
 
 @pytest.mark.parametrize("viewport", list(checks.VIEWPORTS))
-def test_the_timeline_opens_offline_on_the_calls_and_their_xla_op(
+def test_the_timeline_opens_offline_on_the_xla_ops_with_buttons_for_a_phone(
     browser: Browser, profiled: tuple[str, str], viewport: str
 ) -> None:
     base, job_id = profiled
-    visit = offline_page(browser, base, checks.VIEWPORTS[viewport])
+    size = checks.VIEWPORTS[viewport]
+    visit = offline_page(browser, base, size)
     visit.page.goto(f"{base}/runs/{job_id}")
     visit.page.get_by_role("link", name="Open the timeline").click()
     visit.page.wait_for_url(f"{base}/runs/{job_id}/profile/timeline")
     assert visit.page.get_by_role("heading", name="Timeline of the profiled calls").is_visible()
     assert visit.page.get_by_role("link", name="Download the trace").is_visible()
-    frame = visit.page.frame_locator("iframe.timeline")
-    # The viewer read the run's trace and opens on the thread that made the calls.
-    heading = frame.get_by_text(re.compile(r"^/host:CPU \(pid \d+\), .+ \(tid 0\)\s*\(1/\d+\)$"))
-    heading.wait_for(timeout=30_000)
+    # The viewer read the run's trace and opens on the thread that ran XLA's ops.
+    heading(visit, 1).wait_for(timeout=30_000)
+    visit.page.locator("iframe.timeline").scroll_into_view_if_needed()
     visit.page.wait_for_timeout(500)
     checks.shot(visit.page, f"timeline-{viewport}")
-    # Looked up in the table by self time, the jitted function's calls show with their time.
-    rows = table_rows_matching(visit, "PjitFunction")
-    assert re.search(re.escape(CALL), rows), rows[:400]
-    assert re.search(r"\d+(\.\d+)?(µs|ms) \(\d+(\.\d+)?%\)", rows), rows[:400]
-    checks.shot(visit.page, f"timeline-{viewport}-calls")
-    # The compiled program's op runs on another thread, named with its module.
-    press(visit, "Escape")
-    ops = table_rows_matching(visit, "ynn_fusion")
-    ops = thread_with_row(visit, '"hlo_module":"jit_matmul"') or ops
+    # Every button is whole on the screen, and the page does not scroll sideways.
+    buttons = visit.page.locator(".timeline-controls button")
+    assert buttons.count() == 10
+    for button in buttons.all():
+        box = button.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= size["width"], box
+    sideways = checks.overflow(visit.page)
+    assert sideways["scroll"] <= sideways["width"], sideways
+    # No empty boxes where emoji were, and none of the viewer's own tabs cut off.
+    frame = visit.page.frames[1]
+    assert frame.evaluate(_EMOJI_ONLY) == []
+    shown = viewer_text(visit)
+    for hidden in ("Time Order", "Left Heavy", "Import", "Export", "Help"):
+        assert hidden not in shown, hidden
+    # Zoom in moves the picture, the whole trace brings it back; the table has no zoom.
+    whole = picture(visit)
+    click(visit, "In")
+    click(visit, "Later")
+    assert picture(visit) != whole
+    click(visit, "Whole trace")
+    assert picture(visit) == whole
+    # The table by self time of the first thread holds the compiled program's op.
+    click(visit, "Sandwich")
+    expect(visit.page.get_by_role("button", name="Sandwich")).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    expect(visit.page.get_by_role("button", name="In", exact=True)).to_be_disabled()
+    ops = viewer_text(visit)
+    assert "Total" in ops and "Self" in ops, ops[:300]
     assert '"hlo_module":"jit_matmul"' in ops and "ynn_fusion" in ops, ops[:400]
     checks.shot(visit.page, f"timeline-{viewport}-xla-op")
+    # Stepping through the threads reaches the one that called the jitted function.
+    calls = None
+    for number in range(2, 9):
+        click(visit, "Next")
+        heading(visit, number).wait_for(timeout=5_000)
+        if CALL in viewer_text(visit):
+            calls = viewer_text(visit)
+            break
+    assert calls is not None, "no thread holds the jitted calls"
+    assert re.search(r"\d+(\.\d+)?(µs|ms) \(\d+(\.\d+)?%\)", calls), calls[:400]
+    checks.shot(visit.page, f"timeline-{viewport}-calls")
+    click(visit, "Time order")
+    expect(visit.page.get_by_role("button", name="In", exact=True)).to_be_enabled()
     assert visit.left == [], visit.left  # nothing asked for another origin
     assert visit.errors == [], visit.errors
     visit.page.close()
+
+
+def test_a_tap_on_a_frame_names_it_with_its_duration(
+    browser: Browser, profiled: tuple[str, str]
+) -> None:
+    """On a phone (touch, no mouse, no keys) a tap on a frame of the chart says what it is."""
+    base, job_id = profiled
+    phone = checks.VIEWPORTS["phone"]
+    context = browser.new_context(viewport=phone, has_touch=True, is_mobile=True)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.goto(f"{base}/runs/{job_id}/profile/timeline")
+    frame = page.locator("iframe.timeline")
+    page.frame_locator("iframe.timeline").get_by_text(re.compile(r"\(1/\d+\)$")).wait_for(
+        timeout=30_000
+    )
+    frame.scroll_into_view_if_needed()
+    box = frame.bounding_box()
+    assert box is not None
+    text = ""
+    for x in range(4, int(box["width"]) - 4, 4):  # along the first row of the chart
+        page.touchscreen.tap(box["x"] + x, box["y"] + 183)
+        page.wait_for_timeout(100)
+        text = page.frame_locator("iframe.timeline").locator("body").inner_text()
+        if "This Instance" in text:
+            break
+    assert "This Instance" in text and "ynn_fusion" in text, text[:400]
+    assert re.search(r"\d+(\.\d+)?(ns|µs|ms)", text.split("This Instance", 1)[1]), text[:400]
+    checks.shot(page, "timeline-phone-tapped")
+    context.close()
 
 
 @pytest.mark.parametrize("viewport", list(checks.VIEWPORTS))

@@ -15,6 +15,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from app.pages.runs.trace_threads import CALL, viewer_numbers
 from app.web.security import VIEWER_PREFIX
 
 VIEWER_MAX_BYTES = 64 * 1024 * 1024
@@ -27,14 +28,12 @@ NOISY_ARGS = frozenset({"_src", "run_id"})
 """Event arguments the viewer's copy leaves out (the download keeps them)."""
 
 KEYS_HELP = (
-    "The viewer shows the trace up to the end of the last profiled call (the download also "
-    "holds the profiler stopping). Keys: 1 time order · 2 left heavy (merged) · 3 sandwich "
-    "(a table by self time) · n and p step through the threads · hover a frame for its duration"
+    "It opens on the thread that ran most of the compiled program (a device's XLA ops, or "
+    "XLA:CPU's worker threads) and ends with the last profiled call (the download also holds "
+    "the profiler stopping). The buttons choose the view, the thread and the zoom; in the "
+    "viewer, keys do the same (1 2 3, n p, + − 0, arrows). Tap or hover a frame for its "
+    "duration"
 )
-
-
-CALL = "PjitFunction("
-"""How the profiler names a call of a jitted function (on the thread that made it)."""
 
 
 class TraceTooLarge(ValueError):
@@ -52,43 +51,9 @@ def timeline_urls(job_id: str) -> dict[str, str]:
     }
 
 
-def thread_order(events: list[Any]) -> dict[tuple[Any, Any], int]:
-    """(pid, tid) → the profiler's own `thread_sort_index`, where a process's are distinct.
-
-    The viewer lists threads by (pid, tid) and opens the first. The profiler's thread ids
-    are arbitrary numbers, so without this the first view would be whichever thread got the
-    lowest id (often an idle one). Numbered by sort index they come in the order Perfetto
-    shows them, except that the thread that called the jitted function comes first.
-    Thread names are not touched.
-    """
-    found: dict[tuple[Any, Any], int] = {}
-    for event in events:
-        if (
-            isinstance(event, dict)
-            and event.get("ph") == "M"
-            and event.get("name") == "thread_sort_index"
-            and isinstance(event.get("args"), dict)
-            and isinstance(event["args"].get("sort_index"), int)
-        ):
-            found[(event.get("pid"), event.get("tid"))] = event["args"]["sort_index"]
-    by_pid: dict[Any, list[int]] = {}
-    for (pid, _), index in found.items():
-        by_pid.setdefault(pid, []).append(index)
-    clashing = {pid for pid, indexes in by_pid.items() if len(set(indexes)) != len(indexes)}
-    order = {key: index + 1 for key, index in found.items() if key[0] not in clashing}
-    # The thread that made the jitted calls opens first: in a worker's runner the main
-    # thread, sorted before it, holds only the profiler's own locking.
-    calls = {
-        (e.get("pid"), e.get("tid"))
-        for e in events
-        if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("name")).startswith(CALL)
-    }
-    for key in calls & set(order):
-        order[key] = 0
-    return order
-
-
-def _for_viewer(event: dict[str, Any], order: dict[tuple[Any, Any], int]) -> dict[str, Any]:
+def _for_viewer(
+    event: dict[str, Any], pids: dict[Any, int], tids: dict[tuple[Any, Any], int]
+) -> dict[str, Any]:
     args = event.get("args")
     if event["ph"] == "X" and isinstance(args, dict):
         # The viewer names a frame by its name and its arguments: a source file and a
@@ -98,8 +63,10 @@ def _for_viewer(event: dict[str, Any], order: dict[tuple[Any, Any], int]) -> dic
         if kept:
             event["args"] = kept
     key = (event.get("pid"), event.get("tid"))
-    if key in order:
-        event = {**event, "tid": order[key]}
+    if key in tids:
+        event = {**event, "tid": tids[key]}
+    if event.get("pid") in pids:
+        event = {**event, "pid": pids[event["pid"]]}
     return event
 
 
@@ -130,8 +97,9 @@ def viewer_trace(stored: bytes, max_bytes: int = VIEWER_MAX_BYTES) -> bytes:
 
     Four changes, for the viewer only: events without a phase are dropped (the profiler
     ends its list with an empty `{}`, and the viewer refuses a trace with one: "Unrecognized
-    format"); complete events lose the arguments in NOISY_ARGS; threads are numbered in the
-    profiler's own order (`thread_order`); and events that begin after the last call of
+    format"); complete events lose the arguments in NOISY_ARGS; processes and threads are
+    numbered so that the one that ran the most of the program opens first
+    (`trace_threads.viewer_numbers`); and events that begin after the last call of
     the jitted function ended are left out: they are the profiler stopping (hundreds of
     milliseconds, which would shrink the calls to a sliver of the first view). Every other
     event, its times and names stay.
@@ -151,11 +119,11 @@ def viewer_trace(stored: bytes, max_bytes: int = VIEWER_MAX_BYTES) -> bytes:
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):
         raise ValueError("not a Chrome trace: it has no traceEvents list")
-    order = thread_order(events)
+    pids, tids = viewer_numbers(events)
     ends = [_end(e) for e in events if isinstance(e, dict) and str(e.get("name")).startswith(CALL)]
     last_call = max((t for t in ends if t is not None), default=None)
     trace["traceEvents"] = [
-        _for_viewer(e, order)
+        _for_viewer(e, pids, tids)
         for e in events
         if isinstance(e, dict) and "ph" in e and not _after(e, last_call)
     ]
