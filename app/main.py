@@ -124,6 +124,7 @@ def build_api(state: AppState) -> Built:
     pages.install(api)
     from app.routes import api as api_routes
     from app.routes import (
+        artifact_form,
         artifact_targets,
         artifacts,
         compare,
@@ -146,6 +147,7 @@ def build_api(state: AppState) -> Built:
         compare.router,
         hlo_diff.api_router,
         hlo_diff.page_router,
+        artifact_form.router,
         artifact_targets.router,
         artifacts.router,
         matrices.router,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workers.catalog.exported import boundary_frame
+from workers.catalog.jaxexport import boundary_frame
 
 Position = tuple[str, int]
 """A source file (as the IR spells it) and a 1-based line."""

@@ -1,6 +1,7 @@
-"""Uploaded files: exported functions and .npz archives, by API and by page.
+"""Uploaded files: exported functions, .npz archives and the Python lines sent with a
+function, by API and by page (the upload form's post: `app.routes.artifact_form`).
 
-`POST /api/v1/artifacts?kind=exported|npz` takes the file as the raw request body
+`POST /api/v1/artifacts?kind=exported|npz|sources` takes the file as the raw request body
 (application/octet-stream), refuses it clearly when it is too large (413), unusable
 (422) or has no room (507), and stores it once by SHA-256. The pages upload the same
 files through an HTML form (multipart, read as it streams by app.web.multipart, token
@@ -30,7 +31,7 @@ from app.queue.submission import (
     read_capped_body,
     validate_submission,
 )
-from app.queue.uploads import UploadError, check_upload, keep_together, keep_upload
+from app.queue.uploads import UploadError, check_sources_for, check_upload, keep_upload
 from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number
@@ -40,7 +41,6 @@ from app.settings import Settings
 from app.store import JobRow
 from app.store.files import FileWouldGo
 from app.store.url import parse_db
-from app.web.multipart import FormPolicy, FormRefused, read_form
 from app.web.spool import OverCap, Spooled, spool_body, spool_folder
 from workers.catalog.exported import JAX_PLATFORM, SHA256
 from workers.protocol import CachePolicy, Mode
@@ -48,9 +48,6 @@ from workers.protocol import CachePolicy, Mode
 router = APIRouter(tags=["artifacts"])
 
 read_route = reads(router)
-
-UPLOAD_FIELDS = {"artifact": "exported", "inputs": "npz", "reference": "npz"}
-"""The upload form's file fields, in the order they are stored, with their kinds."""
 
 
 ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -76,12 +73,14 @@ def _store_upload(dispatcher: Dispatcher, kind: str, spooled: Spooled, settings:
     """Check and keep one spooled upload: UploadError when it is unusable, FileWouldGo
     when retention would remove it at once."""
     check_upload(kind, spooled)
+    if kind == "sources":  # the lines of a function the server keeps, or none
+        check_sources_for(dispatcher.store, spooled)
     sha = keep_upload(dispatcher.store, kind, spooled, settings.FILES_MAX_BYTES)
     dispatcher.prune()  # the files' cap holds after every upload, not only every interval
     return sha
 
 
-def _spool(settings: Settings) -> Path:
+def spool_here(settings: Settings) -> Path:
     """Where uploads are spooled: beside a SQLite database, on the disk that keeps them;
     with PostgreSQL (no database file here), beside the compilation cache."""
     database = parse_db(settings.DB)
@@ -105,10 +104,12 @@ async def upload_artifact(
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     admission: AdmissionDep,
-    kind: Annotated[str, Query(pattern="^(exported|npz)$")] = "exported",
+    kind: Annotated[str, Query(pattern="^(exported|npz|sources)$")] = "exported",
 ) -> JSONResponse:
     """Store a file by its SHA-256 (the same bytes twice are stored once) and say what it
-    holds: an exported function's platforms and shapes, or an archive's arrays."""
+    holds: an exported function's platforms and shapes, or an archive's arrays. `sources`:
+    the Python lines `boundary export-fn` sent with a function uploaded before (its
+    FUNCTION.sources.json, at most 262,144 bytes), which its run pages then show."""
     admission.check_bearer(request, "uploading")
     admission.throttle(admission.client(request))
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -116,7 +117,7 @@ async def upload_artifact(
         raise HTTPException(status_code=415, detail="send the file as application/octet-stream")
     limit = settings.UPLOAD_MAX_BYTES
     try:
-        spooled = await spool_body(request.stream(), _spool(settings), limit)
+        spooled = await spool_body(request.stream(), spool_here(settings), limit)
     except OverCap:
         raise HTTPException(413, f"the file is over {limit:,} bytes", CLOSE) from None
     try:
@@ -181,74 +182,6 @@ def page_context(
 async def new_artifact(state: StateDep, dispatcher: DispatcherDep) -> HTMLResponse:
     """The upload form: an exported function, optional inputs and reference outputs."""
     return render(state, "artifact_new.html", page_context(state, dispatcher))
-
-
-@router.post("/artifacts", response_class=HTMLResponse, include_in_schema=False)
-async def upload_from_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep, admission: AdmissionDep
-) -> Response:
-    """Store the uploaded files, then show the artifact's page with them chosen.
-
-    The form is read as it streams (app.web.multipart): its token first, then each file
-    to disk under its own cap, so no upload is ever held in memory."""
-    settings = state.settings
-    admission.throttle(admission.client(request))  # before a byte of the body is read
-    errors: dict[str, str] = {}
-
-    def again(status: int, headers: dict[str, str] | None = None) -> HTMLResponse:
-        ctx = page_context(state, dispatcher, errors=errors)
-        page = render(state, "artifact_new.html", ctx, status)
-        page.headers.update(headers or {})
-        return page
-
-    cap = settings.UPLOAD_MAX_BYTES
-    policy = FormPolicy(
-        files={"artifact": cap, "inputs": cap, "reference": cap},
-        text=frozenset(),
-        token=settings.SUBMIT_TOKEN,
-    )
-    try:
-        form = await read_form(
-            request.stream(),
-            request.headers.get("content-type", ""),
-            policy,
-            _spool(settings),
-            request.headers.get("authorization", ""),
-        )
-    except FormRefused as exc:
-        shown = exc.field if exc.field in (*UPLOAD_FIELDS, "token") else "general"
-        errors[shown] = exc.message if shown != "general" else f"{exc.field}: {exc.message}"
-        return again(exc.status, CLOSE)
-    parts = {name: part for name in UPLOAD_FIELDS if (part := form.files.get(name)) is not None}
-    stored: dict[str, str] = {}
-    status = 422
-    try:
-        if "artifact" not in parts:
-            errors["artifact"] = "choose a .jaxexport file (made by boundary export-fn)"
-        for name, part in parts.items():  # every file checked before any is kept
-            try:
-                await asyncio.to_thread(check_upload, UPLOAD_FIELDS[name], part)
-            except UploadError as exc:
-                errors[name] = str(exc)
-        if not errors:
-            try:
-                kinds = {name: (UPLOAD_FIELDS[name], part) for name, part in parts.items()}
-                stored = await asyncio.to_thread(
-                    keep_together,
-                    dispatcher.store,
-                    dispatcher.prune,
-                    kinds,
-                    settings.FILES_MAX_BYTES,
-                )
-            except FileWouldGo as exc:
-                errors["general"] = str(exc)
-                status = 507
-    finally:
-        form.discard()
-    if errors:
-        return again(status)
-    query = "&".join(f"{k}={v}" for k, v in stored.items() if k != "artifact")
-    return RedirectResponse(f"/artifacts/{stored['artifact']}?{query}", status_code=303)
 
 
 @router.api_route("/artifacts/{sha256}.json", methods=["GET", "HEAD"], include_in_schema=False)

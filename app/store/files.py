@@ -17,7 +17,8 @@ The file API, the same whatever database holds the chunks:
   the file appears under its SHA-256 only in the last transaction, so no reader sees
   half a file. Storing the same bytes again (even through two replicas at once) keeps
   one copy and drops the other's chunks.
-- `file_info(sha)`: its media type and size, or None.
+- `file_info(sha)`: its media type and size, or None; `newest_file(media_type)`, the
+  most recently used file of a media type (the Python lines sent with a function).
 - `file_chunks(sha)`: its bytes as an iterator of chunks of CHUNK_BYTES (the last one
   shorter), or None; each chunk is one short read, no transaction stays open.
 - `open_file(sha)`: a seekable binary reader over the chunks (for zipfile, tarfile and
@@ -141,6 +142,15 @@ class Files(StoreBase):
 
     def file_info(self, sha256: str) -> StoredFile | None:
         rows = self._read("SELECT sha256, media_type, size FROM files WHERE sha256 = ?", (sha256,))
+        return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
+
+    def newest_file(self, media_type: str) -> StoredFile | None:
+        """The most recently used (or stored) file of exactly this media type, or None."""
+        rows = self._read(
+            "SELECT sha256, media_type, size FROM files WHERE media_type = ? "
+            "ORDER BY coalesce(used_at, created_at) DESC, sha256 LIMIT 1",
+            (media_type,),
+        )
         return StoredFile(rows[0][0], rows[0][1], int(rows[0][2])) if rows else None
 
     def _blob_of(self, sha256: str) -> tuple[int, int] | None:

@@ -9,7 +9,8 @@ at that moment makes this one skip its turn) and removes, in one transaction eac
   artifacts and attached files (a profile trace goes with its job); a matrix cell whose
   job went says so, and a matrix whose every job went goes too;
 - stored files no job uses any more: a trace whose job went, and an upload no job has
-  named for `unused_age_s`;
+  named for `unused_age_s`; the Python lines sent with a function stay while it stays
+  (the newest document of them) and go with it;
 - then, while the files still pass `files_max_bytes`, the least recently used file that
   no queued or running job needs. Each deletion re-states the `used_at` it was planned
   on, so a file another replica used meanwhile (a new job named it, or it was uploaded
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from app.store.base import StoreBase, marks
 from app.store.dialect import Tx
+from workers.catalog.jaxexport import SOURCES_MEDIA_TYPE
 from workers.protocol import FINAL_STATUSES, JobStatus
 
 BATCH = 500
@@ -35,6 +37,8 @@ STALE_BLOB_S = 3600.0
 RATE_WINDOW_S = 60.0
 FORGET_WORKERS_S = 24 * 3600.0
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+_SOURCES_OF = re.compile(re.escape(SOURCES_MEDIA_TYPE) + r"; artifact=([0-9a-f]{64})$")
+"""The media type of the Python lines sent with a function: they stay while it stays."""
 _ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
 
@@ -69,6 +73,21 @@ def needed_bytes(tx: Tx) -> int:
         )
         total += int(rows[0][0])
     return total
+
+
+def _sources_doomed(
+    follow: list[tuple[str, float, int, str]], kept: set[str]
+) -> list[tuple[str, float, int]]:
+    """Of the sources documents (sha, used, size, function), those that go: each whose
+    function goes or is gone, and all but the newest of one function's."""
+    newest: dict[str, tuple[str, float, int]] = {}
+    doomed: list[tuple[str, float, int]] = []
+    for sha, used, size, owner in sorted(follow, key=lambda f: f[1], reverse=True):
+        if owner in kept and owner not in newest:
+            newest[owner] = (sha, used, size)
+        else:
+            doomed.append((sha, used, size))
+    return doomed
 
 
 class Retention(StoreBase):
@@ -162,7 +181,12 @@ class Retention(StoreBase):
             )
             total = sum(int(r[1]) for r in rows)
             doomed: list[tuple[str, float, int]] = []
+            follow: list[tuple[str, float, int, str]] = []
             for sha, size, media, used in rows:
+                owner = _SOURCES_OF.match(media)
+                if owner is not None:  # judged with its function, below
+                    follow.append((sha, float(used), int(size), owner[1]))
+                    continue
                 if sha in needed:
                     continue
                 orphan = sha not in attached and media == attached_media
@@ -170,6 +194,7 @@ class Retention(StoreBase):
                 if orphan or stale or total > files_max_bytes:
                     doomed.append((sha, float(used), int(size)))
                     total -= int(size)
+            doomed += _sources_doomed(follow, {r[0] for r in rows} - {d[0] for d in doomed})
         removed = freed = 0
         for start in range(0, len(doomed), BATCH):
             with self._tx() as tx:

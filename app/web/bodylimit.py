@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.settings import Settings
 from app.web.tokens import bearer_of, token_matches
+from workers.catalog.jaxexport import MAX_SOURCES_BYTES
 
 WORKER_PREFIX = "/api/v1/worker/"
 WORKER_BODY_BYTES = 1024 * 1024
@@ -58,7 +59,8 @@ class Caps:
             default=settings.MAX_BODY_BYTES,
             result=5 * settings.ARTIFACT_MAX_BYTES + trace + RESULT_SLACK_BYTES,
             upload=settings.UPLOAD_MAX_BYTES,
-            upload_form=3 * settings.UPLOAD_MAX_BYTES + FORM_SLACK_BYTES,
+            # The form's function and two archives, and the source lines sent with it.
+            upload_form=3 * settings.UPLOAD_MAX_BYTES + MAX_SOURCES_BYTES + FORM_SLACK_BYTES,
         )
 
     def for_path(self, path: str) -> int:

@@ -53,29 +53,6 @@ VALUE_PARAMS: frozenset[str] = frozenset(
 """Parameters of an uploaded program that choose its input values or how its output is
 checked, never a shape: they cannot change what the compiler compiles."""
 
-BOUNDARY_FRAMES = (
-    "workers/export/",
-    "workers/cli/",
-    "workers/run/",
-    "workers/agent/",
-    "app/cli.py",
-    "bin/boundary",
-)
-"""Where Boundary's own code sits in an uploaded program's source locations: the export
-wrapper and the command that ran it (recorded on the user's machine), the worker's call
-and stages. Matched by folder, so any install of Boundary is recognised; a catalog
-workload's own lines (workers/workloads/) are not among them."""
-
-
-def boundary_frame(file: str) -> bool:
-    """Whether a source position's file is Boundary's own code, never the user's."""
-    shown = "/" + file.replace("\\", "/")
-    return any(
-        f"/{part}" in shown if part.endswith("/") else shown.endswith(f"/{part}")
-        for part in BOUNDARY_FRAMES
-    )
-
-
 Digest = Annotated[str, Field(pattern=SHA256, description="SHA-256 of a stored file (hex).")]
 
 

@@ -17,8 +17,12 @@ without any of the user's code.
 - `--save-inputs`, `--save-output` and `--save-output-sample K` run the artifact itself
   on this machine's CPU, on exactly the inputs a worker generates from `--seed` and
   `--input-rules`, and write them, its results, or K seeded (index, value) pairs per result.
-- `--upload URL` posts the artifact (and the sample) to a server, then queues one compile
-  per `--target`, and a jax-cpu run checked against the sample when there is one.
+- The Python lines the program names (with a few lines around each, bounded) are written
+  beside the artifact as FUNCTION.sources.json (`workers.export.sources`), so that run pages
+  show each line next to its `file:line`; `--no-source` sends none.
+- `--upload URL` posts the artifact (its source lines and the sample) to a server, then
+  queues one compile per `--target`, and a jax-cpu run checked against the sample when
+  there is one.
 - `--state MODULE:NAME` writes a model's or optimizer's state (flax.nnx, equinox, optax, any
   pytree) as an .npz of arrays named by path, and prints those names.
 
@@ -167,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", action="append", default=[], help="compile for it (repeatable): v6e:2x4 …"
     )
     parser.add_argument("--state", metavar="MODULE:NAME", help="write a state's arrays by path")
+    parser.add_argument(
+        "--no-source",
+        action="store_true",
+        help="send no Python source: by default the lines the program names (a few around "
+        "each, at most 256 KiB) go beside the artifact as FUNCTION.sources.json and, with "
+        "--upload, to the server, whose run pages show them next to each file:line",
+    )
     return parser
 
 
@@ -263,6 +274,8 @@ def export_command(argv: list[str]) -> int:
     output = args.output or Path(f"{made.header.function_name}.jaxexport")
     output.write_bytes(made.data)
     summary = _summary(output, made.data, made.header)
+    summary["sources"] = None  # --no-source: none written, none sent
+    sources = None if args.no_source else _write_sources(made, output, summary)
     sample: bytes | None = None
     if args.save_inputs or args.save_output or args.save_output_sample is not None:
         try:
@@ -281,6 +294,7 @@ def export_command(argv: list[str]) -> int:
             summary["uploaded"] = upload_all(
                 args.upload,
                 made.data,
+                sources=sources,
                 sample=sample,
                 rules=rules,
                 seed=args.seed,
@@ -292,8 +306,35 @@ def export_command(argv: list[str]) -> int:
             print(json.dumps(summary, indent=2))
             print(f"boundary export-fn: {exc}", file=sys.stderr)
             return EXIT_UPLOAD_FAILED
+        if summary["uploaded"].get("sources_refused"):
+            refused = summary["uploaded"]["sources_refused"]
+            print(f"boundary export-fn: no source lines on the server: {refused}", file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return EXIT_OK
+
+
+def _write_sources(made: Any, output: Path, summary: dict[str, Any]) -> bytes | None:
+    """The sources document of the exported program, written beside the artifact
+    (FUNCTION.sources.json) and noted in the summary; None (with a warning) when its
+    lines cannot be gathered, which never fails the export."""
+    from workers.export.sources import parse_sources, sources_document
+
+    try:
+        document = sources_document(made.exported.mlir_module(), summary["sha256"])
+    except Exception as exc:  # noqa: BLE001 - reading the user's files may fail in any way
+        print(f"boundary export-fn: no source lines: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    where = output.with_suffix(".sources.json")
+    where.write_bytes(document)
+    sent = parse_sources(document).summary()
+    summary["sources"] = {
+        "file": str(where),
+        "sha256": hashlib.sha256(document).hexdigest(),
+        "files": sent["files"],
+        "lines": sent["lines"],
+        "cut": sent["cut"],
+    }
+    return document
 
 
 def _example(args: argparse.Namespace, specs: list[tuple[str, tuple[int, ...]]]) -> Any:

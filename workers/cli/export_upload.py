@@ -1,6 +1,8 @@
-"""`boundary export-fn --upload URL --target …`: the artifact (and its output sample) posted
-to a Boundary server, then one compile job per target and a jax-cpu run checked against
-the sample, each through the server's one admission like any other submission.
+"""`boundary export-fn --upload URL --target …`: the artifact (its source lines and its output
+sample) posted to a Boundary server, then one compile job per target and a jax-cpu run
+checked against the sample, each through the server's one admission like any other
+submission. The source lines are extra: a server that refuses them (an older one) is
+named in the result, and the rest goes on.
 
 Light, like the export itself: the standard library and httpx only.
 """
@@ -67,6 +69,7 @@ def upload_all(
     server: str,
     artifact: bytes,
     *,
+    sources: bytes | None = None,
     sample: bytes | None,
     rules: dict[str, Any] | None,
     seed: int,
@@ -80,6 +83,14 @@ def upload_all(
         try:
             done["artifact"] = post_file(client, base, artifact, "exported")
             done["page"] = f"{base}/artifacts/{done['artifact']}"
+        except ValueError as exc:
+            raise UploadRefused(str(exc), done) from None
+        if sources is not None:
+            try:
+                done["sources"] = post_file(client, base, sources, "sources")
+            except ValueError as exc:  # the lines are extra: say so, and go on
+                done["sources_refused"] = str(exc)
+        try:
             if sample is not None:
                 done["reference"] = post_file(client, base, sample, "npz")
         except ValueError as exc:

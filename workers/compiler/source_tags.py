@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workers.catalog.exported import boundary_frame
+from workers.export.sources import boundary_frame
 from workers.protocol.hlo import COMPUTATION, INSTRUCTION, OP_NAME, called
 from workers.protocol.hlo_summary import COLLECTIVES
 
