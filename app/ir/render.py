@@ -38,6 +38,16 @@ _CLASSES: dict[_TokenType, str] = {
 TOKEN_CLASSES: tuple[str, ...] = ("ty", "kw", "bi", "op", "va", "at", "co", "st", "nu", "cm")
 """Every class a token can get; the stylesheet colours each (tests check the contrast)."""
 
+PALETTE = 8
+"""Source-line colours, cycled: line n gets colour n mod PALETTE."""
+
+
+def colour(key: str) -> int:
+    """The palette slot of a source key: its line number mod PALETTE."""
+    digits = key.rsplit(":", 1)[-1]
+    return int(digits) % PALETTE if digits.isdigit() else 0
+
+
 _cache: dict[_TokenType, str] = {}
 
 MAX_LINE_CHARS = 3000

@@ -20,7 +20,8 @@ from pygments.lexers.python import PythonLexer
 
 from app.ir.folds import BlockFold, block_folds, inline_folds
 from app.ir.lexers import lexer_for
-from app.ir.render import highlight, line_html
+from app.ir.render import colour, highlight, line_html
+from app.ir.sent import SentLines, sent_panel, short_file
 from app.ir.sources import Position, SourceMap, source_map
 
 PAGE_LINES = 500
@@ -30,8 +31,6 @@ PART_LINES = 200
 laying out one part stays far below a 200 ms main-thread task on a slow machine."""
 MAX_HITS = 200
 """Matching lines shown for one search."""
-PALETTE = 8
-"""Source-line colours, cycled: line n gets colour n mod PALETTE."""
 
 SASS_TERMS: tuple[str, ...] = (
     "HMMA", "IMMA", "HGMMA", "UTMALDG", "LDG", "STG", "LDS", "STS", "LDSM", "LDGSTS", "LDGDEPBAR",
@@ -83,10 +82,7 @@ class Keys:
     def short(self, file: str) -> str:
         if self.path and file.endswith(self.path):
             return self.path
-        for marker in ("site-packages/", "dist-packages/"):
-            if marker in file:
-                return file.split(marker, 1)[1]
-        return file
+        return short_file(file)
 
     def key(self, chain: list[Position]) -> str:
         """The one position a line links to: the innermost in the workload's file, if any."""
@@ -96,12 +92,6 @@ class Keys:
                     return str(line)
         file, line = chain[0]
         return f"{self.short(file)}:{line}"
-
-
-def colour(key: str) -> int:
-    """The palette slot of a source key: its line number mod PALETTE."""
-    digits = key.rsplit(":", 1)[-1]
-    return int(digits) % PALETTE if digits.isdigit() else 0
 
 
 @dataclass
@@ -196,13 +186,16 @@ def build_view(
     src: str = "",
     source: SourceText | None = None,
     part: bool = False,
+    sent: SentLines | None = None,
+    uploaded: bool = False,
 ) -> IrView:
-    """The view of artifact `name` (text `text`, served at `base`) for these parameters."""
+    """The view of artifact `name` (text `text`, served at `base`) for these parameters.
+    `sent`: the Python lines sent with an uploaded program (`uploaded`), shown beside the
+    IR when the run carries no source of its own."""
     doc = _document(name, text, source.path if source is not None else "")
-    all_lines, smap, line_keys, blocks = doc.lines, doc.smap, doc.line_keys, doc.blocks
+    all_lines, line_keys, blocks = doc.lines, doc.line_keys, doc.blocks
     total = len(all_lines)
     lexer = lexer_for(name)
-    keys = Keys(source.path if source is not None else "")
     block_at = {b.start: b for b in blocks}
     in_block = {i for b in blocks for i in range(b.start, b.end)}
 
@@ -255,7 +248,7 @@ def build_view(
             view.next_url = view.url(start=page_of(last) + 1)
             view.more_url = view.url(start=last + 1, part="lines")
     view.lines = Markup(_chunked(rows))
-    view.source, view.source_title = _source_panel(source, smap, line_keys, keys, view)
+    view.source, view.source_title = _source_panel(source, line_keys, view, sent, uploaded)
     return view
 
 
@@ -314,14 +307,22 @@ def _sass_terms(lines: list[str]) -> list[str]:
     return seen + [t for t in SASS_TERMS if t not in counts]
 
 
+NONE_SENT = (
+    "Source positions the IR names. No Python lines were sent with this program "
+    "(boundary export-fn --no-source, or uploaded without its .sources.json), so only "
+    "file:line is shown"
+)
+
+
 def _source_panel(
     source: SourceText | None,
-    smap: SourceMap,
     line_keys: dict[int, str],
-    keys: Keys,
     view: IrView,
+    sent: SentLines | None,
+    uploaded: bool,
 ) -> tuple[Markup | None, str]:
-    """The source beside the IR: the workload's function, or the positions the IR names."""
+    """The source beside the IR: the workload's function, the lines sent with an uploaded
+    program, or the positions the IR names."""
     first_ir: dict[str, int] = {}
     counts: dict[str, int] = {}
     for i in sorted(line_keys):
@@ -362,6 +363,13 @@ def _source_panel(
         return Markup("".join(rows)), title
     if not counts:
         return None, ""
+    if sent is not None:
+        order = sorted(counts, key=lambda k: first_ir[k])
+        panel = sent_panel(
+            sent, counts, order, selected=view.src, target=target, artifact=view.name
+        )
+        cut = ", cut to its limits" if sent.cut else ""
+        return panel, f"Your Python lines, as boundary export-fn sent them{cut}"
     rows = []
     for k in sorted(counts, key=lambda k: first_ir[k]):
         cls = f"sl s{colour(k)}" + (" sel" if k == view.src else "")
@@ -370,4 +378,5 @@ def _source_panel(
             f'<span class="cnt">×{counts[k]}</span>'
             f'<a class="n name" href="{escape(target(k))}">{escape(k)}</a></div>'
         )
-    return Markup("".join(rows)), "Source positions the IR names (the server has no source)"
+    title = NONE_SENT if uploaded else "Source positions the IR names (the server has no source)"
+    return Markup("".join(rows)), title

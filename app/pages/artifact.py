@@ -21,7 +21,7 @@ from app.pages.jobs import iso
 from app.pages.matrices import compile_facts
 from app.pages.runs.memory_fit import gb
 from app.pages.runs.plots import format_seconds
-from app.queue.uploads import UploadError, describe, kind_of
+from app.queue.uploads import UploadError, describe, kind_of, sources_of
 from workers.catalog.target_rules import JAX_PLATFORM_OF, placement_on
 from workers.protocol import (
     FINAL_STATUSES,
@@ -285,6 +285,9 @@ def stored_file(dispatcher: Dispatcher, sha256: str) -> dict[str, Any]:
             described = describe(kind, source)
         except UploadError as exc:  # stored before a stricter check: say so, do not fail
             described = {"problem": str(exc)}
+    if kind == "exported":  # the Python lines export-fn sent with it, if any
+        sent = sources_of(store, found.sha256)
+        described["sources"] = {"sha256": sent[0], **sent[1].summary()} if sent else None
     return {
         "sha256": found.sha256,
         "kind": kind,

@@ -1,8 +1,11 @@
 """What the run pages of an uploaded program add from the program's own upload: each
-argument's sharding and the mesh, from the artifact's header (app.pages.artifact).
+argument's sharding and the mesh, from the artifact's header (app.pages.artifact), and
+the Python lines `boundary export-fn` sent with it (app.queue.uploads.sources_of).
 
-The run result names the arguments and their shapes; how the program places them on its
-devices is in the artifact, which the server reads again (its header only) for the page.
+The run result names the arguments and their shapes, and its IR names source positions
+as `file:line`; how the program places its arguments on its devices is in the artifact,
+which the server reads again (its header only), and the lines themselves in the sources
+document sent beside it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from typing import Any
 from fastapi import HTTPException
 
 from app.dispatch import Dispatcher
+from app.ir.sent import SentLines
 from app.pages.artifact import mesh_text, stored_file
+from app.queue.uploads import sources_of
 
 
 def artifact_of(job: dict[str, Any]) -> str | None:
@@ -38,4 +43,23 @@ def placement(sha: str, dispatcher: Dispatcher) -> dict[str, Any] | None:
         "mesh": mesh_text(header),
         "devices": int(header["nr_devices"]),
         "arguments": dict(zip(names, shardings, strict=False)),
+    }
+
+
+def sent_lines(job: dict[str, Any], dispatcher: Dispatcher) -> SentLines | None:
+    """The Python lines sent with the program a job runs, or None (none sent, or not an
+    uploaded program)."""
+    sha = artifact_of(job)
+    found = sources_of(dispatcher.store, sha) if sha is not None else None
+    return SentLines.of(found[1]) if found is not None else None
+
+
+def source_cells(job: dict[str, Any], dispatcher: Dispatcher, keys: list[str]) -> dict[str, Any]:
+    """What the run page's tables show beside each `file:line` key of an uploaded program:
+    whether lines were sent, and each key's line (stripped, cut for a cell)."""
+    sent = sent_lines(job, dispatcher)
+    return {
+        "uploaded": artifact_of(job) is not None,
+        "sent": sent is not None,
+        "cells": sent.cells(keys) if sent is not None else {},
     }

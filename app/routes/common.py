@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import HTMLResponse
 
+from app.ir.sent import SentLines
 from app.ir.view import IrView, SourceText, build_view
 from app.state import AppState
 from app.web.templating import server_linker
@@ -33,11 +34,20 @@ class IrQuery:
     part: Annotated[str, Query(pattern="^(lines)?$")] = ""
 
     def view(
-        self, name: str, text: str, base: str, source: SourceText | None, request: Request
+        self,
+        name: str,
+        text: str,
+        base: str,
+        source: SourceText | None,
+        request: Request,
+        *,
+        sent: SentLines | None = None,
+        uploaded: bool = False,
     ) -> IrView:
         """The view these parameters ask for of artifact `name` (served at `base`). A
         part, or the view htmx puts into a page, is a short first page, the rest loading
-        as it scrolls into view, which keeps each main-thread task short."""
+        as it scrolls into view, which keeps each main-thread task short. `sent`: the
+        Python lines sent with an uploaded program (`uploaded`)."""
         part = self.part == "lines" or is_htmx(request)
         return build_view(
             name,
@@ -48,6 +58,8 @@ class IrQuery:
             src=self.src,
             source=source,
             part=part,
+            sent=sent,
+            uploaded=uploaded,
         )
 
 

@@ -23,7 +23,7 @@ from app.pages.jobs import job_public
 from app.pages.runs.profile import chrome_trace, profile_response, profile_view
 from app.pages.runs.timeline import KEYS_HELP, TraceTooLarge, timeline_urls, viewer_trace
 from app.pages.runs.views import run_context, samples_csv, shape_and_dtype, variant_of
-from app.pages.uploaded import artifact_of, placement
+from app.pages.uploaded import artifact_of, placement, sent_lines, source_cells
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import IrQueryDep, is_htmx, render
@@ -165,9 +165,15 @@ async def run_ir(
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
     text, _ = found
-    run = _job_json(job_id, dispatcher).get("run")
+    job = _job_json(job_id, dispatcher)
+    run = job.get("run")
     source = SourceText.from_run(run)
-    view = query.view(name, text, f"/runs/{job_id}/ir/{name}", source, request)
+    uploaded = artifact_of(job) is not None
+    # The lines sent with an uploaded program go in the source panel (never in a part).
+    wanted = uploaded and source is None and query.part != "lines"
+    sent = sent_lines(job, dispatcher) if wanted else None
+    base = f"/runs/{job_id}/ir/{name}"
+    view = query.view(name, text, base, source, request, sent=sent, uploaded=uploaded)
     names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
         "name": name,
@@ -196,6 +202,8 @@ async def run_page(
     run = ctx.get("run")
     uploaded = artifact_of(job) if run is not None else None
     ctx["placement"] = placement(uploaded, dispatcher) if uploaded is not None else None
+    keys = [k for e in (run.hlo_explained or []) for k in e.source] if run is not None else []
+    ctx["upload_source"] = source_cells(job, dispatcher, keys) if uploaded else None
     if run is not None:
         ctx["card_claims"] = _card_claims(state, dispatcher, job)
         by_bytes = request.query_params.get("explain") == "bytes"
