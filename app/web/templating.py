@@ -20,6 +20,7 @@ from pygments.lexers import get_lexer_by_name
 
 from app.settings import REPO_ROOT
 from app.web.units import format_seconds, format_si
+from workers.protocol.targets import CHIPS, TargetModel
 
 TEMPLATE_DIR = REPO_ROOT / "templates"
 
@@ -126,6 +127,25 @@ def unchecked_why(detail: str | None) -> str:
     return text
 
 
+DEVICELESS = "Compiled without the hardware:"
+"""How a worker's warning about a compile without the hardware begins
+(workers/run/deviceless.py): the run page's verdict says it, so its list of warnings does not."""
+
+
+def beyond_verdict(warnings: list[str], deviceless: bool) -> list[str]:
+    """A run's warnings without the one its verdict already says: that nothing was executed
+    on a target compiled without the hardware."""
+    return [w for w in warnings if not (deviceless and w.startswith(DEVICELESS))]
+
+
+def chip_name(model: str) -> str:
+    """A target model's published name ("v6e" → "TPU v6e (Trillium)"), or the id itself."""
+    try:
+        return CHIPS[TargetModel(model)].name
+    except ValueError:
+        return model
+
+
 def capitalize_first(text: str) -> str:
     """`text` with its first letter upper case and the rest as written."""
     return text[:1].upper() + text[1:]
@@ -147,6 +167,8 @@ def make_environment() -> Environment:
     env.filters["outliers"] = outliers_text
     env.filters["unchecked_why"] = unchecked_why
     env.filters["capitalize_first"] = capitalize_first
+    env.filters["beyond_verdict"] = beyond_verdict
+    env.filters["chip_name"] = chip_name
     env.filters["seconds"] = format_seconds  # the run pages' units, on every page
     env.filters["si"] = format_si
     return env
