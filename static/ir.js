@@ -124,6 +124,15 @@
     search(event.target);
   });
 
+  // A page opened on one of its IR lines (#L…, the source links' fragment) shows that line,
+  // inside the view's own scrolling pane as well as the page.
+  function landOnLine() {
+    var id = location.hash.slice(1);
+    var line = /^L\d+$/.test(id) ? document.getElementById(id) : null;
+    if (line && line.closest(".ir-view")) line.scrollIntoView({ block: "center" });
+  }
+
+  document.addEventListener("DOMContentLoaded", landOnLine);
   document.addEventListener("DOMContentLoaded", watchMore);
   document.addEventListener("htmx:after:swap", watchMore);
   if (document.readyState !== "loading") watchMore();
@@ -151,6 +160,8 @@
         var to = new URL(link.href, location.href);
         if (to.pathname + to.search === location.pathname + location.search) {
           history.replaceState(history.state, "", to.href);
+          // A reload puts back the old scroll position, away from the line: not this one.
+          if ("scrollRestoration" in history) history.scrollRestoration = "manual";
           location.reload();
         } else {
           location.assign(to.href);

@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect
 
 from tests.app.bench_fakes import capabilities
 from tests.app.ir_runs import ATTENTION, attention_result, attention_with_pipeline, big_hlo
+from tests.browser import checks
 from tests.browser.conftest import serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -241,11 +242,13 @@ def late_run(runs: dict[str, Any]) -> str:
     return _post(runs["url"], {**result, "artifacts": artifacts})
 
 
+@pytest.mark.parametrize("viewport", list(checks.VIEWPORTS))
 @pytest.mark.parametrize("javascript", [True, False], ids=["js", "no-js"])
 def test_a_source_link_reaches_ir_lines_past_the_first_page(
-    browser: Any, runs: dict[str, Any], late_run: str, javascript: bool
+    browser: Any, runs: dict[str, Any], late_run: str, javascript: bool, viewport: str
 ) -> None:
-    context = browser.new_context(java_script_enabled=javascript)
+    size = checks.VIEWPORTS[viewport]
+    context = browser.new_context(java_script_enabled=javascript, viewport=size)
     try:
         page = context.new_page()
         page.goto(f"{runs['url']}/runs/{late_run}/ir/hlo")
@@ -257,5 +260,12 @@ def test_a_source_link_reaches_ir_lines_past_the_first_page(
         assert f"src={softmax}" in page.url
         top = page.locator(".ir-lines .l").first.get_attribute("id") or ""
         assert int(top.removeprefix("L")) > 500  # the page that holds the line
+        # It lands on the line: on the screen, whole across, and the address answers 200.
+        expect(marked.first).to_be_in_viewport()
+        box = marked.first.bounding_box()
+        assert box is not None and box["x"] >= 0, box
+        assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
+        assert httpx.get(page.url.split("#")[0], timeout=30).status_code == 200
+        checks.shot(page, f"ir-late-line-{viewport}-{'js' if javascript else 'nojs'}")
     finally:
         context.close()
