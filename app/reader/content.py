@@ -103,51 +103,54 @@ def _check_one(field: str, job: CardJob, card: Card, card_file: Path) -> None:
         raise ContentError(f"{card_file}: field {field}.{said}") from None
 
 
-def load_content(directory: Path = CONTENT_DIR) -> Content:
-    """Read and check every content file under `directory`."""
+def _version(directory: Path) -> str:
+    """A short digest of every content file's name and bytes: it changes when any does."""
     digest = hashlib.sha256()
-    files = sorted(directory.rglob("*.toml"))
-    for f in files:
+    for f in sorted(directory.rglob("*.toml")):
         digest.update(f.relative_to(directory).as_posix().encode())
         digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
-    site_file = directory / "site.toml"
-    site = _parse(Site, _read(site_file), site_file)
 
-    sources_file = directory / "sources.toml"
-    raw_sources = _read(sources_file).get("source", [])
+def _load_sources(sources_file: Path) -> dict[str, Source]:
+    """The sources by id, each id once."""
     sources: dict[str, Source] = {}
-    for i, raw in enumerate(raw_sources):
+    for i, raw in enumerate(_read(sources_file).get("source", [])):
         src = _parse(Source, raw, sources_file, f"source[{i}]")
         if src.id in sources:
             raise ContentError(f"{sources_file}: field source[{i}].id: duplicate id {src.id!r}")
         sources[src.id] = src
+    return sources
 
-    def check_sources(ids: list[str], path: Path, field: str) -> None:
-        for j, sid in enumerate(ids):
-            if sid not in sources:
-                raise ContentError(
-                    f"{path}: field {field}[{j}]: unknown source {sid!r} "
-                    f"(known: {', '.join(sorted(sources))})"
-                )
 
-    paths_file = directory / "paths.toml"
-    paths: dict[PathId, PathInfo] = {}
-    for i, raw in enumerate(_read(paths_file).get("path", [])):
-        info = _parse(PathInfo, raw, paths_file, f"path[{i}]")
-        step_ids = [s.id for s in info.steps]
-        for j, b in enumerate(info.boundaries):
-            for end in ("first", "last"):
-                if getattr(b, end) not in step_ids:
-                    raise ContentError(
-                        f"{paths_file}: field path[{i}].boundaries[{j}].{end}: "
-                        f"unknown step {getattr(b, end)!r}"
-                    )
-            if step_ids.index(b.first) > step_ids.index(b.last):
+def _check_sources(sources: dict[str, Source], ids: list[str], path: Path, field: str) -> None:
+    """Every id in `ids` (the list at `field` of the file at `path`) names a known source."""
+    for j, sid in enumerate(ids):
+        if sid not in sources:
+            raise ContentError(
+                f"{path}: field {field}[{j}]: unknown source {sid!r} "
+                f"(known: {', '.join(sorted(sources))})"
+            )
+
+
+def _check_boundaries(info: PathInfo, i: int, paths_file: Path) -> None:
+    """Each boundary of the `i`th path starts and ends at steps of that path, in order."""
+    step_ids = [s.id for s in info.steps]
+    for j, b in enumerate(info.boundaries):
+        for end in ("first", "last"):
+            if getattr(b, end) not in step_ids:
                 raise ContentError(
-                    f"{paths_file}: field path[{i}].boundaries[{j}]: first comes after last"
+                    f"{paths_file}: field path[{i}].boundaries[{j}].{end}: "
+                    f"unknown step {getattr(b, end)!r}"
                 )
-        paths[info.id] = info
+        if step_ids.index(b.first) > step_ids.index(b.last):
+            raise ContentError(
+                f"{paths_file}: field path[{i}].boundaries[{j}]: first comes after last"
+            )
+
+
+def _check_reader_paths(paths: dict[PathId, PathInfo], paths_file: Path) -> None:
+    """Every path the reader explains is there, with a boundary for each of its stages."""
     for pid in READER_PATHS:
         if pid not in paths:
             raise ContentError(f"{paths_file}: field path: no entry for {pid.value!r}")
@@ -159,7 +162,20 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
                     f"none for stage {sid.value!r}"
                 )
 
-    stages_file = directory / "stages.toml"
+
+def _load_paths(paths_file: Path) -> dict[PathId, PathInfo]:
+    """The paths by id, their boundaries checked, every reader path and stage covered."""
+    paths: dict[PathId, PathInfo] = {}
+    for i, raw in enumerate(_read(paths_file).get("path", [])):
+        info = _parse(PathInfo, raw, paths_file, f"path[{i}]")
+        _check_boundaries(info, i, paths_file)
+        paths[info.id] = info
+    _check_reader_paths(paths, paths_file)
+    return paths
+
+
+def _load_stages(stages_file: Path) -> dict[StageId, StageInfo]:
+    """The stages by id, every reader stage among them."""
     stages: dict[StageId, StageInfo] = {}
     for i, raw in enumerate(_read(stages_file).get("stage", [])):
         stage = _parse(StageInfo, raw, stages_file, f"stage[{i}]")
@@ -167,40 +183,77 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
     for sid in READER_STAGES:
         if sid not in stages:
             raise ContentError(f"{stages_file}: field stage: no entry for {sid.value!r}")
+    return stages
 
-    guide_file = directory / "guide.toml"
+
+def _load_guide(guide_file: Path, sources: dict[str, Source]) -> Guide:
+    """The guide, its section ids distinct and its sources known."""
     guide = _parse(Guide, _read(guide_file), guide_file)
     section_ids = [s.id for s in guide.sections]
     if len(set(section_ids)) != len(section_ids):
         raise ContentError(f"{guide_file}: field sections: duplicate section id")
     for i, section in enumerate(guide.sections):
-        check_sources(section.sources, guide_file, f"sections[{i}].sources")
+        _check_sources(sources, section.sources, guide_file, f"sections[{i}].sources")
+    return guide
 
-    hardware_file = directory / "hardware.toml"
+
+def _load_hardware(hardware_file: Path, sources: dict[str, Source]) -> Hardware:
+    """The hardware facts, each one's source known."""
     hardware = _parse(Hardware, _read(hardware_file), hardware_file)
     for i, group in enumerate(hardware.groups):
         for j, fact in enumerate(group.facts):
-            check_sources([fact.source], hardware_file, f"groups[{i}].facts[{j}].source")
+            _check_sources(sources, [fact.source], hardware_file, f"groups[{i}].facts[{j}].source")
+    return hardware
 
-    cards: dict[tuple[PathId, StageId], Card] = {}
-    for pid in READER_PATHS:
-        for sid in READER_STAGES:
-            card_file = directory / "cards" / f"{pid.value}.{sid.value}.toml"
-            card = _parse(Card, _read(card_file), card_file)
-            if (card.path, card.stage) != (pid, sid):
-                raise ContentError(
-                    f"{card_file}: field path/stage: says {card.path.value}/{card.stage.value}, "
-                    f"the file name says {pid.value}/{sid.value}"
-                )
-            if card.guide_section not in section_ids:
-                raise ContentError(
-                    f"{card_file}: field guide_section: no section {card.guide_section!r} "
-                    f"in guide.toml (known: {', '.join(section_ids)})"
-                )
-            check_sources(card.sources, card_file, "sources")
-            _check_job(card, card_file)
-            cards[(pid, sid)] = card
 
+def _load_card(
+    card_file: Path, place: tuple[PathId, StageId], sources: dict[str, Source], guide: Guide
+) -> Card:
+    """The card for `place` (a path and a stage) from `card_file`, which must say it is for
+    that place, point at a guide section and sources that exist, and hold jobs the API
+    would accept."""
+    pid, sid = place
+    card = _parse(Card, _read(card_file), card_file)
+    if (card.path, card.stage) != place:
+        raise ContentError(
+            f"{card_file}: field path/stage: says {card.path.value}/{card.stage.value}, "
+            f"the file name says {pid.value}/{sid.value}"
+        )
+    section_ids = [s.id for s in guide.sections]
+    if card.guide_section not in section_ids:
+        raise ContentError(
+            f"{card_file}: field guide_section: no section {card.guide_section!r} "
+            f"in guide.toml (known: {', '.join(section_ids)})"
+        )
+    _check_sources(sources, card.sources, card_file, "sources")
+    _check_job(card, card_file)
+    return card
+
+
+def _load_cards(
+    cards_dir: Path, sources: dict[str, Source], guide: Guide
+) -> dict[tuple[PathId, StageId], Card]:
+    """One card for each reader path and stage, from `<path>.<stage>.toml`."""
+    return {
+        (pid, sid): _load_card(
+            cards_dir / f"{pid.value}.{sid.value}.toml", (pid, sid), sources, guide
+        )
+        for pid in READER_PATHS
+        for sid in READER_STAGES
+    }
+
+
+def load_content(directory: Path = CONTENT_DIR) -> Content:
+    """Read and check every content file under `directory`, in the order each needs the
+    others (sources before the guide, hardware and cards that cite them)."""
+    version = _version(directory)
+    site = _parse(Site, _read(directory / "site.toml"), directory / "site.toml")
+    sources = _load_sources(directory / "sources.toml")
+    paths = _load_paths(directory / "paths.toml")
+    stages = _load_stages(directory / "stages.toml")
+    guide = _load_guide(directory / "guide.toml", sources)
+    hardware = _load_hardware(directory / "hardware.toml", sources)
+    cards = _load_cards(directory / "cards", sources, guide)
     return Content(
         site=site,
         paths=paths,
@@ -209,5 +262,5 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
         guide=guide,
         hardware=hardware,
         sources=sources,
-        version=digest.hexdigest()[:16],
+        version=version,
     )
