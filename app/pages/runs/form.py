@@ -191,6 +191,103 @@ class PathChoice:
     """A target to compile for without the hardware, when that is what a worker can do."""
 
 
+@dataclass(frozen=True)
+class _Offer:
+    """What a workload offers (its paths and stages, and the stages ticked by default) and
+    the connected workers that would run it."""
+
+    workload: str
+    paths: list[str]
+    stages: list[str]
+    wanted: list[str]
+    workers: list[Capabilities]
+
+    @classmethod
+    def of(cls, workload: str, workers: list[Capabilities]) -> _Offer:
+        """The offer of `workload` to `workers`."""
+        stages = [s.value for s in WORKLOADS[workload].stages]
+        wanted = [s for s in DEFAULT_STAGES if s in stages] or stages[:1]
+        return cls(workload, [p.value for p in WORKLOADS[workload].paths], stages, wanted, workers)
+
+    def runnable(self, path: str) -> list[str]:
+        """The stages a connected worker can do on `path`: all those wanted, compile
+        alone (a CUDA compiler without a GPU), or none."""
+        if _can(path, True, self.workers):
+            return self.wanted
+        if _can(path, False, self.workers) and StageId.COMPILE.value in self.stages:
+            return [StageId.COMPILE.value]
+        return []
+
+
+def _start_on(offer: _Offer, path: str, insist: bool, wait: str) -> PathChoice | None:
+    """The start on `path`, an offered path, when a connected worker runs it, compiles for
+    it, or the user insists on it; None when the form should start elsewhere."""
+    ticked = offer.runnable(path)
+    if ticked == offer.wanted:
+        return PathChoice(path, ticked, None)
+    if ticked:
+        return PathChoice(
+            path,
+            ticked,
+            f"The connected workers can compile for {path} but not execute it "
+            "(no GPU that runs CUDA), so only compile is ticked. "
+            "Tick execute to queue a job that waits for one.",
+        )
+    compiles = _compilable(offer.workload, path, offer.workers)
+    if not insist and compiles and StageId.COMPILE.value in offer.stages:
+        # Nothing here runs the path, but a worker compiles for its targets: show what the
+        # real compiler does, at once, rather than start on another path or queue a wait.
+        return PathChoice(
+            path,
+            [StageId.COMPILE.value],
+            f"No connected worker runs {path} on real devices, but one compiles for its "
+            f"targets without the hardware, so the form starts on {compiles[0]}, compile "
+            "only. Choose no target to queue a job that waits for real devices.",
+            target=compiles[0],
+        )
+    if not insist:
+        return None
+    also = (
+        f" Or choose a target below ({', '.join(compiles[:3])}, …): a connected worker "
+        "compiles for it without the hardware, at once."
+        if compiles
+        else ""
+    )
+    return PathChoice(path, offer.wanted, f"No connected worker runs {path}. {wait}{also}")
+
+
+def _moved_note(offer: _Offer, requested: str, start: str, wait: str) -> str:
+    """Why the form starts on `start` rather than on `requested`, which nothing runs."""
+    compiles = _compilable(offer.workload, requested, offer.workers)
+    also = (
+        f" A connected worker compiles for {requested}'s targets without the hardware "
+        f"(e.g. {compiles[0]}): choose {requested} to compile for one."
+        if compiles
+        else ""
+    )
+    return (
+        f"No connected worker runs {requested}, so the form starts on {start}, "
+        f"which one does. Choose {requested} to queue it anyway. {wait}{also}"
+    )
+
+
+def _start_elsewhere(offer: _Offer, requested: str | None, wait: str) -> PathChoice:
+    """The start on the first path a connected worker runs whole (else in part), saying
+    why when the user `requested` an offered path; on that path or the first when none
+    runs any."""
+    start = next((p for p in offer.paths if offer.runnable(p) == offer.wanted), None) or next(
+        (p for p in offer.paths if offer.runnable(p)), None
+    )
+    if start is None:
+        return PathChoice(
+            requested or offer.paths[0],
+            offer.wanted,
+            f"No connected worker can run {offer.workload} on any path. {wait}",
+        )
+    note = _moved_note(offer, requested, start, wait) if requested is not None else None
+    return PathChoice(start, offer.runnable(start), note)
+
+
 def choose_path(
     workload: str,
     requested: str | None,
@@ -205,76 +302,14 @@ def choose_path(
     Only the stages a connected worker can do are ticked: a CUDA compiler without a GPU
     gets compile alone, so one click never queues a job that can only wait.
     """
-    offered = [p.value for p in WORKLOADS[workload].paths]
-    stages = [s.value for s in WORKLOADS[workload].stages]
-    wanted = [s for s in DEFAULT_STAGES if s in stages] or stages[:1]
-
-    def runnable(path: str) -> list[str]:
-        if _can(path, True, workers):
-            return wanted
-        if _can(path, False, workers) and StageId.COMPILE.value in stages:
-            return [StageId.COMPILE.value]
-        return []
-
+    offer = _Offer.of(workload, workers)
     wait = (
         "A job for it waits, visibly, until such a worker connects "
         f"(at most {queue_timeout_s:g} s)."
     )
-    if requested in offered:
-        ticked = runnable(requested)
-        if ticked == wanted:
-            return PathChoice(requested, ticked, None)
-        if ticked:
-            return PathChoice(
-                requested,
-                ticked,
-                f"The connected workers can compile for {requested} but not execute it "
-                "(no GPU that runs CUDA), so only compile is ticked. "
-                "Tick execute to queue a job that waits for one.",
-            )
-    compiles = _compilable(workload, requested, workers) if requested in offered else []
-    if requested in offered and not insist and compiles and StageId.COMPILE.value in stages:
-        # Nothing here runs the path, but a worker compiles for its targets: show what the
-        # real compiler does, at once, rather than start on another path or queue a wait.
-        return PathChoice(
-            requested,
-            [StageId.COMPILE.value],
-            f"No connected worker runs {requested} on real devices, but one compiles for its "
-            f"targets without the hardware, so the form starts on {compiles[0]}, compile "
-            "only. Choose no target to queue a job that waits for real devices.",
-            target=compiles[0],
-        )
-    if insist and requested in offered:
-        also = (
-            f" Or choose a target below ({', '.join(compiles[:3])}, …): a connected worker "
-            "compiles for it without the hardware, at once."
-            if compiles
-            else ""
-        )
-        return PathChoice(requested, wanted, f"No connected worker runs {requested}. {wait}{also}")
-    fallback = next((p for p in offered if runnable(p) == wanted), None) or next(
-        (p for p in offered if runnable(p)), None
-    )
-    if fallback is None:
-        start = requested if requested in offered else offered[0]
-        return PathChoice(
-            start, wanted, f"No connected worker can run {workload} on any path. {wait}"
-        )
-    if requested in offered:
-        compiles = _compilable(workload, requested, workers)
-        also = (
-            f" A connected worker compiles for {requested}'s targets without the hardware "
-            f"(e.g. {compiles[0]}): choose {requested} to compile for one."
-            if compiles
-            else ""
-        )
-        note = (
-            f"No connected worker runs {requested}, so the form starts on {fallback}, "
-            f"which one does. Choose {requested} to queue it anyway. {wait}{also}"
-        )
-    else:
-        note = None
-    return PathChoice(fallback, runnable(fallback), note)
+    offered = requested if requested in offer.paths else None
+    chosen = _start_on(offer, offered, insist, wait) if offered is not None else None
+    return chosen or _start_elsewhere(offer, offered, wait)
 
 
 def _compilable(workload: str, path: str, workers: list[Capabilities]) -> list[str]:
