@@ -92,7 +92,12 @@ def mesh_text(header: dict[str, Any]) -> str | None:
     if int(header.get("nr_devices", 1)) <= 1:
         return None
     meshes = [str(m["text"]) for m in header.get("meshes") or []]
-    return " and ".join(meshes) if meshes else "not named (no argument or result is placed)"
+    if meshes:
+        return " and ".join(meshes)
+    placed = [*(header.get("in_shardings") or []), *(header.get("out_shardings") or [])]
+    if any(s.get("hlo_sharding") for s in placed):
+        return "not named (an older jax kept XLA's HLO shardings only)"
+    return "not named (no argument or result is placed)"
 
 
 def _collectives(run: dict[str, Any]) -> list[str]:

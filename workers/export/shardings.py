@@ -6,9 +6,9 @@ exported with: its mesh (axis names, sizes and types) and its partition spec (fo
 dimension, the mesh axes it is split over), or nothing where the export left it
 unspecified. The header stores them once each (`unique_abstract_meshes`,
 `unique_named_shardings`) and refers to them by index (`in_shardings_idxs`, 0 for none);
-an older header lists a `Sharding` table per argument instead (`in_shardings`). An
-HLO-sharding protobuf from a jax older than named shardings is not read: it is reported
-as such, never guessed.
+an older header lists a `Sharding` table per argument instead (`in_shardings`), and a jax
+older than named shardings wrote XLA's HLO sharding there (`workers.export.hlo_sharding`):
+no mesh axes then, only how many pieces each dimension is cut into, shown as XLA's text.
 
 Unspecified means: a worker places such an argument replicated on the program's mesh
 (`workers.export.meshes.argument_shardings`); for a result the compiler chooses.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from workers.export.flatbuffer import ArtifactError, FlatBuffer
+from workers.export.hlo_sharding import HloTiling, read_op_sharding
 
 __all__ = ["ArraySharding", "MeshShape", "read_shardings"]
 
@@ -98,15 +99,18 @@ class ArraySharding:
     unreduced: tuple[str, ...] = ()
     reduced: tuple[str, ...] = ()
     memory_kind: str | None = None
-    older: bool = field(default=False)
-    """An HLO sharding from a jax older than named shardings (not read)."""
+    hlo: HloTiling | None = field(default=None)
+    """An HLO sharding, from a jax older than named shardings (no mesh then)."""
 
     @property
     def specified(self) -> bool:
-        return self.mesh is not None
+        return self.mesh is not None or self.hlo is not None
 
     def ways(self, dim: int) -> int:
         """Into how many pieces dimension `dim` is split."""
+        if self.hlo is not None:
+            cuts = self.hlo.data_dims()
+            return cuts[dim] if dim < len(cuts) else 1
         if self.mesh is None or dim >= len(self.dims):
             return 1
         return prod(self.mesh.size_of(a) for a in self.dims[dim])
@@ -135,8 +139,8 @@ class ArraySharding:
     def words(self, shape: tuple[int, ...] | None, dtype: str, result: bool = False) -> str:
         """What a person reads: which dimensions are split over which axes, what is
         replicated, and the piece each device holds (when the shape is concrete)."""
-        if self.older:
-            return "an HLO sharding from an older jax (not read here)"
+        if self.hlo is not None:
+            return self._hlo_words(shape, dtype)
         if self.mesh is None:
             return (
                 "not specified: the compiler chooses"
@@ -169,6 +173,25 @@ class ArraySharding:
             said += f"; in {self.memory_kind} memory"
         return said
 
+    def _hlo_words(self, shape: tuple[int, ...] | None, dtype: str) -> str:
+        """An HLO sharding in words: the pieces of each dimension, and the copies."""
+        hlo = self.hlo
+        assert hlo is not None
+        if hlo.kind == "replicated":
+            return "replicated: all of it on each device"
+        if hlo.kind == "maximal":
+            return f"all of it on device {hlo.devices[0] if hlo.devices else 0}"
+        if hlo.kind != "other":
+            return f"{hlo.kind} (an HLO sharding)"
+        split = [f"dim {i} split {k} ways" for i, k in enumerate(hlo.data_dims()) if k > 1]
+        said = "; ".join(split) or "not split"
+        if hlo.copies() > 1:
+            said += f"; each piece on {hlo.copies()} devices"
+        if shape is not None:
+            piece = ",".join(str(d) for d in self.shard_shape(shape))
+            said += f"; {dtype}[{piece}] on each device"
+        return said
+
     def as_dict(
         self, shape: tuple[int, ...] | None, dtype: str, result: bool = False
     ) -> dict[str, object]:
@@ -176,12 +199,12 @@ class ArraySharding:
         dimension), its text, and the words the pages show."""
         mesh = self.mesh
         return {
-            "specified": mesh is not None,
+            "specified": self.specified,
             "spec": [None if not a else a[0] if len(a) == 1 else list(a) for a in self.dims],
             "spec_text": self.spec_text() if mesh is not None else None,
             "mesh": mesh.text() if mesh is not None else None,
             "memory_kind": self.memory_kind,
-            "older_hlo": self.older,
+            "hlo_sharding": self.hlo.text() if self.hlo is not None else None,
             "words": self.words(shape, dtype, result),
         }
 
@@ -234,8 +257,9 @@ def _listed(buf: FlatBuffer, table: int, meshes: list[MeshShape]) -> ArrayShardi
     named = buf.field(table, _SHARDING_NAMED)
     if named is not None:
         return _named(buf, buf.deref(named), meshes)
-    if buf.field(table, _SHARDING_HLO) is not None:
-        return ArraySharding(older=True)
+    hlo = buf.field(table, _SHARDING_HLO)
+    if hlo is not None:
+        return ArraySharding(hlo=read_op_sharding(buf.blob(hlo)))
     return ArraySharding()
 
 
