@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import HTTPException
-
 from app.dispatch import Dispatcher
 from app.ir.sent import SentLines
-from app.pages.artifact import mesh_text, stored_file
-from app.queue.uploads import sources_of
+from app.pages.artifact import mesh_text
+from app.queue.uploads import UploadError, exported_header, sources_of
 
 
 def artifact_of(job: dict[str, Any]) -> str | None:
@@ -31,11 +29,15 @@ def artifact_of(job: dict[str, Any]) -> str | None:
 def placement(sha: str, dispatcher: Dispatcher) -> dict[str, Any] | None:
     """The program's mesh and each argument's sharding by name, for a program of several
     devices; None for one device, or when the artifact is gone (retention)."""
-    try:
-        header = stored_file(dispatcher, sha).get("header")
-    except HTTPException:
+    source = dispatcher.store.open_file(sha)
+    if source is None:
         return None
-    if not header or mesh_text(header) is None:
+    with source:
+        try:
+            header: dict[str, Any] = exported_header(source).as_dict()
+        except UploadError:  # stored before a stricter check: the page shows no placement
+            return None
+    if mesh_text(header) is None:
         return None
     names = header.get("argument_names") or []
     shardings = header.get("in_shardings") or []

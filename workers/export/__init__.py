@@ -5,7 +5,8 @@ library, NumPy and the model's own jax.
 - `flatbuffer` and `header`: a serialized `jax.export.Exported` read in pure Python (its
   platforms, shapes, device count, and argument and result names from its trees), for
   the server, the worker and export-fn alike, with `shardings` (each argument's and
-  result's mesh and partition spec, and how the pages say it);
+  result's mesh and partition spec, and how the pages say it) and `hlo_sharding` (the
+  HLO shardings an older jax wrote instead);
 - `sources`: the Python lines an exported program names, which export-fn sends beside
   it, and the server's check of them;
 - `rules`: generated inputs under per-argument rules (`params.input_rules`), the same
