@@ -8,10 +8,11 @@ import time
 
 from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict
 from app.dispatch.results import Prepared
-from app.store import JobRow, NewRun
+from app.store import JobRow, NewJob, NewRun
 from app.store.profiles import keep_profile
 from workers.catalog.published import run_seconds
-from workers.protocol import FINAL_STATUSES, BoundaryId, JobStatus, ProgressEvent
+from workers.protocol import FINAL_STATUSES, BoundaryId, Dumps, JobStatus, ProgressEvent
+from workers.protocol.dumps import dumps_job_id, wants_followup
 
 
 def _held(job: JobRow | None) -> float | None:
@@ -93,7 +94,21 @@ class ReportsMixin(DispatcherCore):
                 raise LeaseEnded(self._ended_verdict(current))
             return Verdict(False, current.status)
         self.hub.publish_status(job_id, JobStatus.DONE, None, attempt, relayed=True)
+        if wants_followup(run.job, run):
+            self._queue_dumps(read or self.store.get_job(job_id))
         return Verdict(True, JobStatus.DONE)
+
+    def _queue_dumps(self, first: JobRow | None) -> None:
+        """Queue the follow-up that brings the dumps of a run that went first
+        (`workers.protocol.dumps`): the same job, asking for its dumps only, on the same
+        kind of worker, at the back of the queue. It is the server's, not a submission:
+        the client's rate and queue limits counted the job it completes."""
+        if first is None:
+            return
+        spec = {**first.spec, "dumps": Dumps.ONLY.value}
+        with self.store.admitting(first.client or "") as gate:
+            gate.insert([NewJob(dumps_job_id(first.id), spec, dict(first.requirements))])
+        self._notify()
 
     def fail(
         self,

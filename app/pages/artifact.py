@@ -33,6 +33,7 @@ from workers.protocol import (
     parse_target,
 )
 from workers.protocol.compiler_options import as_text
+from workers.protocol.dumps import first_of
 
 ONE_CLICK = ("v6e:2x4", "h100:8", "b200:8")
 """The targets "Compile for v6e-8, H100 ×8, B200 ×8" compiles for, where they fit."""
@@ -226,7 +227,7 @@ def jobs_of(sha256: str, dispatcher: Dispatcher, limit: int = 200) -> list[Any]:
     return [
         job
         for job in dispatcher.store.jobs_naming("exported", sha256, limit)
-        if (job.spec.get("params") or {}).get("artifact") == sha256
+        if (job.spec.get("params") or {}).get("artifact") == sha256 and first_of(job.id) is None
     ]
 
 

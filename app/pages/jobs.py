@@ -9,6 +9,7 @@ from typing import Any
 
 from app.dispatch import Dispatcher
 from app.store import JobRow
+from app.store.schema import FollowUp
 from workers.protocol import JobStatus
 
 PREFIX = "/api/v1"
@@ -57,6 +58,7 @@ def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
     run = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
     if run is None:
         out["run"] = None
+        out["dumps"] = None
         return out
     result: dict[str, Any] = json.loads(run.result)
     base = f"{PREFIX}/jobs/{job.id}/artifacts"
@@ -69,4 +71,19 @@ def job_public(job: JobRow, dispatcher: Dispatcher) -> dict[str, Any]:
         run_seconds=run.run_s,
     )
     out["run"] = result
+    out["dumps"] = followup_json(run.followup)
     return out
+
+
+def followup_json(followup: FollowUp | None) -> dict[str, Any] | None:
+    """The follow-up job that brings a run's dumps (`workers.protocol.dumps`): its id and
+    page, status and reason, and what it has yet to bring (nothing once it is done)."""
+    if followup is None:
+        return None
+    return {
+        "job": followup.job_id,
+        "status": followup.status,
+        "reason": followup.reason,
+        "pending": followup.pending,
+        "links": job_links(followup.job_id),
+    }

@@ -17,7 +17,8 @@ from app.web.problems import problem_detail, pydantic_problems
 from workers.catalog import WORKLOADS, CatalogError, allowed_range, check_peak, parse_params
 from workers.catalog.kernels import pallas_refusal
 from workers.catalog.target_rules import apply_target, byte_cap, job_kernel
-from workers.protocol import MAX_SAMPLES, JobSpec
+from workers.protocol import MAX_SAMPLES, Dumps, JobSpec
+from workers.protocol.dumps import default_dumps
 
 
 class JobRefused(ValueError):
@@ -116,6 +117,16 @@ def validate_job(data: Any, max_job_bytes: int) -> ValidJob:
     samples = spec.measure.samples
     if isinstance(samples, int) and not 1 <= samples <= MAX_SAMPLES:
         problems.append(("measure.samples", f"out of range (allowed: ge=1, le={MAX_SAMPLES})"))
+    if spec.dumps is Dumps.ONLY:
+        problems.append(
+            (
+                "dumps",
+                "'only' is the server's own follow-up of a run that went first; ask 'later' "
+                "(the run first, its dumps after) or 'inline' (the run waits for them)",
+            )
+        )
     if problems:
         raise JobRefused(problems)
+    if "dumps" not in data:  # the run first wherever its dumps would make it wait
+        spec = spec.model_copy(update={"dumps": default_dumps(spec)})
     return ValidJob(spec, params.devices())

@@ -33,6 +33,7 @@ from app.routes.run_form import FORM_MAX_BYTES
 from app.state import AppState
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
+from workers.protocol.dumps import DUMP_ARTIFACTS
 
 router = APIRouter(include_in_schema=False)
 
@@ -156,6 +157,12 @@ async def run_ir(
             ("Back to the run", f"/runs/{job_id}"),
         )
     found = dispatcher.store.get_artifact(job_id, name) if exists else None
+    if exists and found is None and name in DUMP_ARTIFACTS:
+        dumps = _job_json(job_id, dispatcher).get("dumps")
+        if dumps is not None and name in dumps["pending"]:  # 200: it is coming, or says why not
+            ctx = {"job": {"id": job_id}, "dumps": dumps, "name": name, "nav": "runs"}
+            page = "_run_dumps.html" if is_htmx(request) else "ir_pending.html"
+            return render(state, page, ctx)
     if exists and found is None:
         raise MissingPart(
             f"run {job_id} has no {name} (a run holds only what its path and stages produced)",
@@ -189,6 +196,20 @@ async def run_ir(
     if query.part == "lines":
         return render(state, "_ir_lines.html", ctx)
     return render(state, "_ir.html" if is_htmx(request) else "ir_page.html", ctx)
+
+
+@router.get("/runs/{job_id}/dumps", response_class=HTMLResponse)
+async def run_dumps(
+    job_id: str, request: Request, state: StateDep, dispatcher: DispatcherDep
+) -> HTMLResponse:
+    """Where a run's dumps are (the run page polls it while they are coming); once its
+    follow-up is done, an htmx request is told to reload the page, which now has them."""
+    job = _job_json(job_id, dispatcher)
+    dumps = job.get("dumps")
+    if dumps is not None and dumps["status"] == JobStatus.DONE.value and is_htmx(request):
+        return HTMLResponse("", headers={"HX-Refresh": "true"})
+    ctx = {"job": job, "dumps": dumps if dumps and dumps["pending"] else None, "nav": "runs"}
+    return render(state, "_run_dumps.html", ctx)
 
 
 @page_route("/runs/{job_id}")

@@ -129,10 +129,28 @@ class JobSummary(BaseModel):
     links: JobLinks
 
 
+class FollowUpPublic(BaseModel):
+    """The job that brings a compiled run's dumps after it (TPU bundles, GPU PTX and SASS,
+    the pass pipeline): the run is published when its compile ends, these follow."""
+
+    job: str = Field(description="The follow-up job's id (its page is /runs/{job}).")
+    status: JobStatus
+    reason: str | None = Field(description="Why it waits, failed or was cancelled.")
+    pending: list[str] = Field(
+        description="Artifacts it has yet to bring; [] once done (they are in the run then)."
+    )
+    links: JobLinks
+
+
 class JobPublic(JobSummary):
     """A job with its run inline when it has one."""
 
     run: RunPublic | None = None
+    dumps: FollowUpPublic | None = Field(
+        default=None,
+        description="A compile without the hardware: the follow-up job that brings the "
+        "dumps below its optimized HLO, which the run shows merged in once done.",
+    )
 
 
 class JobsPublic(BaseModel):

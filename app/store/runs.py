@@ -6,14 +6,22 @@ A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from app.store.base import StoreBase
 from app.store.channel import CHANNEL, News, encode
 from app.store.jobs import CLEAR_WORKER, event_in
-from app.store.schema import NewRun, RunRow
+from app.store.schema import FollowUp, NewRun, RunRow
 from workers.catalog.published import published, run_seconds
 from workers.protocol import JobStatus, RunResult
+from workers.protocol.dumps import (
+    DUMP_ARTIFACTS,
+    STORED_APART,
+    dumps_job_id,
+    expected_dumps,
+    merge_dumps,
+)
 
 
 def reread(result: str, run_s: float | None) -> tuple[str, float | None]:
@@ -145,7 +153,37 @@ class Runs(StoreBase):
         return attempt
 
     def get_run(self, job_id: str) -> RunRow | None:
-        """A job's newest run, its figures through today's rules (`reread`)."""
+        """A job's newest run, its figures through today's rules (`reread`), with what
+        its follow-up brought once that is done (`workers.protocol.dumps`)."""
+        run = self._newest_run(job_id)
+        if run is None:
+            return None
+        follow = self._read(
+            "SELECT status, reason, spec FROM jobs WHERE id = ?", (dumps_job_id(job_id),)
+        )
+        if not follow:
+            return run
+        status, reason, spec = follow[0]
+        dumps = self._newest_run(dumps_job_id(job_id)) if status == JobStatus.DONE else None
+        # (A done follow-up whose run retention removed brings nothing, and is not pending.)
+        pending = [] if status == JobStatus.DONE else expected_dumps(json.loads(spec))
+        followup = FollowUp(dumps_job_id(job_id), str(status), reason, pending)
+        if dumps is None:
+            return dataclasses.replace(run, followup=followup)
+        try:
+            merged = merge_dumps(
+                RunResult.model_validate_json(run.result),
+                RunResult.model_validate_json(dumps.result),
+            ).model_dump_json()
+        except ValueError:  # a placeholder run (store tests): nothing to merge
+            merged = run.result
+        names = sorted({*run.artifact_names, *set(dumps.artifact_names) & set(DUMP_ARTIFACTS)})
+        truncated = run.truncated + [n for n in dumps.truncated if n in DUMP_ARTIFACTS]
+        return dataclasses.replace(
+            run, result=merged, artifact_names=names, truncated=truncated, followup=followup
+        )
+
+    def _newest_run(self, job_id: str) -> RunRow | None:
         rows = self._read(
             "SELECT id, job_id, attempt, worker_id, result, truncated, run_s, created_at "
             "FROM runs WHERE job_id = ? ORDER BY id DESC LIMIT 1",
@@ -174,7 +212,14 @@ class Runs(StoreBase):
         return [(int(r[0]), int(r[1])) for r in rows]
 
     def get_artifact(self, job_id: str, name: str) -> tuple[str, bool] | None:
-        """The full text of a run's artifact, and whether it was cut at the storage cap."""
+        """The full text of a run's artifact, and whether it was cut at the storage cap; a
+        dump its follow-up job brought, for a run that went first."""
+        found = self._artifact_of(job_id, name)
+        if found is None and name in STORED_APART:
+            return self._artifact_of(dumps_job_id(job_id), name)
+        return found
+
+    def _artifact_of(self, job_id: str, name: str) -> tuple[str, bool] | None:
         rows = self._read(
             "SELECT a.text, a.truncated FROM artifacts a JOIN runs r ON r.id = a.run_id "
             "WHERE r.job_id = ? AND a.name = ? ORDER BY r.id DESC LIMIT 1",

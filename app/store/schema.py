@@ -85,6 +85,19 @@ class RunRow:
     run_s: float | None
     created_at: float
     artifact_names: list[str]
+    followup: FollowUp | None = None
+    """The job that brings this run's dumps (`workers.protocol.dumps`), if it has one."""
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A follow-up job as the run it completes shows it: its id, status and reason, and
+    the artifacts it has yet to bring (none once it is done: they are merged in)."""
+
+    job_id: str
+    status: str
+    reason: str | None
+    pending: list[str]
 
 
 @dataclass(frozen=True)

@@ -117,14 +117,28 @@ def _submit(http: httpx.Client, body: dict[str, Any]) -> str:
     return job_id
 
 
+FINAL = ("done", "failed", "expired", "cancelled")
+
+
+def complete(job: dict[str, Any]) -> bool:
+    """Whether a job is over, the follow-up that brings a compile's dumps included (the
+    pages are read with them); AssertionError when either did not end done."""
+    if job["status"] not in FINAL:
+        return False
+    assert job["status"] == "done", f"job {job['id']} ended {job['status']}: {job['reason']}"
+    dumps = job.get("dumps")
+    if dumps is None or dumps["status"] not in FINAL:
+        return dumps is None
+    assert dumps["status"] == "done", f"{dumps['job']} ended {dumps['status']}: {dumps['reason']}"
+    return True
+
+
 def _wait_final(http: httpx.Client, job_ids: list[str], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     pending = set(job_ids)
     while pending and time.monotonic() < deadline:
         for job_id in list(pending):
-            status = http.get(f"/api/v1/jobs/{job_id}").json()["status"]
-            if status in ("done", "failed", "expired", "cancelled"):
-                assert status == "done", f"job {job_id} ended {status}"
+            if complete(http.get(f"/api/v1/jobs/{job_id}").json()):
                 pending.discard(job_id)
         time.sleep(0.3)
     assert not pending, f"jobs not done in {timeout} s: {pending}"

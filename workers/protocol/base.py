@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Strict
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """Bumped when a message changes shape in a way an older peer cannot read.
 
 2: the server assigns worker ids; each lease carries a lease id that every report on the
@@ -99,6 +99,18 @@ class CachePolicy(StrEnum):
     COLD = "cold"
     PERSISTENT = "persistent"
     WARM = "warm"
+
+
+class Dumps(StrEnum):
+    """When a compile without the hardware sends its dumps (machine code, the kernels'
+    own IR, the pass pipeline), each of which takes one more compile."""
+
+    INLINE = "inline"
+    """With the run: the run waits for them."""
+    LATER = "later"
+    """The run goes first (HLO, summary, memory); a follow-up job brings the dumps."""
+    ONLY = "only"
+    """The follow-up: only the dumps of a run that went first."""
 
 
 class Platform(StrEnum):

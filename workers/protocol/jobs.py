@@ -14,6 +14,7 @@ from workers.protocol.base import (
     WARMUP_CAP_FACTOR,
     BoundaryId,
     CachePolicy,
+    Dumps,
     Lax,
     Mode,
     PathId,
@@ -90,6 +91,12 @@ class JobSpec(StrictModel):
         max_length=16,
         description="What the compiler compiles for: v6e:1x1 … v6e:16x16, b200:N, h100:N, "
         "h200:N (N in 1, 2, 4, 8). Without the hardware, a target is compiled, never run.",
+    )
+    dumps: Annotated[Dumps, Lax] = Field(
+        default=Dumps.INLINE,
+        description="A compile without the hardware: `later` publishes the run when its "
+        "compile ends and brings the dumps (machine code, the kernels' own IR, the pass "
+        "pipeline) in a follow-up job, `inline` waits for them. The server sets it.",
     )
     compiler_options: dict[str, Any] = Field(
         default_factory=dict,

@@ -43,11 +43,13 @@ from workers.protocol import (
     MAIN_BOUNDARY,
     PATH_PLATFORM,
     BoundaryId,
+    Dumps,
     InputInfo,
     JobSpec,
     PathId,
     RunResult,
     StageId,
+    Target,
 )
 from workers.protocol.hlo_summary import compiled_costs
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
@@ -131,10 +133,60 @@ def run_job(
     exported function's artifact and .npz archives; see workers.workloads.exported).
     """
     started = time.perf_counter()
-    emit = emitter(progress)
     job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
-    target = job_target(job)
     params, choice = _validate(job, max_bytes)
+    elsewhere = _run_elsewhere(
+        job,
+        params,
+        choice,
+        progress=progress,
+        cache_dir=cache_dir,
+        max_bytes=max_bytes,
+        files_dir=files_dir,
+    )
+    if elsewhere is not None:
+        return elsewhere
+    target = job_target(job)
+    devices = (real_devices_for(target) if target is not None else None) or select_devices(job.path)
+    if choice.pallas and job.path is PathId.JAX_GPU and target is None:
+        # The GPU is known now: a Mosaic GPU kernel is built for its compute capability.
+        choice = job_kernel(job, params, real_gpu(devices[0]))
+    if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
+        return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
+    return _run_here(
+        job,
+        params,
+        choice,
+        devices,
+        started=started,
+        progress=progress,
+        cache_dir=cache_dir,
+        max_bytes=max_bytes,
+        files_dir=files_dir,
+    )
+
+
+def real_devices_for(target: Target) -> list[Any] | None:
+    """The target's devices when this process has them for real."""
+    from workers.run.deviceless import real_devices
+
+    return real_devices(target)
+
+
+def _run_elsewhere(
+    job: JobSpec,
+    params: WorkloadParams,
+    choice: KernelChoice,
+    *,
+    progress: Progress | None,
+    cache_dir: Path | None,
+    max_bytes: int,
+    files_dir: Path | None,
+) -> RunResult | None:
+    """The run of a job that this module does not run itself: the cuda path, a Mosaic GPU
+    kernel for another architecture (in its own process), a follow-up's dumps, a target
+    whose devices are not here (compiled without them). None: it runs here."""
+    target = job_target(job)
     if job.path is PathId.CUDA:  # hand-written kernels: compiled by nvcc, run through CuPy
         from workers.run.cuda import run_cuda_job
 
@@ -143,29 +195,37 @@ def run_job(
         from workers.run.isolated import run_isolated
 
         return run_isolated(job, cache_dir=cache_dir, max_bytes=max_bytes)
-    if target is not None:
-        from workers.run.deviceless import real_devices, run_deviceless
+    if target is None:
+        return None
+    if job.dumps is Dumps.ONLY:  # a follow-up: the dumps alone
+        from workers.run.dumps_only import run_dumps
 
-        found = real_devices(target)
-        if found is None:  # no such devices here: compile for them, never run
-            return run_deviceless(
-                job,
-                params,
-                target,
-                progress,
-                cache_dir=cache_dir,
-                files_dir=files_dir,
-                choice=choice,
-            )
-        devices = found
-    else:
-        devices = select_devices(job.path)
-    device = devices[0]
-    if choice.pallas and job.path is PathId.JAX_GPU and target is None:
-        # The GPU is known now: a Mosaic GPU kernel is built for its compute capability.
-        choice = job_kernel(job, params, real_gpu(device))
-    if isinstance(params, ShapeSweepParams):  # many shapes through one function: its own loop
-        return run_sweep(job, params, devices, progress, cache_dir=cache_dir)
+        return run_dumps(
+            job, params, target, progress, cache_dir=cache_dir, files_dir=files_dir, choice=choice
+        )
+    if real_devices_for(target) is None:  # no such devices here: compile for them, never run
+        from workers.run.deviceless import run_deviceless
+
+        return run_deviceless(
+            job, params, target, progress, cache_dir=cache_dir, files_dir=files_dir, choice=choice
+        )
+    return None
+
+
+def _run_here(
+    job: JobSpec,
+    params: WorkloadParams,
+    choice: KernelChoice,
+    devices: list[Any],
+    *,
+    started: float,
+    progress: Progress | None,
+    cache_dir: Path | None,
+    max_bytes: int,
+    files_dir: Path | None,
+) -> RunResult:
+    """A JAX-path job on this process's devices: compile, measure, check, scale."""
+    emit = emitter(progress)
     workload = bind_workload(job, params, files_dir, max_bytes)
     spans = workload.devices_spanned(params)
     if spans > len(devices):
@@ -182,11 +242,49 @@ def run_job(
     if params.output_bytes() is None and memory is not None:
         # The parameters could not say how big an output is; the compiled program can.
         check_live_outputs(params, job.measure, max_bytes, memory.output_bytes)
+    measured = _measured(
+        job, params, choice, workload=workload, program=program, devices=devices, started=started
+    )
+    correctness = None
+    if StageId.EXECUTE in job.stages:
+        correctness = execute(
+            measured, program, workload, params, device=devices[0], progress=progress
+        )
+    if program.scaled is not None:
+        assert measured.unreported is not None
+        t0 = time.perf_counter()
+        attach_scale(
+            measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
+        )
+        measured.unreported["scale"] = time.perf_counter() - t0
+    target = job_target(job)
+    if target is not None:
+        from workers.run.deviceless import hardware_report
+
+        measured.target = hardware_report(target, devices[0])
+    result = measured.check(correctness).publish()
+    emit("done")
+    return result
+
+
+def _measured(
+    job: JobSpec,
+    params: WorkloadParams,
+    choice: KernelChoice,
+    *,
+    workload: Any,
+    program: Any,
+    devices: list[Any],
+    started: float,
+) -> Measured:
+    """The compiled program as a run about to be measured: its IR, counts and memory."""
     boundary = MAIN_BOUNDARY[job.measure.mode]
     measured = Measured(
         job=job,
         params=public_params(params, job.path.value),
-        environment=detect_environment(device, job.measure.cache, program.cache_events, devices),
+        environment=detect_environment(
+            devices[0], job.measure.cache, program.cache_events, devices
+        ),
         started=started,
         inputs=[
             InputInfo(name=s.name, shape=list(s.shape), dtype=s.dtype)
@@ -196,7 +294,7 @@ def run_job(
         artifacts=program.artifacts,
         hlo_summary=program.summary,
         cost_analysis=compiled_costs(program.compiled),
-        memory_analysis=memory,
+        memory_analysis=memory_analysis(program.compiled),
         work=work_of(workload, params, program.compiled),
         # Dispatch time is never a speed: no rates from it.
         rate_basis=RateBasis(boundary) if boundary is not BoundaryId.HOST_DISPATCH else None,
@@ -209,20 +307,4 @@ def run_job(
     )
     for name in ("mosaic", "triton", "mosaic_gpu"):  # the kernels' own IR, from the lowering
         setattr(measured.artifacts, name, getattr(program.kernels, name))
-    correctness = None
-    if StageId.EXECUTE in job.stages:
-        correctness = execute(measured, program, workload, params, device=device, progress=progress)
-    if program.scaled is not None:
-        assert measured.unreported is not None
-        t0 = time.perf_counter()
-        attach_scale(
-            measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
-        )
-        measured.unreported["scale"] = time.perf_counter() - t0
-    if target is not None:
-        from workers.run.deviceless import hardware_report
-
-        measured.target = hardware_report(target, device)
-    result = measured.check(correctness).publish()
-    emit("done")
-    return result
+    return measured

@@ -36,6 +36,7 @@ from workers.protocol import (
     RunResult,
 )
 from workers.protocol.compiler_options import as_arguments, as_text
+from workers.protocol.dumps import first_of
 
 PHASES: tuple[str, ...] = tuple(p for p in get_args(ProgressPhase) if p != "failed")
 """The steps a job goes through, in order, as the progress panel lists them."""
@@ -191,6 +192,9 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             "api": job["links"]["self"],
         },
     }
+    dumps = job.get("dumps")
+    ctx["dumps"] = dumps if dumps and dumps.get("status") != JobStatus.DONE.value else None
+    ctx["completes"] = first_of(job["id"])  # a follow-up: the run whose dumps it makes
     if run is not None:
         artifact_links = (run_json or {}).get("artifact_links", {})
         ctx.update(
@@ -274,6 +278,9 @@ def variant_of(job: dict[str, Any]) -> str | None:
     options = job.get("compiler_options")
     if options:
         words.append(as_text(options))
+    completes = first_of(str(job.get("id", "")))
+    if completes is not None:  # a follow-up job: the dumps of a run that went first
+        words.append(f"dumps of {completes}")
     return " ".join(words) or None
 
 
