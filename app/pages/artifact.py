@@ -223,7 +223,8 @@ RUNS_LISTED = 20
 
 def jobs_of(sha256: str, dispatcher: Dispatcher, limit: int = 200) -> list[Any]:
     """Newest first: the jobs that run or compile this artifact (not those that only name
-    it as a file: an .npz's sha256 is never an artifact)."""
+    it as a file: an .npz's sha256 is never an artifact, and not the follow-ups that
+    bring a compile's dumps: they are part of the run they complete)."""
     return [
         job
         for job in dispatcher.store.jobs_naming("exported", sha256, limit)
