@@ -14,9 +14,11 @@ small push parser that keeps no more than a boundary's length of bytes between c
    anything odd is a 4xx naming the field, never a 500. A refused form's files are
    deleted.
 
-python-multipart (what Starlette's `request.form()` uses) parses the whole body before
-a route sees its first field, so it cannot put the token first; this parser is small
-enough to keep instead of a dependency.
+The bytes are parsed by python-multipart's streaming `MultipartParser` (the parser
+under Starlette's `request.form()`), fed chunk by chunk; this module adds only the
+policy: which fields, in which order, how big, and the token before anything else.
+`request.form()` itself cannot be used: it reads the whole form before a route sees its
+first field, so it could not refuse a missing token before the files.
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser
 
 from app.web.spool import OverCap, Spooled, SpoolWriter
 from app.web.tokens import bearer_of, token_matches
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 TOKEN_FIELDS = frozenset({"token"})
 """The field that carries the submission token (a field name; the token itself is only
@@ -88,16 +97,11 @@ def boundary_of(content_type: str) -> bytes:
     return boundary.encode("ascii")
 
 
-def _disposition(headers: bytes) -> tuple[str, str | None]:
-    """(field name, file name or None) from a part's Content-Disposition."""
-    for line in headers.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() != b"content-disposition":
-            continue
-        text = value.decode("utf-8", "replace")
-        kind, _, rest = text.partition(";")
-        if kind.strip().lower() != "form-data":
-            break
+def _disposition(value: bytes) -> tuple[str, str | None]:
+    """(field name, file name or None) from a part's Content-Disposition value."""
+    text = value.decode("utf-8", "replace")
+    kind, _, rest = text.partition(";")
+    if kind.strip().lower() == "form-data":
         params = {m[0].lower(): m[1] or m[2] for m in _PARAM.findall(";" + rest)}
         if "name" in params:
             return params["name"][:64], params.get("filename")
@@ -105,7 +109,9 @@ def _disposition(headers: bytes) -> tuple[str, str | None]:
 
 
 class _Parser:
-    """Push parser: `feed(chunk)` calls the callbacks as parts begin, carry data, end."""
+    """python-multipart's streaming parser, bounded: `feed(chunk)` calls `on_begin(name,
+    filename)`, `on_data(bytes)` and `on_end()` as each part begins, carries data and
+    ends. It keeps no more than a boundary's length of bytes between chunks."""
 
     def __init__(
         self,
@@ -114,74 +120,85 @@ class _Parser:
         on_data: Callable[[bytes], None],
         on_end: Callable[[], None],
     ) -> None:
-        self.first = b"--" + boundary
-        self.delimiter = b"\r\n--" + boundary
         self.on_begin, self.on_data, self.on_end = on_begin, on_data, on_end
-        self.buffer = bytearray()
         self.state = "preamble"
         self.parts = 0
+        self._field = bytearray()
+        self._value = bytearray()
+        self._headers = 0
+        self._disposition: bytes | None = None
+        callbacks: MultipartCallbacks = {
+            "on_part_begin": self._part_begin,
+            "on_header_field": self._header_field,
+            "on_header_value": self._header_value,
+            "on_header_end": self._header_end,
+            "on_headers_finished": self._headers_finished,
+            "on_part_data": self._part_data,
+            "on_part_end": self._part_end,
+            "on_end": self._end,
+        }
+        self._parser = MultipartParser(
+            boundary, callbacks, max_header_count=8, max_header_size=HEADER_MAX
+        )
+        self._seen = 0
 
     def feed(self, chunk: bytes) -> None:
-        self.buffer += chunk
-        while self._step():
-            pass
+        if self.state == "done":
+            return  # an epilogue is ignored
+        self._seen += len(chunk)
+        try:
+            self._parser.write(chunk)
+        except MultipartParseError as exc:
+            if self.state == "preamble":
+                raise FormRefused(422, None, "the body is not multipart/form-data") from None
+            if "header" in str(exc).lower():
+                raise FormRefused(422, None, "a part's headers are too long") from None
+            raise FormRefused(422, None, "the form's parts are malformed") from None
+        if self.state == "preamble" and self._seen > PREAMBLE_MAX:
+            raise FormRefused(422, None, "the body is not multipart/form-data")
 
-    def _step(self) -> bool:
-        """One move of the state machine; False when it needs more bytes."""
-        buf = self.buffer
-        if self.state == "preamble":
-            at = buf.find(self.first)
-            if at < 0:
-                if len(buf) > PREAMBLE_MAX:
-                    raise FormRefused(422, None, "the body is not multipart/form-data")
-                return False
-            del buf[: at + len(self.first)]
-            self.state = "after-delimiter"
-            return True
-        if self.state == "after-delimiter":
-            if len(buf) < 2:
-                return False
-            mark = bytes(buf[:2])
-            if mark == b"--":
-                self.state = "done"
-                buf.clear()
-                return False
-            if mark != b"\r\n":
-                raise FormRefused(422, None, "the form's parts are malformed")
-            del buf[:2]
-            self.state = "headers"
-            return True
-        if self.state == "headers":
-            end = buf.find(b"\r\n\r\n")
-            if end < 0 and len(buf) <= HEADER_MAX:
-                return False
-            if end < 0 or end > HEADER_MAX:
-                raise FormRefused(422, None, "a part's headers are too long")
-            self.parts += 1
-            if self.parts > MAX_PARTS:
-                raise FormRefused(422, None, f"the form has more than {MAX_PARTS} parts")
-            name, filename = _disposition(bytes(buf[:end]))
-            del buf[: end + 4]
-            self.state = "data"
-            self.on_begin(name, filename)
-            return True
-        if self.state == "data":
-            at = buf.find(self.delimiter)
-            if at < 0:
-                # Keep what could be the start of a delimiter split across two chunks.
-                safe = len(buf) - (len(self.delimiter) - 1)
-                if safe > 0:
-                    self.on_data(bytes(buf[:safe]))
-                    del buf[:safe]
-                return False
-            if at:
-                self.on_data(bytes(buf[:at]))
-            del buf[: at + len(self.delimiter)]
-            self.state = "after-delimiter"
-            self.on_end()
-            return True
-        buf.clear()  # done: an epilogue is ignored
-        return False
+    def _part_begin(self) -> None:
+        self.state = "headers"
+        self._headers = 0
+        self._disposition = None
+        self.parts += 1
+        if self.parts > MAX_PARTS:
+            raise FormRefused(422, None, f"the form has more than {MAX_PARTS} parts")
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start)
+        self._field += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count(end - start)
+        self._value += data[start:end]
+
+    def _count(self, n: int) -> None:
+        self._headers += n
+        if self._headers > HEADER_MAX:
+            raise FormRefused(422, None, "a part's headers are too long")
+
+    def _header_end(self) -> None:
+        if bytes(self._field).strip().lower() == b"content-disposition":
+            self._disposition = bytes(self._value)
+        self._field.clear()
+        self._value.clear()
+
+    def _headers_finished(self) -> None:
+        if self._disposition is None:
+            raise FormRefused(422, None, "a part of the form has no field name")
+        self.state = "data"
+        self.on_begin(*_disposition(self._disposition))
+
+    def _part_data(self, data: bytes, start: int, end: int) -> None:
+        self.on_data(bytes(data[start:end]))
+
+    def _part_end(self) -> None:
+        self.state = "between"
+        self.on_end()
+
+    def _end(self) -> None:
+        self.state = "done"
 
 
 class _Reader:
