@@ -18,8 +18,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from markupsafe import Markup
-
 Number = int | float
 
 
@@ -65,17 +63,6 @@ class Chart:
     """`data-*` attributes on the <svg>, for tests and scripts."""
     fluid: bool = False
     """As wide as its box (at most `width`), its text unscaled: see the module's note."""
-
-
-def render_chart(chart: Chart | None) -> Markup:
-    """The chart's markup outside a page (the JSON twin, tests): the same template."""
-    if chart is None:
-        return Markup("")
-    from app.web.templating import make_environment
-
-    macro = make_environment().get_template("_chart.html").module.chart  # type: ignore[attr-defined]
-    rendered: Markup = macro(chart)
-    return rendered
 
 
 # Axis ticks: round values (1, 2 or 5 × a power of ten apart) whose labels fit the padding.

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from chart_markup import render_chart
 
-from app.pages.charts import render_chart
 from app.pages.compare.plot import RunSamples, distributions_svg
 from app.web.templating import CODE_BACKGROUND, contrast, plural, pygments_css, relative_time
 from tests.app.bench_fakes import MATMUL, FakeWorker, run_result

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
+from chart_markup import render_chart
 
-from app.pages.charts import render_chart
 from app.pages.runs.roofline import build_roofline, roofline_svg, roofline_view
 from app.pages.runs.sweep_plot import sweep_svg
 from tests.app.bench_fakes import FakeWorker, capabilities

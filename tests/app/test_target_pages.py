@@ -12,9 +12,9 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 from bench_fakes import FakeWorker, capabilities
+from chart_markup import render_chart
 
 from app.main import create_app
-from app.pages.charts import render_chart
 from app.pages.compare.guard import guard, run_facts
 from app.pages.runs.memory_fit import memory_fit
 from app.reader.content import load_content

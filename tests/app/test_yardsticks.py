@@ -17,8 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
+from chart_markup import render_chart
 
-from app.pages.charts import label_width, nice_ticks, render_chart, seconds_ticks
+from app.pages.charts import label_width, nice_ticks, seconds_ticks
 from app.pages.runs import plots
 from app.pages.runs.roofline import build_roofline, roofline_view
 from app.web.templating import make_environment

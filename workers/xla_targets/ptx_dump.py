@@ -16,20 +16,6 @@ SECTION = "// ===== kernel {name} ({file}) ====="
 """The line that opens each kernel's section of the PTX artifact."""
 
 
-def kernel_sections(folder: Path) -> list[tuple[str, str]]:
-    """(kernel name, its PTX) for every kernel entry in the dump's PTX files, in file order."""
-    sections: list[tuple[str, str]] = []
-    for file in sorted(folder.glob("*.ptx")):
-        text = file.read_text(encoding="utf-8", errors="replace")
-        if not text.strip():
-            continue
-        for name in ptx_kernels(text):
-            body = ptx_for(text, name)
-            if body is not None:
-                sections.append((name, f"{SECTION.format(name=name, file=file.name)}\n{body}"))
-    return sections
-
-
 def ptx_modules(folder: Path) -> dict[str, str]:
     """Every PTX file of the dump that holds a kernel entry: file name → its text."""
     found: dict[str, str] = {}
@@ -47,10 +33,3 @@ def module_sections(file: str, text: str) -> list[str]:
         for name in ptx_kernels(text)
         if (body := ptx_for(text, name)) is not None
     ]
-
-
-def kernels_ptx(folder: Path) -> str | None:
-    """The PTX artifact of a GPU compile: every kernel's section, or None when XLA wrote
-    no kernel of its own (every operation went to a library)."""
-    sections = kernel_sections(folder)
-    return "\n".join(body for _, body in sections) if sections else None
