@@ -83,7 +83,8 @@ async def upload_from_page(
             try:
                 await asyncio.to_thread(check_upload, UPLOAD_FIELDS[name], part)
                 if name == "sources" and "artifact" in parts:  # the lines of this function
-                    check_sources_for(dispatcher.store, part, parts["artifact"].sha256)
+                    artifact = parts["artifact"].sha256
+                    await asyncio.to_thread(check_sources_for, dispatcher.store, part, artifact)
             except UploadError as exc:
                 errors[name] = str(exc)
         if not errors:
