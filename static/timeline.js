@@ -16,7 +16,8 @@
   var SPEEDSCOPE_TABS = ["Time Order", "Import"];  // one tab of its left group, one of its right
   var attached = new WeakSet();
 
-  // The element whose own text is `text`, or null.
+  // The first element, in document order, whose own text is `text`, or null. The toolbar
+  // comes before the chart and the table, so a frame of the same name is never taken.
   function byText(doc, text) {
     var walker = doc.createTreeWalker(doc.body, NodeFilter.SHOW_TEXT);
     for (var node = walker.nextNode(); node; node = walker.nextNode()) {

@@ -160,3 +160,88 @@ def test_the_one_button_compiles_the_eight_device_step_without_javascript(
     page.locator("nav.run-nav").get_by_role("link", name="IR").click()
     expect(page.locator("#ir-h")).to_be_in_viewport()
     context.close()
+
+
+@pytest.fixture(scope="module")
+def forward_compiled(browser: Browser, server: str, own_exports: dict[str, Any]) -> str:
+    """The forward pass uploaded and compiled for every target from its artifact page's own
+    form, as a person does it (or as the test above left it); its SHA-256."""
+    sha = upload_exported(server, own_exports["forward"].artifact.read_bytes())
+    fit = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
+    if len(fit) < len(TARGETS):
+        page = browser.new_page(viewport=checks.VIEWPORTS["desktop"])  # type: ignore[arg-type]
+        page.goto(f"{server}/artifacts/{sha}")
+        form = page.locator("form.targets-form")
+        for box in form.locator("input[name='target']").all():
+            box.set_checked(box.get_attribute("value") in TARGETS)
+        form.get_by_role("button", name="Compile for the chosen targets").click()
+        wait_compiled(page, server, sha, len(TARGETS), js=True)
+        page.close()
+    return sha
+
+
+def inside(page: Page, selector: str, width: int) -> None:
+    """Every element `selector` finds is whole between the window's edges."""
+    for element in page.locator(selector).all():
+        box = element.bounding_box()
+        assert box is not None, selector
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, (selector, box)
+
+
+@pytest.mark.parametrize("viewport", list(checks.VIEWPORTS))
+@pytest.mark.parametrize("js", [True, False], ids=["js", "no-js"])
+def test_from_the_fit_table_to_a_comparison_and_through_a_run_pages_sections(
+    browser: Browser, server: str, forward_compiled: str, viewport: str, js: bool
+) -> None:
+    """The artifact page's "Does it fit?" table, read at this width; its row's own diff link,
+    which lands on a compile-only comparison (never "Not comparable"); and a row's run
+    page, whose navigation bar takes each link to its section."""
+    sha, size = forward_compiled, checks.VIEWPORTS[viewport]
+    context = browser.new_context(viewport=size, java_script_enabled=js)  # type: ignore[arg-type]
+    page = context.new_page()
+    watch = checks.Watch()
+    watch.attach(page)
+    page.goto(f"{server}/artifacts/{sha}")
+    table = page.locator("#fit-table")
+    expect(table.locator("tr[data-status='done']")).to_have_count(len(TARGETS))
+    for target in TARGETS:
+        row = table.locator(f"tr[data-target='{target}']")
+        expect(row).to_contain_text(target)
+        expect(row).to_contain_text("Fits:")
+    inside(page, "#fit-table tr[data-status='done'] th a", size["width"])
+    inside(page, "main h1", size["width"])
+    checks.shot(page, f"own-model-fit-{viewport}-{'js' if js else 'nojs'}")
+    # The second row's diff link, as the table offers it.
+    row = table.locator(f"tr[data-target='{TARGETS[1]}']")
+    link = row.get_by_role("link", name=re.compile("^diff with"))
+    href = link.get_attribute("href")
+    assert href and httpx.get(server + href, timeout=60).status_code == 200, href
+    link.click()
+    main = page.locator("main")
+    expect(main).to_contain_text("Both sides only compiled")
+    expect(main).not_to_contain_text("Not comparable")
+    for target in TARGETS[:2]:
+        expect(page.locator(".compiled-side h3", has_text=target)).to_be_visible()
+    inside(page, ".compiled-side h3, .compiled-side h4, main h1", size["width"])
+    expect(page.locator(".compiled-side h4", has_text="Memory per device").first).to_be_visible()
+    if js:  # (a page without scripts cannot be asked for its width; its boxes are checked)
+        sideways = checks.overflow(page)
+        assert sideways["scroll"] <= sideways["width"], sideways
+    checks.shot(page, f"own-model-compare-{viewport}-{'js' if js else 'nojs'}")
+    # A row's run page: its navigation bar sends each link to its own section.
+    page.goto(f"{server}/artifacts/{sha}")
+    table.locator(f"tr[data-target='{TARGETS[0]}'] th a").first.click()
+    expect(page.locator("h1#run-h")).to_contain_text(TARGETS[0])
+    nav = page.locator("nav.run-nav")
+    inside(page, "nav.run-nav a", size["width"])
+    names = [a.inner_text() for a in nav.get_by_role("link").all()]
+    assert {"summary", "memory", "IR", "reproduce"} <= set(names), names
+    for name in names:
+        link = nav.get_by_role("link", name=name, exact=True)
+        anchor = link.get_attribute("href") or ""
+        assert anchor.startswith("#"), anchor
+        link.click()
+        expect(page).to_have_url(re.compile(re.escape(anchor) + "$"))
+        expect(page.locator(anchor)).to_be_in_viewport()
+    assert watch.console == [] and watch.failed == []
+    context.close()
