@@ -43,4 +43,4 @@ def get_admission(request: Request) -> Admission:
 
 
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
-"""The one gate for everything that queues work (app.queue.admission)."""
+"""The one admission for everything that queues work (app.queue.admission)."""

@@ -8,10 +8,10 @@ leases out), `reports` (what workers send about the jobs they hold) and `reaper`
 from __future__ import annotations
 
 from app.dispatch.core import (
+    Ack,
     LeaseEnded,
     LeaseGrant,
     UnknownWorker,
-    Verdict,
     WorkerEntry,
     WrongKey,
     cap_text,
@@ -27,11 +27,11 @@ class Dispatcher(LeasingMixin, ReportsMixin, ReaperMixin):
 
 __all__ = [
     "START_ALLOWANCE_S",
+    "Ack",
     "Dispatcher",
     "LeaseEnded",
     "LeaseGrant",
     "UnknownWorker",
-    "Verdict",
     "WorkerEntry",
     "WrongKey",
     "cap_text",

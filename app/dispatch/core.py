@@ -46,11 +46,11 @@ class WrongKey(PermissionError):
 
 class LeaseEnded(PermissionError):
     """A report on a lease that is not the job's current one (it expired, was re-queued
-    or given back, or the job ended): it changes nothing, and `verdict` says why."""
+    or given back, or the job ended): it changes nothing, and `ack` says why."""
 
-    def __init__(self, verdict: Verdict) -> None:
-        super().__init__(verdict.reason)
-        self.verdict = verdict
+    def __init__(self, ack: Ack) -> None:
+        super().__init__(ack.reason)
+        self.ack = ack
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class LeaseGrant:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Ack:
     """The server's answer to a report from a worker."""
 
     accepted: bool
@@ -171,9 +171,9 @@ class DispatcherCore:
         self.worker(worker_id)
         if job is None:
             raise LookupError(job_id)
-        raise LeaseEnded(self._ended_verdict(job))
+        raise LeaseEnded(self._ended_ack(job))
 
-    def _ended_verdict(self, job: JobRow) -> Verdict:
+    def _ended_ack(self, job: JobRow) -> Ack:
         """Why a report's lease is not `job`'s current one."""
         if job.status == JobStatus.CANCELLED:
             reason = "the job was cancelled"
@@ -188,7 +188,7 @@ class DispatcherCore:
             )
         else:
             reason = "this lease has ended (it expired or was given back); the job was re-queued"
-        return Verdict(False, job.status, True, reason)
+        return Ack(False, job.status, True, reason)
 
     def waiting_reason(self, job: JobRow) -> str | None:
         """Why a queued job is not running: None when a capable worker is connected."""

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from app.dispatch.core import DispatcherCore, LeaseGrant, UnknownWorker, WorkerEntry
 from app.dispatch.requirements import job_requirements, unmet
-from app.store import Gate, JobRow, NewJob
+from app.store import Admitting, JobRow, NewJob
 from workers.catalog import WORKLOADS
 from workers.protocol import Capabilities, JobSpec, JobStatus
 
@@ -31,7 +31,7 @@ class LeasingMixin(DispatcherCore):
 
     # --- jobs ----------------------------------------------------------------------------
 
-    def submit(self, gate: Gate, jobs: Sequence[tuple[JobSpec, int]]) -> list[JobRow]:
+    def submit(self, admitting: Admitting, jobs: Sequence[tuple[JobSpec, int]]) -> list[JobRow]:
         """Queue validated jobs (spec, devices it spans) inside an admission's
         transaction; the files they name count as used now. Other replicas' lease
         requests wake when it commits; `queued` wakes this one's."""
@@ -45,7 +45,7 @@ class LeasingMixin(DispatcherCore):
             fields = getattr(WORKLOADS.get(spec.workload), "file_fields", {})
             named = [spec.params.get(name) for name in fields]
             files += [sha for sha in named if isinstance(sha, str) and sha not in files]
-        return gate.insert(new, files)
+        return admitting.insert(new, files)
 
     def queued(self) -> None:
         """Jobs were queued (the admission committed): wake the lease requests here."""

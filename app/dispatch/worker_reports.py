@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from app.dispatch.core import DispatcherCore, LeaseEnded, UnknownWorker, Verdict
+from app.dispatch.core import Ack, DispatcherCore, LeaseEnded, UnknownWorker
 from app.dispatch.results import Prepared
 from app.store import JobRow, NewJob, NewRun
 from app.store.profiles import keep_profile
@@ -25,27 +25,27 @@ def _held(job: JobRow | None) -> float | None:
 class ReportsMixin(DispatcherCore):
     """The dispatcher's answers to a worker's reports."""
 
-    def heartbeat(self, worker_id: str, job_id: str | None, lease_id: str | None) -> Verdict:
+    def heartbeat(self, worker_id: str, job_id: str | None, lease_id: str | None) -> Ack:
         """Keep a worker, and its lease on `job_id`, alive (LeaseEnded once it has ended)."""
         if self.store.touch_worker(worker_id) is None:
             raise UnknownWorker(worker_id)
         if job_id is None:
-            return Verdict(True, JobStatus.QUEUED)
+            return Ack(True, JobStatus.QUEUED)
         if lease_id and self.store.extend_lease(job_id, lease_id, worker_id, self.settings.LEASE_S):
-            return Verdict(True, JobStatus.RUNNING)
+            return Ack(True, JobStatus.RUNNING)
         self._lease_of(worker_id, job_id, lease_id)  # raises: says why it ended
-        return Verdict(True, JobStatus.RUNNING)  # (it ended and came back? never)
+        return Ack(True, JobStatus.RUNNING)  # (it ended and came back? never)
 
     def progress(
         self, worker_id: str, job_id: str, lease_id: str | None, events: list[ProgressEvent]
-    ) -> Verdict:
+    ) -> Ack:
         """Pass on progress of a job under the worker's current lease; never stored. The
         lease check and the message to the other replicas are one statement."""
         out = self.hub.progress_out(job_id, events)
         if not lease_id or not self.store.holds_lease(job_id, lease_id, worker_id, out.payload):
             self._lease_of(worker_id, job_id, lease_id)  # raises: says why it ended
         self.hub.publish_progress_out(out, relayed=True)
-        return Verdict(True, JobStatus.RUNNING)
+        return Ack(True, JobStatus.RUNNING)
 
     def complete(
         self,
@@ -56,7 +56,7 @@ class ReportsMixin(DispatcherCore):
         run_s: float | None,
         *,
         read: JobRow | None = None,
-    ) -> Verdict:
+    ) -> Ack:
         """Store a gated run (`app.dispatch.results.prepare`) and mark its job done. The
         attempt is the server's count, never the report's; a second post of the same
         result finds the lease ended. The whole-job time follows its rule
@@ -66,7 +66,7 @@ class ReportsMixin(DispatcherCore):
         `read`: the job as the caller read it just now (storing checks the lease again)."""
         self._lease_of(worker_id, job_id, lease_id, read)
         settings = self.settings
-        # After the gate: the trace of a run that is not valid was dropped there.
+        # After the result gate: the trace of a run that is not valid was dropped there.
         run = keep_profile(self.store, job_id, prepared.run, settings.PROFILE_MAX_BYTES)
         entry = self.recent_worker(worker_id)
         roofs = entry.capabilities.ceilings if entry is not None else None
@@ -91,12 +91,12 @@ class ReportsMixin(DispatcherCore):
             if current is None:
                 raise LookupError(job_id)
             if current.status not in FINAL_STATUSES:
-                raise LeaseEnded(self._ended_verdict(current))
-            return Verdict(False, current.status)
+                raise LeaseEnded(self._ended_ack(current))
+            return Ack(False, current.status)
         self.hub.publish_status(job_id, JobStatus.DONE, None, attempt, relayed=True)
         if wants_followup(run.job, run):
             self._queue_dumps(read or self.store.get_job(job_id))
-        return Verdict(True, JobStatus.DONE)
+        return Ack(True, JobStatus.DONE)
 
     def _queue_dumps(self, first: JobRow | None) -> None:
         """Queue the follow-up that brings the dumps of a run that went first
@@ -106,8 +106,8 @@ class ReportsMixin(DispatcherCore):
         if first is None:
             return
         spec = {**first.spec, "dumps": Dumps.ONLY.value}
-        with self.store.admitting(first.client or "") as gate:
-            gate.insert([NewJob(dumps_job_id(first.id), spec, dict(first.requirements))])
+        with self.store.admitting(first.client or "") as admitting:
+            admitting.insert([NewJob(dumps_job_id(first.id), spec, dict(first.requirements))])
         self._notify()
 
     def fail(
@@ -117,7 +117,7 @@ class ReportsMixin(DispatcherCore):
         lease_id: str | None,
         reason: str,
         stderr_tail: str | None,
-    ) -> Verdict:
+    ) -> Ack:
         """Record that the worker could not run the job it holds."""
         self._lease_of(worker_id, job_id, lease_id)
         ended = self.store.end_job(
@@ -130,9 +130,9 @@ class ReportsMixin(DispatcherCore):
         )
         if ended is not None:
             self._announce(ended)
-            return Verdict(True, ended.status)
+            return Ack(True, ended.status)
         current = self.store.get_job(job_id)
-        return Verdict(False, current.status if current else JobStatus.FAILED)
+        return Ack(False, current.status if current else JobStatus.FAILED)
 
     def refuse_environment(
         self, worker_id: str, job_id: str, lease_id: str | None, problems: list[tuple[str, str]]
@@ -149,7 +149,7 @@ class ReportsMixin(DispatcherCore):
                 None,
             )
 
-    def release(self, worker_id: str, job_id: str, lease_id: str | None) -> Verdict:
+    def release(self, worker_id: str, job_id: str, lease_id: str | None) -> Ack:
         """A worker gives a lease back (it is shutting down): the job is queued again,
         without counting the attempt."""
         self._lease_of(worker_id, job_id, lease_id)
@@ -159,4 +159,4 @@ class ReportsMixin(DispatcherCore):
         )
         if job is not None:
             self._announce(job)  # queued again: wakes lease requests on every replica
-        return Verdict(True, JobStatus.QUEUED)
+        return Ack(True, JobStatus.QUEUED)

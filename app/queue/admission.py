@@ -1,4 +1,4 @@
-"""Admission: the one gate every route that queues work goes through.
+"""Admission: what every route that queues work goes through.
 
 `Admission.queue(client, jobs)` alone decides whether validated jobs may enter the queue,
 and queues them; nothing else calls the dispatcher's `submit`. It holds these rules, each
@@ -32,7 +32,7 @@ from fastapi import HTTPException, Request
 from app.dispatch.requirements import job_requirements, unmet
 from app.queue.ratelimit import retry_after
 from app.settings import Settings
-from app.store import Gate, JobRow
+from app.store import Admitting, JobRow
 from app.web.clients import client_of, parse_networks
 from app.web.tokens import bearer_of, token_matches
 from workers.protocol import Capabilities
@@ -54,7 +54,7 @@ def _busy(detail: str, retry_after: float) -> HTTPException:
 
 
 class Admission:
-    """The gate: whose request this is, whether its token is right, and whether its jobs
+    """Admission: whose request this is, whether its token is right, and whether its jobs
     may queue. One per app, beside the dispatcher it queues into."""
 
     def __init__(self, dispatcher: Dispatcher, settings: Settings) -> None:
@@ -91,16 +91,16 @@ class Admission:
         """Count one request that stores something without queueing work (an upload)
         against the client's rate; 429 with Retry-After when over it."""
         per = self.settings.SUBMIT_RATE
-        with self.dispatcher.store.admitting(client) as gate:
-            wait = retry_after(gate.hits(), 1, per, gate.at)
+        with self.dispatcher.store.admitting(client) as admitting:
+            wait = retry_after(admitting.hits(), 1, per, admitting.at)
             if wait is not None:
                 raise _busy(f"more than {per} submissions a minute from this client", wait)
-            gate.count(1)
+            admitting.count(1)
 
     # --- whether jobs may queue -----------------------------------------------------------
 
     def check(
-        self, gate: Gate, jobs: Sequence[ValidJob], connected: Sequence[Capabilities]
+        self, admitting: Admitting, jobs: Sequence[ValidJob], connected: Sequence[Capabilities]
     ) -> None:
         """429 (with Retry-After and the reason) unless every one of `jobs` may queue,
         counted inside the admission `gate`, with the `connected` workers' capabilities."""
@@ -112,14 +112,14 @@ class Admission:
         n = len(jobs)
         what = "the job" if n == 1 else f"{n} jobs"
         per = settings.SUBMIT_RATE
-        wait = retry_after(gate.hits(), n, per, gate.at)
+        wait = retry_after(admitting.hits(), n, per, admitting.at)
         if wait is not None:
             if n > per:
                 detail = f"{what} are more than the {per} submissions a minute one client may make"
             else:
                 detail = f"more than {per} submissions a minute from this client"
             raise _busy(detail, wait)
-        queued, mine = gate.queued()
+        queued, mine = admitting.queued()
         if queued + n > settings.MAX_QUEUE:
             head = "the queue is full" if n == 1 else f"the queue cannot take {n} more jobs"
             raise _busy(
@@ -137,7 +137,7 @@ class Admission:
         if unrunnable:  # queued jobs no connected worker can run, and these
             waiting = sum(
                 count
-                for requirements, count in gate.queued_requirements()
+                for requirements, count in admitting.queued_requirements()
                 if not runnable(json.loads(requirements))
             )
             if waiting + unrunnable > settings.MAX_WAITING:
@@ -152,9 +152,9 @@ class Admission:
         """Queue `jobs` whole or not at all: in one transaction of the store, `check`,
         count them against the client's rate, and submit each; then wake the workers."""
         connected = [w.capabilities for w in self.dispatcher.recent_workers()]
-        with self.dispatcher.store.admitting(client) as gate:
-            self.check(gate, jobs, connected)
-            gate.count(len(jobs))
-            rows = self.dispatcher.submit(gate, [(job.spec, job.devices) for job in jobs])
+        with self.dispatcher.store.admitting(client) as admitting:
+            self.check(admitting, jobs, connected)
+            admitting.count(len(jobs))
+            rows = self.dispatcher.submit(admitting, [(job.spec, job.devices) for job in jobs])
         self.dispatcher.queued()
         return rows

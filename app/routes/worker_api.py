@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
-from app.dispatch import LeaseEnded, UnknownWorker, Verdict
+from app.dispatch import Ack, LeaseEnded, UnknownWorker
 from app.dispatch.results import Prepared, artifact_header, lease_problems, prepare
 from app.queue.submission import field_errors, parse_strict_json, read_capped_body
 from app.routes.schemas import (
@@ -93,29 +93,29 @@ def _body(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-def _verdict(v: Verdict) -> ReportReply:
+def _reply(v: Ack) -> ReportReply:
     return ReportReply(accepted=v.accepted, status=v.status, cancel=v.cancel, reason=v.reason)
 
 
 def _lease_ended(exc: LeaseEnded) -> JSONResponse:
     """409: the report's lease is not the job's current one; the body says why, and
     `cancel` tells the worker to abandon the job."""
-    body = _verdict(exc.verdict).model_dump(mode="json")
-    return JSONResponse({**body, "detail": exc.verdict.reason}, status_code=409)
+    body = _reply(exc.ack).model_dump(mode="json")
+    return JSONResponse({**body, "detail": exc.ack.reason}, status_code=409)
 
 
-def _answer(worker_id: str, report: Callable[[], Verdict]) -> Response:
-    """Carry out one of a worker's reports on its lease and answer it: the verdict, 409 for
+def _answer(worker_id: str, report: Callable[[], Ack]) -> Response:
+    """Carry out one of a worker's reports on its lease and answer it: the ack, 409 for
     a lease that has ended, 404 for an unknown worker or job."""
     try:
-        verdict = report()
+        ack = report()
     except UnknownWorker:
         raise unknown_worker(worker_id) from None
     except LeaseEnded as exc:
         return _lease_ended(exc)
     except LookupError:
         raise HTTPException(status_code=404, detail="no such job") from None
-    return JSONResponse(_verdict(verdict).model_dump(mode="json"))
+    return JSONResponse(_reply(ack).model_dump(mode="json"))
 
 
 async def _disconnected(request: Request) -> None:

@@ -26,7 +26,7 @@ from app.store.channel import Channel, News
 from app.store.dialect import Backend
 from app.store.files import Files, StoredFile
 from app.store.jobs import Jobs, NewJob
-from app.store.limits import Gate, Limits
+from app.store.limits import Admitting, Limits
 from app.store.matrices import Matrices
 from app.store.migrations import SCHEMA_VERSION, SchemaTooNew, migrate, schema_version
 from app.store.reaping import Expired, Reaping
@@ -44,11 +44,11 @@ class StoreUnavailable(RuntimeError):
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Admitting",
     "BadDatabaseSetting",
     "Channel",
     "Database",
     "Expired",
-    "Gate",
     "JobRow",
     "NewJob",
     "NewRun",

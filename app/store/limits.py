@@ -29,7 +29,7 @@ RATE_WINDOW_S = 60.0
 ADMISSION_LOCK = "boundary:admission"
 
 
-class Gate:
+class Admitting:
     """One admission's transaction: what it decides on, and the insert that follows."""
 
     def __init__(self, tx: Tx, dialect: Dialect, client: str, origin: str) -> None:
@@ -96,8 +96,8 @@ class Limits(StoreBase):
     """admitting(client) on the store."""
 
     @contextmanager
-    def admitting(self, client: str) -> Iterator[Gate]:
+    def admitting(self, client: str) -> Iterator[Admitting]:
         """One admission for `client`, whole or not at all (see the module's docstring)."""
         with self._tx() as tx:
             tx.lock(ADMISSION_LOCK)
-            yield Gate(tx, self.dialect, client, self.origin)
+            yield Admitting(tx, self.dialect, client, self.origin)

@@ -1,6 +1,6 @@
 """Tokens: one reading of `Authorization: Bearer <token>` and one constant-time
 comparison, for the worker endpoints (the body limit and the worker API) and for job
-submission (the admission gate and the upload form)."""
+submission (admission and the upload form)."""
 
 from __future__ import annotations
 

@@ -43,8 +43,8 @@ def store(db: str) -> Iterator[Store]:
 
 
 def queue(store: Store, *ids: str, requirements: dict[str, object] = CPU) -> None:
-    with store.admitting("127.0.0.1") as gate:
-        gate.insert([NewJob(i, SPEC, requirements) for i in ids])
+    with store.admitting("127.0.0.1") as admitting:
+        admitting.insert([NewJob(i, SPEC, requirements) for i in ids])
 
 
 def in_parallel(n: int, work: Callable[[int], T]) -> list[T]:

@@ -169,8 +169,8 @@ def test_a_file_retention_would_remove_at_once_is_refused(db: str) -> None:
     try:
         needed = store.put_file(b"n" * 6000, "application/x-npz")
         spec = {"workload": "exported", "path": "jax-cpu", "params": {"artifact": needed}}
-        with store.admitting("c") as gate:
-            gate.insert([NewJob("j1", spec, {})])
+        with store.admitting("c") as admitting:
+            admitting.insert([NewJob("j1", spec, {})])
         with pytest.raises(FileWouldGo, match="6,000 bytes of files that queued"):
             store.put_file(b"x" * 5000, "application/x-npz", files_max_bytes=10_000)
         assert store.put_file(b"y" * 4000, "application/x-npz", files_max_bytes=10_000)
