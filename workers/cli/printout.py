@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workers.catalog.kernel_words import kernel_phrase
 from workers.protocol import (
+    Environment,
     HloSummary,
     Measurement,
     PipelineCapture,
@@ -127,110 +128,177 @@ def target_lines(target: TargetReport) -> list[str]:
     return lines
 
 
-def format_report(run: RunResult) -> str:
-    """The whole run as text: job, environment, stages, samples, correctness, HLO."""
-    job, env = run.job, run.environment
+def _heading_lines(run: RunResult) -> list[str]:
+    """What ran (workload, path, parameters), whether it is invalid, and its kernel."""
+    job = run.job
     params = " ".join(f"{k}={v}" for k, v in run.params.items() if v not in (None, ""))
-    lines = [f"{job.workload} on {job.path.value}  {params}"]
-    if not run.valid:
-        lines.append("INVALID RUN: the output failed the correctness check; no speed is shown.")
     phrase = kernel_phrase(job.workload, job.path.value, run.params, run.extra)
-    if phrase is not None:
-        lines.append(f"kernel    {phrase}")
+    return [
+        f"{job.workload} on {job.path.value}  {params}",
+        *(
+            ["INVALID RUN: the output failed the correctness check; no speed is shown."]
+            if not run.valid
+            else []
+        ),
+        *([f"kernel    {phrase}"] if phrase is not None else []),
+    ]
+
+
+def _device_line(run: RunResult) -> str:
+    """The devices it ran on, or none when the host only compiled for a target."""
+    env = run.environment
     if run.target is not None and run.target.deviceless:  # the host's CPU only compiled
-        lines.append(
+        return (
             f"device    none: compiled for {run.target.id} without the hardware; "
             f"jax {env.jax_version}, jaxlib {env.jaxlib_version}"
         )
-    else:
-        lines.append(
-            f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
-            f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "
-            f"backend {env.backend_platform_version or 'n/a'}"
-        )
-    lines.append(f"host      {env.host_cpu or 'unknown CPU'}; {env.hostname}; {env.timestamp}")
-    lines.append(
-        f"settings  {env.precision}; x64 {'on' if env.x64 else 'off'}; "
-        f"XLA_FLAGS {env.xla_flags or '(none)'}"
+    return (
+        f"device    {env.platform} ×{env.device_count} ({env.device_kind}); "
+        f"jax {env.jax_version}, jaxlib {env.jaxlib_version}, "
+        f"backend {env.backend_platform_version or 'n/a'}"
     )
+
+
+def _cache_line(env: Environment) -> str:
+    """The cache policy, with the persistent cache's hits and misses when it saw any."""
     events = env.cache_events
-    cache = f"cache     {env.cache.value}"
-    if events is not None and (events.hits or events.misses):
-        cache += f" (persistent cache: {events.hits} hits, {events.misses} misses"
-        if events.time_saved_s is not None:
-            cache += f", compile time saved {seconds(events.time_saved_s)}"
-        cache += ")"
-    lines.append(cache)
-    for key, value in env.extra.items():
-        lines.append(f"          {key}: {value}")
-    inputs = ", ".join(f"{i.name} {i.dtype}{i.shape}" for i in run.inputs)
-    lines.append(f"inputs    {inputs}")
-    st = run.stage_seconds
-    lines.append(
-        f"stages    trace {seconds(st.trace)} · lower {seconds(st.lower)} · "
-        f"compile {seconds(st.compile)}  (each timed alone, cache {env.cache.value})"
+    if events is None or not (events.hits or events.misses):
+        return f"cache     {env.cache.value}"
+    saved = (
+        f", compile time saved {seconds(events.time_saved_s)}"
+        if events.time_saved_s is not None
+        else ""
     )
-    if run.measurements:
-        lines.append(
+    return (
+        f"cache     {env.cache.value} (persistent cache: {events.hits} hits, "
+        f"{events.misses} misses{saved})"
+    )
+
+
+def _environment_lines(run: RunResult) -> list[str]:
+    """Device, host, settings, cache and the environment's other facts."""
+    env = run.environment
+    return [
+        _device_line(run),
+        f"host      {env.host_cpu or 'unknown CPU'}; {env.hostname}; {env.timestamp}",
+        f"settings  {env.precision}; x64 {'on' if env.x64 else 'off'}; "
+        f"XLA_FLAGS {env.xla_flags or '(none)'}",
+        _cache_line(env),
+        *(f"          {key}: {value}" for key, value in env.extra.items()),
+    ]
+
+
+def _stage_lines(run: RunResult) -> list[str]:
+    """The inputs, each stage's time and, when it executed, every measurement."""
+    job, st = run.job, run.stage_seconds
+    inputs = ", ".join(f"{i.name} {i.dtype}{i.shape}" for i in run.inputs)
+    executed = (
+        [
             f"execute   mode {job.measure.mode.value}; warm-up of {job.measure.warmup} call(s) "
-            f"took {seconds(st.warm_up)}, first call included, and is not counted"
-        )
-        for m in run.measurements:
-            lines.extend(_measurement_lines(m))
-    if run.correctness is not None and not run.correctness.checked:
-        why = (run.correctness.detail or "").removeprefix("output unchecked").lstrip(": ")
-        lines.append(f"correct   UNCHECKED: {why or 'nothing to check it against'}")
-    elif run.correctness is not None:
-        c = run.correctness
-        verdict = "passed" if c.passed else "FAILED"
-        error = f"{c.error:.3g}" if c.error is not None else "not finite"
-        lines.append(
-            f"correct   {verdict}: relative error {error}, tolerance {c.tolerance:.3g} "
-            f"({c.reference} reference)" + (f"; {c.detail}" if c.detail else "")
-        )
-    if run.rates is not None:
-        r = run.rates
-        counts = f"analytic work {quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
-        if r.source != "analytic":
-            counts = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)}: {r.source}"
-        if r.boundary is not None:
-            achieved = f"{quantity(r.flops_per_s, 'FLOP/s')}, {quantity(r.bytes_per_s, 'B/s')}"
-            lines.append(f"rates     {achieved} at the {r.boundary.value} median ({counts})")
-        else:  # nothing timed: the work alone, never a line of rates without one
-            work = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
-            lines.append(f"work      {work} ({r.source}); nothing was timed, so no rate")
-    if run.cost_analysis is not None or run.memory_analysis is not None:
-        ca, ma = run.cost_analysis, run.memory_analysis
-        xla = []
-        if ca is not None and (ca.flops is not None or ca.bytes_accessed is not None):
-            xla.append(
-                f"cost {quantity(ca.flops, 'FLOP')}, {byte_size(ca.bytes_accessed)} accessed"
-            )
-        if ma is not None:
-            xla.append(
-                f"memory arguments {byte_size(ma.argument_bytes)}, output "
-                f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
-                f"peak {byte_size(ma.peak_bytes)}"
-            )
-            if ma.peak_bytes is not None and (ma.temp_bytes or 0) > ma.peak_bytes:
-                xla.append(
-                    "peak below temp: XLA reports the two from different accounts of its "
-                    "buffers, so neither is part of the other (its buffer assignment has "
-                    "the detail)"
-                )
-        if xla:
-            lines.append(f"XLA       {'; '.join(xla)}")
-    if run.target is not None:
-        lines.extend(target_lines(run.target))
-    if run.hlo_summary is not None:
-        lines.append("HLO")
-        lines.extend(_hlo_lines(run.hlo_summary))
-    if run.harness_seconds is not None:
-        lines.append(f"harness   {seconds(run.harness_seconds)} outside the reported intervals")
-    if run.warnings:
-        lines.append("warnings")
-        lines.extend(f"  - {w}" for w in run.warnings)
-    return "\n".join(lines)
+            f"took {seconds(st.warm_up)}, first call included, and is not counted",
+            *(line for m in run.measurements for line in _measurement_lines(m)),
+        ]
+        if run.measurements
+        else []
+    )
+    return [
+        f"inputs    {inputs}",
+        f"stages    trace {seconds(st.trace)} · lower {seconds(st.lower)} · "
+        f"compile {seconds(st.compile)}  (each timed alone, cache {run.environment.cache.value})",
+        *executed,
+    ]
+
+
+def _correctness_lines(run: RunResult) -> list[str]:
+    """The correctness verdict, or why the output went unchecked."""
+    c = run.correctness
+    if c is None:
+        return []
+    if not c.checked:
+        why = (c.detail or "").removeprefix("output unchecked").lstrip(": ")
+        return [f"correct   UNCHECKED: {why or 'nothing to check it against'}"]
+    verdict = "passed" if c.passed else "FAILED"
+    error = f"{c.error:.3g}" if c.error is not None else "not finite"
+    return [
+        f"correct   {verdict}: relative error {error}, tolerance {c.tolerance:.3g} "
+        f"({c.reference} reference)" + (f"; {c.detail}" if c.detail else "")
+    ]
+
+
+def _rate_lines(run: RunResult) -> list[str]:
+    """The rates at the median, or the work alone when nothing was timed."""
+    r = run.rates
+    if r is None:
+        return []
+    if r.boundary is None:  # nothing timed: the work alone, never a line of rates without one
+        work = f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
+        return [f"work      {work} ({r.source}); nothing was timed, so no rate"]
+    counts = (
+        f"analytic work {quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)} moved"
+        if r.source == "analytic"
+        else f"{quantity(r.flops, 'FLOP')}, {byte_size(r.bytes)}: {r.source}"
+    )
+    achieved = f"{quantity(r.flops_per_s, 'FLOP/s')}, {quantity(r.bytes_per_s, 'B/s')}"
+    return [f"rates     {achieved} at the {r.boundary.value} median ({counts})"]
+
+
+def _xla_lines(run: RunResult) -> list[str]:
+    """XLA's own cost and memory analysis, when it gave any."""
+    ca, ma = run.cost_analysis, run.memory_analysis
+    cost = (
+        [f"cost {quantity(ca.flops, 'FLOP')}, {byte_size(ca.bytes_accessed)} accessed"]
+        if ca is not None and (ca.flops is not None or ca.bytes_accessed is not None)
+        else []
+    )
+    memory = (
+        [
+            f"memory arguments {byte_size(ma.argument_bytes)}, output "
+            f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
+            f"peak {byte_size(ma.peak_bytes)}"
+        ]
+        if ma is not None
+        else []
+    )
+    odd = (
+        [
+            "peak below temp: XLA reports the two from different accounts of its "
+            "buffers, so neither is part of the other (its buffer assignment has "
+            "the detail)"
+        ]
+        if ma is not None and ma.peak_bytes is not None and (ma.temp_bytes or 0) > ma.peak_bytes
+        else []
+    )
+    xla = [*cost, *memory, *odd]
+    return [f"XLA       {'; '.join(xla)}"] if xla else []
+
+
+def _closing_lines(run: RunResult) -> list[str]:
+    """The target, the HLO summary, the harness's own time and the warnings."""
+    return [
+        *(target_lines(run.target) if run.target is not None else []),
+        *(["HLO", *_hlo_lines(run.hlo_summary)] if run.hlo_summary is not None else []),
+        *(
+            [f"harness   {seconds(run.harness_seconds)} outside the reported intervals"]
+            if run.harness_seconds is not None
+            else []
+        ),
+        *(["warnings", *(f"  - {w}" for w in run.warnings)] if run.warnings else []),
+    ]
+
+
+def format_report(run: RunResult) -> str:
+    """The whole run as text: job, environment, stages, samples, correctness, HLO."""
+    return "\n".join(
+        [
+            *_heading_lines(run),
+            *_environment_lines(run),
+            *_stage_lines(run),
+            *_correctness_lines(run),
+            *_rate_lines(run),
+            *_xla_lines(run),
+            *_closing_lines(run),
+        ]
+    )
 
 
 def print_result(result: RunResult, as_json: bool, ir: str | None) -> int:
