@@ -104,9 +104,9 @@ def bench_settings(tmp_path: Path, bench_db: str) -> Settings:
 @pytest.fixture
 def bench_app(bench_settings: Settings) -> Any:
     """A fresh app built from `bench_settings` (its lifespan, hence the reaper, not run)."""
-    from app.main import create_app
+    from built import build_app
 
-    return create_app(bench_settings)
+    return build_app(bench_settings)
 
 
 @pytest.fixture
@@ -120,7 +120,9 @@ async def bench_client(bench_app: Any) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def bench_dispatcher(bench_app: Any) -> Any:
     """The `app.dispatch.Dispatcher` inside `bench_app`."""
-    return bench_app.app.app.state.boundary.dispatcher
+    from built import state_of
+
+    return state_of(bench_app).dispatcher
 
 
 # --- the tests' own model, exported once per session (tests/workers/own_exports.py) ----------

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from bench_fakes import MATMUL, FakeWorker
+from built import build_app, state_of
 
-from app.main import create_app
 from app.settings import Settings
 from workers.catalog.exported import EXPORT_MEDIA_TYPE
 
@@ -46,7 +46,7 @@ def connect(tmp_path: Path) -> Connect:
                 WORKER_TOKEN="test-worker-token",
                 **changes,
             )
-            app = create_app(settings)
+            app = build_app(settings)
         transport = httpx.ASGITransport(app=app, client=(peer, 40000))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             yield client, app
@@ -55,7 +55,7 @@ def connect(tmp_path: Path) -> Connect:
 
 
 def _state(app: Any) -> Any:
-    return app.app.app.state.boundary
+    return state_of(app)
 
 
 QUEUEING_ROUTES = (

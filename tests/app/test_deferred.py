@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from built import build_app, state_of
 
 from app.main import create_app
 from app.settings import Settings
@@ -29,7 +30,7 @@ async def test_reader_pages_do_not_wait_for_the_api(settings: Settings) -> None:
 
 
 async def test_the_lifespan_starts_and_stops_the_dispatcher(settings: Settings) -> None:
-    app = create_app(settings, defer=True)
+    app = build_app(settings, defer=True)
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
@@ -38,8 +39,8 @@ async def test_the_lifespan_starts_and_stops_the_dispatcher(settings: Settings) 
     assert (await asyncio.wait_for(outbox.get(), 5))["type"] == "lifespan.startup.complete"
     deferred = app.app
     assert isinstance(deferred, DeferredApp)
-    built = await asyncio.wait_for(deferred._start(), 30)
-    state = built.app.state.boundary  # type: ignore[attr-defined]
+    await asyncio.wait_for(deferred._start(), 30)
+    state = state_of(app)
     assert state.dispatcher._reaper is not None and not state.dispatcher._reaper.done()
     await inbox.put({"type": "lifespan.shutdown"})
     assert (await asyncio.wait_for(outbox.get(), 10))["type"] == "lifespan.shutdown.complete"

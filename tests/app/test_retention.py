@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 from bench_fakes import MATMUL, FakeWorker
+from built import build_app, state_of
 
-from app.main import create_app
 from app.settings import Settings
 from app.store.profiles import PROFILE_FILE, PROFILE_MEDIA
 from workers.files import FileCache
@@ -33,7 +33,7 @@ def make(tmp_path: Path, db: str, **changes: Any) -> Any:
         WORKER_TOKEN="test-worker-token",
         **changes,
     )
-    return create_app(settings)
+    return build_app(settings)
 
 
 def npz(seed: int, size: int = 200) -> bytes:
@@ -46,7 +46,7 @@ async def test_finished_jobs_go_with_their_events_runs_and_traces(tmp_path: Path
     # Before: with RETAIN_RUNS=10, 64 jobs left 64 jobs and 192 events, and a pruned
     # run's profile was still served.
     app = make(tmp_path, db, RETAIN_RUNS=3)
-    dispatcher = app.app.app.state.boundary.dispatcher
+    dispatcher = state_of(app).dispatcher
     store = dispatcher.store
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         worker = FakeWorker(c)
@@ -77,7 +77,7 @@ async def test_stored_files_stay_under_their_cap(tmp_path: Path, db: str) -> Non
     sizes = {len(npz(i)) for i in range(12)}
     (one,) = sizes
     app = make(tmp_path, db, FILES_MAX_BYTES=4 * one + 10)
-    store = app.app.app.state.boundary.dispatcher.store
+    store = state_of(app).dispatcher.store
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         shas = []
         for i in range(12):
@@ -97,14 +97,14 @@ async def test_stored_files_stay_under_their_cap(tmp_path: Path, db: str) -> Non
                 from workers.protocol import JobSpec
 
                 valid = ValidJob(JobSpec.model_validate(spec), 1)
-                app.app.app.state.boundary.admission.queue("t", [valid])
+                state_of(app).admission.queue("t", [valid])
         present = [sha for sha in shas if store.file_info(sha) is not None]
         assert present == [shas[1], *shas[-3:]]
 
 
 async def test_an_upload_no_job_names_expires(tmp_path: Path, db: str) -> None:
     app = make(tmp_path, db, FILES_RETAIN_DAYS=0.2 / 86400)
-    dispatcher = app.app.app.state.boundary.dispatcher
+    dispatcher = state_of(app).dispatcher
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.post("/api/v1/artifacts", params={"kind": "npz"}, content=npz(1), headers=OCTET)
         sha = r.json()["sha256"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from built import build_app, state_of
 
 from app.ir.sent import SentLines
 from app.ir.view import NONE_SENT, build_view
@@ -153,7 +154,7 @@ async def test_the_lines_stay_with_their_function_and_go_with_it(tmp_path: Path)
     from workers.catalog.exported import EXPORT_MEDIA_TYPE
 
     settings = Settings(DB=tmp_path / "db.sqlite3", FILES_RETAIN_DAYS=0.5 / 86400)
-    dispatcher = create_app(settings).app.app.state.boundary.dispatcher
+    dispatcher = state_of(build_app(settings)).dispatcher
     store = dispatcher.store
     function = store.put_file(b"a function", EXPORT_MEDIA_TYPE)
     older = store.put_file(document(function, {"1": "old"}), sources_media(function))
