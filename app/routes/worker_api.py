@@ -63,10 +63,15 @@ router = APIRouter(
 MessageT = TypeVar("MessageT", bound=BaseModel)
 
 
-def _parsed(body: bytes, model: type[MessageT]) -> MessageT:
+def _parsed(
+    body: bytes, model: type[MessageT], check: Callable[[Any], None] | None = None
+) -> MessageT:
     """`body` as `model`: strict JSON (NaN, Infinity and duplicate keys refused, as on the
-    public API) and the model's own rules, or 422 naming each field."""
+    public API), `check` on the parsed JSON (it raises), then the model's own rules, or
+    422 naming each field."""
     data = parse_strict_json(body)
+    if check is not None:
+        check(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -78,9 +83,21 @@ def _parsed(body: bytes, model: type[MessageT]) -> MessageT:
         )
 
 
-async def _message(request: Request, model: type[MessageT]) -> MessageT:
-    """A small worker message read by hand, so that FastAPI's lenient JSON never sees it."""
-    return _parsed(await read_capped_body(request, WORKER_BODY_BYTES), model)
+async def read_message(
+    request: Request,
+    model: type[MessageT],
+    *,
+    limit: int = WORKER_BODY_BYTES,
+    check: Callable[[Any], None] | None = None,
+    off_loop: bool = False,
+) -> MessageT:
+    """The one way a worker's message is read: its body capped at `limit` (413 past it),
+    then `_parsed`, so FastAPI's lenient JSON never sees it; `off_loop` parses a large
+    one (a result) in the thread pool, so it does not stall other requests."""
+    body = await read_capped_body(request, limit)
+    if off_loop:
+        return await run_in_threadpool(_parsed, body, model, check)
+    return _parsed(body, model, check)
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -140,6 +157,13 @@ def _version_problem(body: Any) -> str | None:
     return None
 
 
+def _same_versions(body: Any) -> None:
+    """409 when the worker speaks another protocol or catalog version (`_version_problem`)."""
+    problem = _version_problem(body)
+    if problem is not None:
+        raise HTTPException(status_code=409, detail=problem)
+
+
 @router.post(
     "/register",
     response_model=RegisterReply,
@@ -153,19 +177,7 @@ async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep
 ) -> RegisterReply:
     """Record a worker's capabilities; the reply says how often to heartbeat."""
-    body = parse_strict_json(await read_capped_body(request, WORKER_BODY_BYTES))
-    problem = _version_problem(body)
-    if problem is not None:
-        raise HTTPException(status_code=409, detail=problem)
-    try:
-        message = WorkerRegister.model_validate(body)
-    except ValidationError as exc:
-        field_errors(
-            [
-                (".".join(str(p) for p in e["loc"]), e["msg"])
-                for e in exc.errors(include_url=False, include_input=False)
-            ]
-        )
+    message = await read_message(request, WorkerRegister, check=_same_versions)
     unknown = [t for t in message.capabilities.targets if t not in TARGET_IDS]
     if unknown:
         # A worker lists what it compiles for; the server leases by these ids and shows them,
@@ -214,7 +226,7 @@ async def register(
 )
 async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
-    message = await _message(request, LeaseRequest)
+    message = await read_message(request, LeaseRequest)
     authenticate(dispatcher, message)
     wait_s = settings.POLL_S if message.wait_s is None else min(message.wait_s, settings.POLL_S)
     # Wait for a job or for the worker to hang up (it is stopping), whichever comes first,
@@ -255,7 +267,7 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
 )
 async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
     """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
-    message = await _message(request, HeartbeatRequest)
+    message = await read_message(request, HeartbeatRequest)
     authenticate(dispatcher, message)
     return _answer(
         message.worker_id,
@@ -268,7 +280,7 @@ async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
 )
 async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
-    message = await _message(request, ProgressReport)
+    message = await read_message(request, ProgressReport)
     authenticate(dispatcher, message)
     return _answer(
         message.worker_id,
@@ -291,8 +303,8 @@ async def result(request: Request, dispatcher: DispatcherDep, settings: Settings
     job its lease carries, and stored only as the result gate returns it. Parsing,
     gating, capping, explaining and measuring how far a trace inflates run off the event
     loop: a large result does not stall other requests."""
-    body = await read_capped_body(request, Caps.from_settings(settings).result)
-    message = await run_in_threadpool(_parsed, body, ResultReport)
+    limit = Caps.from_settings(settings).result
+    message = await read_message(request, ResultReport, limit=limit, off_loop=True)
     authenticate(dispatcher, message)
     if (message.result is None) == (message.failure is None):
         field_errors([("result", "send exactly one of result and failure")])
@@ -383,7 +395,7 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
 )
 async def release(request: Request, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""
-    message = await _message(request, ReleaseRequest)
+    message = await read_message(request, ReleaseRequest)
     authenticate(dispatcher, message)
     return _answer(
         message.worker_id,

@@ -125,16 +125,16 @@ async def test_a_multipart_form_with_too_many_parts_is_refused(client: httpx.Asy
 async def test_uploads_are_checked_and_stored_off_the_event_loop(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.routes import artifacts
+    from app.routes import artifact_form
 
     threads: list[int] = []
-    real = artifacts.check_upload  # the form's (and the API's) reading of a file
+    real = artifact_form.check_upload  # the form's reading of a file
 
     def check(*args: Any) -> Any:
         threads.append(threading.get_ident())
         return real(*args)
 
-    monkeypatch.setattr(artifacts, "check_upload", check)
+    monkeypatch.setattr(artifact_form, "check_upload", check)
     body, content_type = _multipart([("artifact", b"not a function")])
     r = await client.post("/artifacts", content=body, headers={"Content-Type": content_type})
     assert r.status_code == 422
