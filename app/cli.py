@@ -14,9 +14,19 @@ import socket
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
+    from app.local_workers import LocalWorkers
+    from app.settings import Settings
+    from app.state import AppState
 
 
-def _serve(argv: list[str]) -> int:
+def _serve_arguments(argv: list[str]) -> argparse.Namespace:
+    """`boundary serve`'s options; a usage error (exit 2) for a wrong one."""
     parser = argparse.ArgumentParser(prog="boundary serve", description="Start the server.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -30,65 +40,28 @@ def _serve(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.workers < 0:
         parser.error("--workers: must be 0 or more")
+    return args
 
-    import uvicorn
 
-    # Local workers share a token with this server; make one when the operator set none.
-    token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
-    os.environ["BOUNDARY_WORKER_TOKEN"] = token
-
-    from app.local_workers import LocalWorkers
-    from app.main import create_app
-    from app.settings import get_settings
-    from app.state import AppState
-
-    settings = get_settings()  # read once per process: only after the token is set
+def _open_files_refusal(wanted: int) -> str | None:
+    """Why the server cannot take `wanted` connections at once (after raising the limit
+    on open files as far as it goes); None when it can."""
     descriptors = _raise_open_files()
-    wanted = settings.MAX_CONNECTIONS
-    if wanted > descriptors - SPARE_DESCRIPTORS:
-        print(
-            f"boundary serve: BOUNDARY_MAX_CONNECTIONS={wanted:,} needs "
-            f"more open files than this process may have ({descriptors:,}, less "
-            f"{SPARE_DESCRIPTORS} for the store, workers and logs): lower it, or raise "
-            "the limit (ulimit -n)",
-            file=sys.stderr,
-        )
-        return 2
-    failures: list[BaseException] = []
-    states: list[AppState] = []
-    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    workers = LocalWorkers(
-        local_host, args.port, args.workers, dict(os.environ), settings.WORKER_GRACE_S
+    if wanted <= descriptors - SPARE_DESCRIPTORS:
+        return None
+    return (
+        f"boundary serve: BOUNDARY_MAX_CONNECTIONS={wanted:,} needs "
+        f"more open files than this process may have ({descriptors:,}, less "
+        f"{SPARE_DESCRIPTORS} for the store, workers and logs): lower it, or raise "
+        "the limit (ulimit -n)"
     )
 
-    class Server(uvicorn.Server):
-        """On the first SIGTERM or Ctrl-C, stop leasing and let the local workers finish
-        and report their jobs before the server closes; a second signal closes it now."""
 
-        loop: asyncio.AbstractEventLoop | None = None
-        draining = False
+def _uvicorn_config(app: ASGIApp, host: str, port: int, settings: Settings) -> uvicorn.Config:
+    """How uvicorn serves `app`: through the guarded protocol, without its own proxy
+    headers, and without waiting out the workers' long-polls to shut down."""
+    import uvicorn
 
-        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-            self.loop = asyncio.get_running_loop()
-            await super().serve(sockets)
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self.draining or not args.workers or self.loop is None:
-                super().handle_exit(sig, frame)
-                return
-            self.draining = True
-            dispatcher = states[0].dispatcher if states else None
-            if dispatcher is not None:
-                self.loop.call_soon_threadsafe(dispatcher.stop_leasing)
-            workers.drain(then=lambda: setattr(self, "should_exit", True))
-
-    def build_failed(exc: BaseException) -> None:
-        failures.append(exc)
-        server.should_exit = True  # stop listening: every API request would fail
-
-    # Building the app here (not through uvicorn's factory) loads the content once and
-    # lets a content error stop the command with its own message.
-    app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
     from app.web.clients import parse_networks
     from app.web.connections import ConnectionLimits, guarded_protocol
 
@@ -99,10 +72,10 @@ def _serve(argv: list[str]) -> int:
         write_timeout_s=settings.WRITE_TIMEOUT_S,
         trusted=parse_networks(settings.FORWARDED_ALLOW_IPS),
     )
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
-        host=args.host,
-        port=args.port,
+        host=host,
+        port=port,
         # uvicorn's httptools protocol with a header deadline, a connection cap and a
         # lingering close (app.web.connections; docs/design/hardening.md).
         http=guarded_protocol(limits),
@@ -113,7 +86,69 @@ def _serve(argv: list[str]) -> int:
         # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
         proxy_headers=False,
     )
-    server = Server(config)
+
+
+def _draining_server(
+    config: uvicorn.Config, workers: LocalWorkers | None, states: list[AppState]
+) -> uvicorn.Server:
+    """A uvicorn server that, on the first SIGTERM or Ctrl-C, stops leasing (through the
+    dispatcher of the app's state in `states`) and lets the local `workers` finish and
+    report their jobs before it closes; a second signal, or no local workers, closes it
+    now."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+        draining = False
+
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.draining or workers is None or self.loop is None:
+                super().handle_exit(sig, frame)
+                return
+            self.draining = True
+            dispatcher = states[0].dispatcher if states else None
+            if dispatcher is not None:
+                self.loop.call_soon_threadsafe(dispatcher.stop_leasing)
+            workers.drain(then=lambda: setattr(self, "should_exit", True))
+
+    return Server(config)
+
+
+def _serve(argv: list[str]) -> int:
+    args = _serve_arguments(argv)
+    # Local workers share a token with this server; make one when the operator set none.
+    token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
+    os.environ["BOUNDARY_WORKER_TOKEN"] = token
+
+    from app.local_workers import LocalWorkers
+    from app.main import create_app
+    from app.settings import get_settings
+
+    settings = get_settings()  # read once per process: only after the token is set
+    refusal = _open_files_refusal(settings.MAX_CONNECTIONS)
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        return 2
+    failures: list[BaseException] = []
+    states: list[AppState] = []
+    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    workers = LocalWorkers(
+        local_host, args.port, args.workers, dict(os.environ), settings.WORKER_GRACE_S
+    )
+
+    def build_failed(exc: BaseException) -> None:
+        failures.append(exc)
+        server.should_exit = True  # stop listening: every API request would fail
+
+    # Building the app here (not through uvicorn's factory) loads the content once and
+    # lets a content error stop the command with its own message.
+    app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
+    config = _uvicorn_config(app, args.host, args.port, settings)
+    server = _draining_server(config, workers if args.workers else None, states)
     if args.workers:
         workers.start()
     try:
