@@ -77,9 +77,77 @@ def _origins(request: Request) -> tuple[str, set[str]]:
     return preferred, {here, preferred}
 
 
+def _embedded_view(request: Request, url: str) -> tuple[str, PathId, StageId] | str:
+    """The origin to link to and the reader view that `url` names (the site's default
+    view for the root), or why it names none of this site's views."""
+    parts = urlsplit(url)
+    origin, own = _origins(request)
+    if parts.scheme or parts.netloc:
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in own:
+            return "url: not a URL of this site"
+    if parts.path in ("", "/"):
+        site = _state(request).content.site
+        return origin, site.default_path, site.default_stage
+    m = _READER_URL.match(parts.path)
+    valid_p = {x.value for x in READER_PATHS}
+    valid_s = {x.value for x in READER_STAGES}
+    if not m or m.group(1) not in valid_p or m.group(2) not in valid_s:
+        return "url: not a reader page"
+    return origin, PathId(m.group(1)), StageId(m.group(2))
+
+
+def _embed(
+    request: Request, view: tuple[str, PathId, StageId], width: int, height: int
+) -> Response:
+    """The oEmbed answer for a reader view: a frame of its embed page, `width` × `height`,
+    and the script that sizes the frame to the card."""
+    origin, path, stage = view
+    state = _state(request)
+    card = state.content.card(path, stage)
+    src = origin + embed_url(path, stage)
+    title = card.title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    host_script = origin + state.assets["embed-host.js"].url  # sizes the frame to the card
+    html = (
+        f'<iframe src="{src}" width="{width}" height="{height}" title="{title}" '
+        'loading="lazy" frameborder="0"></iframe>'
+        f'<script src="{host_script}" async></script>'
+    )
+    return JSONResponse(
+        {
+            "version": "1.0",
+            "type": "rich",
+            "provider_name": "Boundary",
+            "provider_url": origin + "/",
+            "title": card.title,
+            "html": html,
+            "width": width,
+            "height": height,
+            "cache_age": 3600,
+        }
+    )
+
+
+async def oembed(
+    request: Request,
+    url: Annotated[str, Query(max_length=2048, description="A reader or embed URL.")],
+    maxwidth: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
+    maxheight: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
+    format: Annotated[str, Query(pattern="^(json|xml)$")] = "json",
+) -> Response:
+    """oEmbed (type `rich`) for this site's reader URLs; 404 for any other URL."""
+    if format != "json":
+        return JSONResponse({"detail": "format: only json is supported"}, status_code=501)
+    view = _embedded_view(request, url)
+    if isinstance(view, str):
+        return JSONResponse({"detail": view}, status_code=404)
+    width = min(EMBED_WIDTH, maxwidth or EMBED_WIDTH)
+    height = min(EMBED_HEIGHT, maxheight or EMBED_HEIGHT)
+    return _embed(request, view, width, height)
+
+
 def install(app: FastAPI) -> None:
     """Add the page routes and the 404 handler to `app`."""
-
     errors.install(
         app, lambda request: not_found_page(request, _describe_unknown(request.url.path))
     )
@@ -99,64 +167,15 @@ def install(app: FastAPI) -> None:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get(
+    app.add_api_route(
         "/oembed",
+        oembed,
+        methods=["GET"],
         tags=["reader"],
         responses={
             404: {"model": MessagePublic, "description": "Not a reader URL of this site."},
             501: {"model": MessagePublic, "description": "format=xml: only JSON is served."},
         },
     )
-    async def oembed(
-        request: Request,
-        url: Annotated[str, Query(max_length=2048, description="A reader or embed URL.")],
-        maxwidth: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
-        maxheight: Annotated[int | None, Query(ge=1, le=MAX_DIMENSION)] = None,
-        format: Annotated[str, Query(pattern="^(json|xml)$")] = "json",
-    ) -> Response:
-        """oEmbed (type `rich`) for this site's reader URLs; 404 for any other URL."""
-        if format != "json":
-            return JSONResponse({"detail": "format: only json is supported"}, status_code=501)
-        parts = urlsplit(url)
-        origin, own = _origins(request)
-        if parts.scheme or parts.netloc:
-            origin = f"{parts.scheme}://{parts.netloc}"
-            if origin not in own:
-                return JSONResponse({"detail": "url: not a URL of this site"}, status_code=404)
-        state = _state(request)
-        if parts.path in ("", "/"):
-            path, stage = state.content.site.default_path, state.content.site.default_stage
-        else:
-            m = _READER_URL.match(parts.path)
-            valid_p = {x.value for x in READER_PATHS}
-            valid_s = {x.value for x in READER_STAGES}
-            if not m or m.group(1) not in valid_p or m.group(2) not in valid_s:
-                return JSONResponse({"detail": "url: not a reader page"}, status_code=404)
-            path, stage = PathId(m.group(1)), StageId(m.group(2))
-        card = state.content.card(path, stage)
-        width = min(EMBED_WIDTH, maxwidth or EMBED_WIDTH)
-        height = min(EMBED_HEIGHT, maxheight or EMBED_HEIGHT)
-        src = origin + embed_url(path, stage)
-        title = card.title.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
-        host_script = origin + state.assets["embed-host.js"].url  # sizes the frame to the card
-        html = (
-            f'<iframe src="{src}" width="{width}" height="{height}" title="{title}" '
-            'loading="lazy" frameborder="0"></iframe>'
-            f'<script src="{host_script}" async></script>'
-        )
-        return JSONResponse(
-            {
-                "version": "1.0",
-                "type": "rich",
-                "provider_name": "Boundary",
-                "provider_url": origin + "/",
-                "title": card.title,
-                "html": html,
-                "width": width,
-                "height": height,
-                "cache_age": 3600,
-            }
-        )
-
     # HEAD answers like GET (FastAPI's @get alone would answer 405); kept out of the schema.
     app.add_api_route("/oembed", oembed, methods=["HEAD"], include_in_schema=False)
