@@ -25,7 +25,10 @@ from app.web.security import SecurityHeaders, security_headers
 from app.web.templating import make_environment, server_linker
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
-    from fastapi import FastAPI
+    from fastapi import APIRouter, FastAPI
+
+    from app.dispatch import Dispatcher
+    from app.store import Store
 
 __all__ = ["AppState", "build_api", "create_app"]
 
@@ -70,21 +73,11 @@ def build_resources(state: AppState) -> Resources:
     return resources
 
 
-def build_api(state: AppState) -> Built:
-    """The FastAPI app with every route, and the function that opens its lifespan."""
-    from fastapi import FastAPI
-
-    from app.dispatch import Dispatcher
-    from app.queue.admission import Admission
-    from app.routes import pages
-    from app.routes.schemas import ValidationErrorPublic
+def _open_store(settings: Settings) -> Store:
+    """The store at BOUNDARY_DB, with its timeouts, pool and commit settings."""
     from app.store import Store, Timeouts
-    from app.web.bodylimit import BodyLimit
-    from app.web.clients import parse_networks
-    from app.web.streams import StreamCap
 
-    settings = state.settings
-    store = Store.open(
+    return Store.open(
         settings.DB,
         settings.RETAIN_RUNS,
         timeouts=Timeouts(
@@ -95,9 +88,13 @@ def build_api(state: AppState) -> Built:
         pool_size=settings.DB_POOL_SIZE,
         synchronous_commit=settings.DB_SYNCHRONOUS_COMMIT,
     )
-    dispatcher = Dispatcher(store, settings)
-    state.dispatcher = dispatcher
-    state.admission = Admission(dispatcher, settings)
+
+
+def _fastapi(dispatcher: Dispatcher) -> FastAPI:
+    """The FastAPI app as documented, no route yet; `dispatcher` runs for its lifespan."""
+    from fastapi import FastAPI
+
+    from app.routes.schemas import ValidationErrorPublic
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -105,7 +102,7 @@ def build_api(state: AppState) -> Built:
         yield
         await dispatcher.stop()  # (the store stays open: a lifespan may run again)
 
-    api = FastAPI(
+    return FastAPI(
         title="Boundary",
         summary="Execution reader and measurement bench for JAX and CUDA.",
         version="0.1.0",
@@ -120,8 +117,10 @@ def build_api(state: AppState) -> Built:
             422: {"model": ValidationErrorPublic, "description": "A field is wrong; it is named."}
         },
     )
-    api.state.boundary = state
-    pages.install(api)
+
+
+def _routers() -> tuple[APIRouter, ...]:
+    """Every router of the API but the pages', in the order requests are matched."""
     from app.routes import api as api_routes
     from app.routes import (
         artifact_form,
@@ -137,7 +136,7 @@ def build_api(state: AppState) -> Built:
         worker_api,
     )
 
-    for router in (
+    return (
         api_routes.router,
         worker_api.router,
         ops.router,
@@ -151,7 +150,26 @@ def build_api(state: AppState) -> Built:
         artifact_targets.router,
         artifacts.router,
         matrices.router,
-    ):
+    )
+
+
+def build_api(state: AppState) -> Built:
+    """The FastAPI app with every route, and the function that opens its lifespan."""
+    from app.dispatch import Dispatcher
+    from app.queue.admission import Admission
+    from app.routes import pages
+    from app.web.bodylimit import BodyLimit
+    from app.web.clients import parse_networks
+    from app.web.streams import StreamCap
+
+    settings = state.settings
+    dispatcher = Dispatcher(_open_store(settings), settings)
+    state.dispatcher = dispatcher
+    state.admission = Admission(dispatcher, settings)
+    api = _fastapi(dispatcher)
+    api.state.boundary = state
+    pages.install(api)
+    for router in _routers():
         api.include_router(router)
     api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
     api.add_middleware(
