@@ -137,6 +137,12 @@ async def test_two_pipelines_side_by_side_aligned_by_pass(
     for row in both:  # an aligned row names the same pass on both sides
         labels = re.findall(r"<td>(?:<a [^>]*>)?([^<]+)", row)
         assert len(labels) == 2 and labels[0].strip() == labels[1].strip()
+    compared = (await bench_client.get("/compare", params={"a": a, "b": b})).text
+    assert f'href="/compare/pipelines?a={a}&amp;b={b}">Their pass pipelines side by side' in compared
+    plain = await post_run(bench_client, {**matmul, "pipeline": None})
+    unpiped = (await bench_client.get("/compare", params={"a": a, "b": plain})).text
+    assert "/compare/pipelines" not in unpiped  # no link that would answer 404
+    assert "To set their pass pipelines side by side, compile both with" in unpiped
     missing = await bench_client.get("/compare/pipelines", params={"a": a, "b": "nope"})
     # The pipeline page's own form lands here: a mistyped run is a site page, not JSON.
     assert missing.status_code == 404 and "no pass pipeline" in missing.text

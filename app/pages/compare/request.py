@@ -10,8 +10,8 @@ from urllib.parse import urlencode
 MAX_RUNS_PER_SIDE = 12
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DIFFABLE: tuple[str, ...] = (
-    "ptx",
     "hlo",
+    "ptx",
     "stablehlo",
     "sass",
     "mosaic",
@@ -19,7 +19,8 @@ DIFFABLE: tuple[str, ...] = (
     "mosaic_gpu",
     "jaxpr",
 )
-"""Artifacts a diff may show, in the order one is chosen by default."""
+"""Artifacts a diff may show, in the order one is chosen by default: the optimized HLO
+first (what the compiler decided; the machine code is a click away)."""
 
 
 class CompareInputError(ValueError):

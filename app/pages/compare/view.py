@@ -141,7 +141,8 @@ def _diff(
     text_b = (store.get_artifact(b_id, name) or ("", False))[0]
     stripped = name in ("hlo", "jaxpr", *MLIR_ARTIFACTS)
     found = ir_diff(name, text_a, text_b, strip_metadata=stripped)
-    return {**asdict(found), "a": a_id, "b": b_id, "offered": both}
+    pipelines = "pipeline" in have_a and "pipeline" in have_b
+    return {**asdict(found), "a": a_id, "b": b_id, "offered": both, "pipelines": pipelines}
 
 
 def _named(variable: str, a: str, b: str) -> str:
