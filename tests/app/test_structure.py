@@ -1,8 +1,8 @@
 """The code's structure, for the server (app/) and the workers (workers/): no import
-cycles between modules, modules small enough to read in one sitting, short top levels,
-the server free of jax and of the worker's insides, private names kept private; and a
-failed deferred build that stops `boundary serve` with a non-zero status instead of
-answering every request with an error.
+cycles between modules, modules small enough to read in one sitting, functions a screen
+long, short top levels, the server free of jax and of the worker's insides, private names
+kept private; and a failed deferred build that stops `boundary serve` with a non-zero
+status instead of answering every request with an error.
 
 How imports are counted (`import_graph`), so that the test agrees with any reasonable
 reading of the code:
@@ -33,6 +33,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "workers")
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
+"""A function's lines from its `def` to the end of its body, decorators not counted."""
 MAX_TOP_LEVEL_MODULES = 10
 SHARED = ("workers.protocol", "workers.catalog")
 """All of workers/ that the server may import: jax-free, the wire and the catalog."""
@@ -204,6 +206,20 @@ def oversized(root: Path, packages: Sequence[str]) -> dict[str, int]:
     return {name: n for name, n in found.items() if n > MAX_LINES}
 
 
+def long_functions(root: Path, packages: Sequence[str]) -> list[str]:
+    """Functions and methods (nested ones too) over MAX_FUNCTION_LINES lines, as
+    'module:line name (n lines)'."""
+    found = []
+    for name, path in modules_of(root, packages).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                # lineno is the `def` line: decorators come before it.
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
 def crowded(root: Path, top: str) -> list[str]:
     """The modules at the top of `top` (its `__init__.py` aside), when there are too many."""
     found = sorted(p.name for p in (root / top).glob("*.py") if p.name != "__init__.py")
@@ -284,6 +300,11 @@ def test_every_module_stays_under_the_line_limit() -> None:
     assert oversized(ROOT, PACKAGES) == {}
 
 
+def test_every_function_is_a_screen_long() -> None:
+    # A longer flow becomes named steps (STYLE.md, rule 9).
+    assert long_functions(ROOT, PACKAGES) == []
+
+
 @pytest.mark.parametrize("top", PACKAGES)
 def test_the_top_level_holds_few_modules(top: str) -> None:
     assert crowded(ROOT, top) == []
@@ -323,9 +344,21 @@ def test_each_rule_finds_an_offence_planted_in_a_small_tree(tmp_path: Path) -> N
         "workers/agent/__init__.py": "",
         "workers/cli/__init__.py": "",
         "workers/cli/run.py": "def run_command(): ...\n",
+        "workers/run/steps.py": (
+            "import functools\n@functools.cache\ndef fits():\n"  # decorated: 80 lines from line 3
+            + "    x = 1\n" * (MAX_FUNCTION_LINES - 1)
+            + "async def too_long():\n"  # line 83
+            + "    x = 1\n" * MAX_FUNCTION_LINES
+            + "class Steps:\n    def method(self):\n"  # lines 164 and 165
+            + "        x = 1\n" * MAX_FUNCTION_LINES
+        ),
     }
     _write(tmp_path, files)
     assert oversized(tmp_path, PACKAGES) == {"app.long": MAX_LINES + 1}
+    assert long_functions(tmp_path, PACKAGES) == [
+        "workers.run.steps:83 too_long (81 lines)",
+        "workers.run.steps:165 method (81 lines)",
+    ]
     assert "long.py" in crowded(tmp_path, "app") and crowded(tmp_path, "workers") == []
     assert heavy_imports(tmp_path) == ["app.heavy:1 jax", "app.heavy:2 numpy"]
     assert reaches_into_workers(tmp_path) == [
