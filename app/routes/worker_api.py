@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import Ack, LeaseEnded, UnknownWorker
 from app.dispatch.results import Prepared, artifact_header, lease_problems, prepare
-from app.queue.submission import field_errors, parse_strict_json, read_capped_body
+from app.queue.submission import field_errors
 from app.routes.schemas import (
     ENDED,
     KEYED,
@@ -38,12 +37,12 @@ from app.routes.schemas import (
     ReportReply,
     ResultReport,
     WorkerRegister,
-    inline_schema,
 )
 from app.routes.worker_auth import authenticate, require_worker_token, unknown_worker
+from app.routes.worker_messages import body_of, read_message
 from app.store import WorkersFull
 from app.store.profiles import screen_profile
-from app.web.bodylimit import WORKER_BODY_BYTES, Caps
+from app.web.bodylimit import Caps
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION, JobStatus
 from workers.protocol.bounds import environment_problems
@@ -58,56 +57,6 @@ router = APIRouter(
     dependencies=[Depends(require_worker_token)],
     responses={401: {"model": MessagePublic, "description": "Missing or wrong worker token."}},
 )
-
-
-MessageT = TypeVar("MessageT", bound=BaseModel)
-
-
-def _parsed(
-    body: bytes, model: type[MessageT], check: Callable[[Any], None] | None = None
-) -> MessageT:
-    """`body` as `model`: strict JSON (NaN, Infinity and duplicate keys refused, as on the
-    public API), `check` on the parsed JSON (it raises), then the model's own rules, or
-    422 naming each field."""
-    data = parse_strict_json(body)
-    if check is not None:
-        check(data)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        field_errors(
-            [
-                (".".join(str(p) for p in e["loc"]) or "body", e["msg"])
-                for e in exc.errors(include_url=False, include_input=False)
-            ]
-        )
-
-
-async def read_message(
-    request: Request,
-    model: type[MessageT],
-    *,
-    limit: int = WORKER_BODY_BYTES,
-    check: Callable[[Any], None] | None = None,
-    off_loop: bool = False,
-) -> MessageT:
-    """The one way a worker's message is read: its body capped at `limit` (413 past it),
-    then `_parsed`, so FastAPI's lenient JSON never sees it; `off_loop` parses a large
-    one (a result) in the thread pool, so it does not stall other requests."""
-    body = await read_capped_body(request, limit)
-    if off_loop:
-        return await run_in_threadpool(_parsed, body, model, check)
-    return _parsed(body, model, check)
-
-
-def _body(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads `model` by hand."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": inline_schema(model)}},
-        }
-    }
 
 
 def _reply(v: Ack) -> ReportReply:
@@ -171,7 +120,7 @@ def _same_versions(body: Any) -> None:
         409: {"model": MessagePublic, "description": "Versions differ."},
         429: {"model": MessagePublic, "description": "MAX_WORKERS workers are connected."},
     },
-    openapi_extra=_body(WorkerRegister),
+    openapi_extra=body_of(WorkerRegister),
 )
 async def register(
     request: Request, dispatcher: DispatcherDep, settings: SettingsDep
@@ -222,7 +171,7 @@ async def register(
         204: {"description": "No job came within the wait."},
         404: {"model": MessagePublic},
     },
-    openapi_extra=_body(LeaseRequest),
+    openapi_extra=body_of(LeaseRequest),
 )
 async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """Wait (long-poll, up to POLL_S) for a job this worker can run."""
@@ -263,7 +212,10 @@ async def lease(request: Request, dispatcher: DispatcherDep, settings: SettingsD
 
 
 @router.post(
-    "/heartbeat", response_model=ReportReply, responses=ENDED, openapi_extra=_body(HeartbeatRequest)
+    "/heartbeat",
+    response_model=ReportReply,
+    responses=ENDED,
+    openapi_extra=body_of(HeartbeatRequest),
 )
 async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
     """Extend the lease on the worker's job (409 with `cancel` once it has ended)."""
@@ -276,7 +228,7 @@ async def heartbeat(request: Request, dispatcher: DispatcherDep) -> Response:
 
 
 @router.post(
-    "/progress", response_model=ReportReply, responses=ENDED, openapi_extra=_body(ProgressReport)
+    "/progress", response_model=ReportReply, responses=ENDED, openapi_extra=body_of(ProgressReport)
 )
 async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     """Fine-grained progress of a running job: kept in memory and streamed, never stored."""
@@ -294,7 +246,7 @@ async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     "/result",
     response_model=ReportReply,
     responses=RESULT_ERRORS,
-    openapi_extra=_body(ResultReport),
+    openapi_extra=body_of(ResultReport),
 )
 async def result(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """The run of a job, or why it failed. Posting the same report twice is harmless.
@@ -391,7 +343,7 @@ async def get_file(sha256: str, dispatcher: DispatcherDep) -> Response:
 
 
 @router.post(
-    "/release", response_model=ReportReply, responses=ENDED, openapi_extra=_body(ReleaseRequest)
+    "/release", response_model=ReportReply, responses=ENDED, openapi_extra=body_of(ReleaseRequest)
 )
 async def release(request: Request, dispatcher: DispatcherDep) -> Response:
     """Give a lease back (the worker is shutting down); the job is queued again."""

@@ -287,28 +287,10 @@ def export_command(argv: list[str]) -> int:
             args, output, header=made.header, inputs=inputs, results=results, summary=summary
         )
     if args.upload:
-        from workers.cli.export_upload import UploadRefused, upload_all
+        from workers.cli.export_upload import upload_noted
 
-        token = args.token or os.environ.get("BOUNDARY_SUBMIT_TOKEN")
-        try:
-            summary["uploaded"] = upload_all(
-                args.upload,
-                made.data,
-                sources=sources,
-                sample=sample,
-                rules=rules,
-                seed=args.seed,
-                targets=args.target,
-                token=token,
-            )
-        except UploadRefused as exc:
-            summary["uploaded"] = exc.done
-            print(json.dumps(summary, indent=2))
-            print(f"boundary export-fn: {exc}", file=sys.stderr)
+        if not upload_noted(args, made.data, summary, sources=sources, sample=sample, rules=rules):
             return EXIT_UPLOAD_FAILED
-        if summary["uploaded"].get("sources_refused"):
-            refused = summary["uploaded"]["sources_refused"]
-            print(f"boundary export-fn: no source lines on the server: {refused}", file=sys.stderr)
     print(json.dumps(summary, indent=2))
     return EXIT_OK
 

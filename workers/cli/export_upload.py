@@ -9,6 +9,9 @@ Light, like the export itself: the standard library and httpx only.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from typing import Any
 
 GPU_MODELS = ("b200", "h100", "h200")
@@ -129,3 +132,37 @@ def upload_all(
                 }
             )
     return done
+
+
+def upload_noted(
+    args: Any,
+    data: bytes,
+    summary: dict[str, Any],
+    *,
+    sources: bytes | None,
+    sample: bytes | None,
+    rules: dict[str, Any] | None,
+) -> bool:
+    """export-fn's `--upload`: the files, then the jobs, noted in `summary`; False when
+    the server refused something (the summary is printed then, and why)."""
+    token = args.token or os.environ.get("BOUNDARY_SUBMIT_TOKEN")
+    try:
+        summary["uploaded"] = upload_all(
+            args.upload,
+            data,
+            sources=sources,
+            sample=sample,
+            rules=rules,
+            seed=args.seed,
+            targets=args.target,
+            token=token,
+        )
+    except UploadRefused as exc:
+        summary["uploaded"] = exc.done
+        print(json.dumps(summary, indent=2))
+        print(f"boundary export-fn: {exc}", file=sys.stderr)
+        return False
+    refused = summary["uploaded"].get("sources_refused")
+    if refused:
+        print(f"boundary export-fn: no source lines on the server: {refused}", file=sys.stderr)
+    return True
