@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.queue.uploads import UploadError, check_sources_for, check_upload, keep_together
-from app.routes.artifacts import CLOSE, page_context, spool_here
+from app.routes.artifact_common import CLOSE, page_context, spool_here
 from app.routes.common import render
 from app.store.files import FileWouldGo
 from app.web.multipart import FormPolicy, FormRefused, read_form

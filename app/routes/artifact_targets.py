@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.pages.artifact import artifact_context, stored_file, target_path
-from app.routes.artifacts import page_form, queue_or_page
+from app.routes.artifact_common import page_form, queue_or_page
 from app.routes.common import is_htmx, render
 from workers.protocol import TargetError, parse_target
 

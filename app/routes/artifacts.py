@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -27,23 +25,17 @@ from app.dispatch import Dispatcher
 from app.pages.artifact import artifact_context, stored_file, uploaded_reference
 from app.queue.submission import (
     field_errors,
-    form_errors,
-    read_capped_body,
-    validate_submission,
 )
 from app.queue.uploads import UploadError, check_sources_for, check_upload, keep_upload
-from app.queue.validation import ValidJob
-from app.routes.common import connected_paths, is_htmx, render
+from app.routes.artifact_common import CLOSE, page_context, page_form, queue_or_page, spool_here
+from app.routes.common import is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
 from app.settings import Settings
-from app.store import JobRow
 from app.store.files import FileWouldGo
-from app.store.url import parse_db
-from app.web.spool import OverCap, Spooled, spool_body, spool_folder
-from workers.catalog.exported import JAX_PLATFORM, SHA256
-from workers.protocol import CachePolicy, Mode
+from app.web.spool import OverCap, Spooled, spool_body
+from workers.catalog.exported import SHA256
 
 router = APIRouter(tags=["artifacts"])
 
@@ -78,18 +70,6 @@ def _store_upload(dispatcher: Dispatcher, kind: str, spooled: Spooled, settings:
     sha = keep_upload(dispatcher.store, kind, spooled, settings.FILES_MAX_BYTES)
     dispatcher.prune()  # the files' cap holds after every upload, not only every interval
     return sha
-
-
-def spool_here(settings: Settings) -> Path:
-    """Where uploads are spooled: beside a SQLite database, on the disk that keeps them;
-    with PostgreSQL (no database file here), beside the compilation cache."""
-    database = parse_db(settings.DB)
-    local = Path(database.target).parent if database.kind == "sqlite" else None
-    return spool_folder(local or Path(settings.CACHE_DIR).parent)
-
-
-CLOSE = {"Connection": "close"}
-"""On an answer given before the body was read whole: the rest is never read."""
 
 
 @router.post(
@@ -146,36 +126,6 @@ async def get_artifact_info(sha256: str, dispatcher: DispatcherDep) -> JSONRespo
 # --- pages --------------------------------------------------------------------------------
 
 
-def page_context(
-    state: StateDep,
-    dispatcher: Dispatcher,
-    *,
-    info: dict[str, Any] | None = None,
-    values: dict[str, str] | None = None,
-    errors: dict[str, str] | None = None,
-    ticked: list[str] | None = None,
-) -> dict[str, Any]:
-    """The upload form's, or an uploaded file's page's, context (`ticked`: the target boxes
-    the person chose, as artifact_context takes them)."""
-    paths: list[str] = []
-    if info is not None and "header" in info:
-        platforms = info["header"]["platforms"]
-        paths = [p.value for p, name in JAX_PLATFORM.items() if name in platforms]
-    return {
-        **(artifact_context(info, dispatcher, ticked) if info is not None else {}),
-        "info": info,
-        "values": values or {},
-        "errors": errors or {},
-        "paths": paths,
-        "connected": connected_paths(dispatcher),
-        "modes": [m.value for m in Mode],
-        "caches": [c.value for c in CachePolicy],
-        "token_needed": state.settings.SUBMIT_TOKEN is not None,
-        "max_bytes": state.settings.UPLOAD_MAX_BYTES,
-        "nav": "artifacts",
-    }
-
-
 @router.api_route(
     "/artifacts/new", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
 )
@@ -216,59 +166,6 @@ async def artifact_page(
         values.update(uploaded_reference(sha256, dispatcher))
     ctx = page_context(state, dispatcher, info=info, values=values, ticked=target)
     return render(state, "artifact.html", ctx)
-
-
-async def page_form(request: Request) -> list[tuple[str, str]]:
-    """A form the artifact page posts, as its (name, value) pairs."""
-    raw = (await read_capped_body(request, 64 * 1024)).decode("utf-8", "replace")
-    return parse_qsl(raw, keep_blank_values=True)
-
-
-def queue_or_page(
-    request: Request,
-    state: StateDep,
-    dispatcher: Dispatcher,
-    admission: AdmissionDep,
-    *,
-    info: dict[str, Any],
-    form: dict[str, str],
-    bodies: list[tuple[str | None, dict[str, Any]]],
-    errors: dict[str, str],
-    ticked: list[str] | None = None,
-) -> list[JobRow] | HTMLResponse:
-    """Queue the jobs a page form asks for, each checked like any submission, through the
-    one admission (all of them or none); else the page again, saying what was wrong.
-
-    `bodies` pairs each job with the label its refusals go under (errors["targets"]), or
-    None to name each refused field on its own; `ticked`, the target boxes the refused page
-    keeps ticked."""
-    status = 422
-    headers: dict[str, str] = {}
-    try:
-        admission.check_token(form.get("token"), "job submission", bearer=False)
-    except HTTPException:
-        errors["token"] = "this server needs its submission token"
-        status = 401
-    valid: list[ValidJob] = []
-    for label, body in bodies if not errors else []:
-        try:
-            valid.append(validate_submission(body, dispatcher.store, state.settings.MAX_JOB_BYTES))
-        except HTTPException as exc:
-            found = form_errors(exc) if exc.status_code == 422 else {"general": exc.detail}
-            if label is None:
-                errors.update(found)
-            else:
-                errors["targets"] = f"{label}: " + "; ".join(found.values())
-    if not errors:
-        try:
-            return admission.queue(admission.client(request), valid)
-        except HTTPException as exc:
-            errors["targets" if any(label for label, _ in bodies) else "general"] = str(exc.detail)
-            status, headers = exc.status_code, dict(exc.headers or {})
-    ctx = page_context(state, dispatcher, info=info, values=form, errors=errors, ticked=ticked)
-    page = render(state, "artifact.html", ctx, status)
-    page.headers.update(headers)
-    return page
 
 
 @router.post("/artifacts/{sha256}/runs", response_class=HTMLResponse, include_in_schema=False)

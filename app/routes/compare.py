@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.compare.decision import DecisionNotes, build_record, to_markdown
+from app.pages.compare.hlo_section import changes_section
 from app.pages.compare.request import CompareInputError, Comparison, read_comparison
 from app.pages.compare.stats import MIN_RUNS
 from app.pages.compare.view import compare_context, json_twin
@@ -29,7 +30,6 @@ from app.queue.validation import ValidJob
 from app.reader.tour import TOUR_JOBS
 from app.routes.common import is_htmx, render
 from app.routes.forms import FormValueError, number, whole_number
-from app.routes.hlo_diff import changes_section
 from app.settings import Settings
 
 router = APIRouter(include_in_schema=False)

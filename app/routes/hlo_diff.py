@@ -1,26 +1,22 @@
 """The HLO diff of two runs: `GET /api/v1/compare/hlo-diff?a=&b=` (JSON), and its full
 listing at `/compare/hlo-diff?a=&b=` (a page, or its fragment for htmx). The compare
-page's "What changed" section is the same report's top (`changes_section`).
-
-A large pair takes a second or two the first time, so the diff is computed in a worker
-thread (two at most), never on the event loop; it is then cached
-(app.pages.compare.hlo_changes).
+page's "What changed" section is the same report's top
+(`app.pages.compare.hlo_section.changes_section`), worked out off the event loop and
+cached there.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
-import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, Field
 
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.pages.compare.hlo_changes import HloDiffMissing, hlo_report
-from app.pages.compare.hlo_words import groups
+from app.pages.compare.hlo_changes import HloDiffMissing
+from app.pages.compare.hlo_section import report, section
 from app.pages.jobs import PREFIX
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
@@ -28,15 +24,6 @@ from app.routes.schemas import MessagePublic
 
 api_router = APIRouter(prefix=PREFIX, tags=["compare"])
 page_router = APIRouter(include_in_schema=False)
-
-TOP = 10
-"""Rows per group on the compare page; the full listing has them all."""
-MAX_ROWS = 2000
-"""Rows per group on the full listing (the JSON has every one)."""
-
-DIFFERS = anyio.CapacityLimiter(2)
-"""How many diffs are worked out at once, each in a worker thread (a large one holds a
-few hundred MB while it runs); more requests wait their turn."""
 
 JobId = Annotated[str, Query(min_length=1, max_length=64, description="A job id.")]
 
@@ -147,11 +134,6 @@ class HloDiffPublic(BaseModel):
     )
 
 
-async def report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
-    """The report of job `a` against job `b`, worked out off the event loop; HloDiffMissing."""
-    return await anyio.to_thread.run_sync(hlo_report, dispatcher.store, a, b, limiter=DIFFERS)
-
-
 async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
     try:
         return await report(dispatcher, a, b)
@@ -170,36 +152,6 @@ async def hlo_diff_json(a: JobId, b: JobId, dispatcher: DispatcherDep) -> JSONRe
     differs), what only one side has, fusions split or merged, and the collectives of
     both; cost as each side's HLO states it."""
     return JSONResponse(await _report(dispatcher, a, b))
-
-
-def links(a: str, b: str) -> dict[str, str]:
-    query = urlencode({"a": a, "b": b})
-    return {"all": f"/compare/hlo-diff?{query}", "json": f"{PREFIX}/compare/hlo-diff?{query}"}
-
-
-def section(report: dict[str, Any], top: int | None) -> dict[str, Any]:
-    """What the "What changed" section shows: the sentences and the groups' first `top`
-    rows (all rows, up to MAX_ROWS a group, for None)."""
-    return {
-        "a": report["a"],
-        "b": report["b"],
-        "summary": report["summary"],
-        "sentences": report["sentences"],
-        "compilers": report["compilers"],
-        "groups": groups(report, top if top is not None else MAX_ROWS),
-        "full": top is None,
-        "links": links(report["a"], report["b"]),
-    }
-
-
-async def changes_section(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any] | None:
-    """The compare page's section for the first runs of its two sides; None while a side
-    has no HLO (still queued, or a path without XLA)."""
-    try:
-        found = await report(dispatcher, a, b)
-    except HloDiffMissing:
-        return None
-    return section(found, TOP)
 
 
 @reads(page_router)("/compare/hlo-diff", response_class=HTMLResponse)

@@ -28,6 +28,7 @@ from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
 from app.state import AppState
+from app.web.bodylimit import PAGE_FORM_BYTES
 from workers.catalog import WORKLOADS
 from workers.catalog.kernels import PALLAS, PALLAS_FIELDS
 from workers.protocol import PathId, StageId
@@ -42,7 +43,7 @@ from workers.protocol.compiler_options import (
 router = APIRouter(include_in_schema=False)
 """Included before the run pages' router, so `/runs/new` is never read as a run id."""
 
-FORM_MAX_BYTES = 64 * 1024
+FORM_MAX_BYTES = PAGE_FORM_BYTES  # (app.web.bodylimit)
 
 
 def read_form(form: dict[str, str], stages: list[str]) -> tuple[dict[str, Any], FormState]:

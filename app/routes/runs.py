@@ -29,8 +29,8 @@ from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import IrQueryDep, is_htmx, render
 from app.routes.errors import MissingPart
 from app.routes.routing import Endpoint, reads
-from app.routes.run_form import FORM_MAX_BYTES
 from app.state import AppState
+from app.web.bodylimit import PAGE_FORM_BYTES
 from workers.catalog import WORKLOADS
 from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 from workers.protocol.dumps import DUMP_ARTIFACTS
@@ -266,7 +266,7 @@ async def cancel_run(
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     form: dict[str, str] = {}
     if media == "application/x-www-form-urlencoded":
-        body = await read_capped_body(request, FORM_MAX_BYTES, "form")
+        body = await read_capped_body(request, PAGE_FORM_BYTES, "form")
         form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
     admission.check_token(form.get("token"), "cancelling a run", bearer=False)
     dispatcher.cancel(job_id)  # False when it had already ended: the page shows how

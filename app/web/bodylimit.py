@@ -37,6 +37,8 @@ from workers.catalog.jaxexport import MAX_SOURCES_BYTES
 WORKER_PREFIX = "/api/v1/worker/"
 WORKER_BODY_BYTES = 1024 * 1024
 """Registration, heartbeats, progress and releases are small."""
+PAGE_FORM_BYTES = 64 * 1024
+"""A page's own form (the run form, a run's cancel button): a few fields, never a file."""
 RESULT_SLACK_BYTES = 16 * 1024 * 1024
 """A result's samples, statistics and series beside its IR text and trace."""
 FORM_SLACK_BYTES = 64 * 1024

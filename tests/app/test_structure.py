@@ -305,6 +305,36 @@ def test_every_function_is_a_screen_long() -> None:
     assert long_functions(ROOT, PACKAGES) == []
 
 
+def _defines_routes(path: Path) -> bool:
+    """Whether a module makes an APIRouter of its own (a module of routes)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", None) == "APIRouter"
+        for node in ast.walk(tree)
+    )
+
+
+def routes_importing_routes(root: Path) -> list[str]:
+    """Each `app.routes` module that imports another module of routes: what routes share
+    lives in a helper module (`common`, `artifact_common`, …) or the layer below."""
+    routes = {
+        name: path
+        for name, path in modules_of(root, ("app",)).items()
+        if name.startswith("app.routes.")
+    }
+    with_routes = {name for name, path in routes.items() if _defines_routes(path)}
+    return [
+        f"{name}:{imp.line} imports {imp.module}"
+        for name, path in sorted(routes.items())
+        for imp in imports(root, path)
+        if imp.module in with_routes and imp.module != name
+    ]
+
+
+def test_routes_do_not_import_each_other() -> None:
+    assert routes_importing_routes(ROOT) == []
+
+
 @pytest.mark.parametrize("top", PACKAGES)
 def test_the_top_level_holds_few_modules(top: str) -> None:
     assert crowded(ROOT, top) == []
