@@ -138,7 +138,9 @@ async def test_two_pipelines_side_by_side_aligned_by_pass(
         labels = re.findall(r"<td>(?:<a [^>]*>)?([^<]+)", row)
         assert len(labels) == 2 and labels[0].strip() == labels[1].strip()
     compared = (await bench_client.get("/compare", params={"a": a, "b": b})).text
-    assert f'href="/compare/pipelines?a={a}&amp;b={b}">Their pass pipelines side by side' in compared
+    assert (
+        f'href="/compare/pipelines?a={a}&amp;b={b}">Their pass pipelines side by side' in compared
+    )
     plain = await post_run(bench_client, {**matmul, "pipeline": None})
     unpiped = (await bench_client.get("/compare", params={"a": a, "b": plain})).text
     assert "/compare/pipelines" not in unpiped  # no link that would answer 404
