@@ -106,10 +106,10 @@ def _from_header(run: RunResult, header: ExportHeader) -> RunResult:
     """`run` with its inputs as the artifact declares them (names, shapes, dtypes)."""
     try:
         inputs = [
-            InputInfo(name=name, shape=aval.dims(), dtype=aval.dtype)
+            InputInfo(name=name, shape=aval.dims(run.job.params.get("dims")), dtype=aval.dtype)
             for name, aval in header.arguments()
         ]
-    except ArtifactError:  # a symbolic dimension: the worker's concrete shapes stand
+    except ArtifactError:  # a symbolic dimension without a value: the worker's shapes stand
         return run
     return run.model_copy(update={"inputs": inputs})
 

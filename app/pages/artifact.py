@@ -167,10 +167,13 @@ def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
 
 
 def options_of(spec: dict[str, Any]) -> str | None:
-    """A job's compiler options as text ("xla_gpu_enable_triton_gemm=false"), or None
-    for the compiler's defaults."""
+    """What sets a job's compile apart from the artifact's other compiles for its target,
+    as text: the values of its symbolic dimensions ("b=64") and its compiler options
+    ("xla_gpu_enable_triton_gemm=false"); None for no dimension and default options."""
+    dims = (spec.get("params") or {}).get("dims") or {}
     options = spec.get("compiler_options") or {}
-    return as_text(options) if options else None
+    words = [f"{k}={v}" for k, v in sorted(dims.items())] + ([as_text(options)] if options else [])
+    return " ".join(words) or None
 
 
 def _shown(jobs: list[Any]) -> tuple[Any, list[Any]]:

@@ -28,6 +28,7 @@ from workers.catalog.jaxexport import (
     Member,
     ReferenceError,
     check_ranges,
+    dims_problem,
     plan,
     resolve_rules,
 )
@@ -134,11 +135,16 @@ def _artifact(
             )
         )
         return None
-    try:
-        inputs = sum(aval.nbytes() for aval in header.in_avals)
-        outputs = sum(aval.nbytes() for aval in header.out_avals)
+    dims = spec.params.get("dims") or {}
+    problem_of_dims = dims_problem(header.dimensions(), dims)
+    if problem_of_dims is not None:  # each symbolic dimension needs a value, and only those
+        found.problems.append(problem_of_dims)
+        return None
+    try:  # the byte caps at the job's values of its symbolic dimensions
+        inputs = sum(aval.nbytes(dims) for aval in header.in_avals)
+        outputs = sum(aval.nbytes(dims) for aval in header.out_avals)
     except ArtifactError as exc:
-        found.problems.append((where, str(exc)))
+        found.problems.append(("params.dims" if dims else where, str(exc)))
         return None
     # What a run holds at its peak (workers.catalog.peak); a compile places nothing.
     itemsize = max((ITEMSIZE.get(a.dtype, 4) for a in header.out_avals), default=4)
@@ -146,7 +152,7 @@ def _artifact(
     problem = refusal(dense_peak(inputs, outputs, itemsize, alive), byte_cap(spec, max_job_bytes))
     if problem is not None and StageId.EXECUTE in spec.stages:
         found.problems.append((where, problem.removeprefix("params: ")))
-    specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.arguments()]
+    specs = [ArgumentSpec(n, tuple(a.dims(dims)), a.dtype) for n, a in header.arguments()]
     try:
         resolve_rules(spec.params.get("input_rules") or {}, specs)
     except InputRuleError as exc:

@@ -25,6 +25,7 @@ from workers.catalog.jaxexport import (
     MAX_SOURCES_BYTES,
     SOURCES_MEDIA_TYPE,
     ArtifactError,
+    DimError,
     ExportHeader,
     SentSources,
     SourcesError,
@@ -52,11 +53,10 @@ def exported_header(source: bytes | IO[bytes]) -> ExportHeader:
         header = read_header(source)
     except ArtifactError as exc:
         raise UploadError(str(exc)) from None
-    symbolic = [a.text() for a in (*header.in_avals, *header.out_avals) if not a.concrete]
-    if symbolic:
-        raise UploadError(
-            f"shape {symbolic[0]} is symbolic: export with concrete shapes (one artifact per shape)"
-        )
+    try:  # symbolic dimensions are welcome (a run gives each a value), if readable ones
+        header.dimensions()
+    except DimError as exc:
+        raise UploadError(str(exc)) from None
     return header
 
 

@@ -17,6 +17,7 @@ from app.pages.artifact import artifact_context
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.queue.validation import ValidJob
 from app.routes.common import connected_paths, render
+from app.routes.forms import FormValueError, whole_number
 from app.settings import Settings
 from app.store import JobRow
 from app.store.url import parse_db
@@ -118,3 +119,22 @@ def queue_or_page(
     page = render(state, "artifact.html", ctx, status)
     page.headers.update(headers)
     return page
+
+
+def dims_of(form: dict[str, str], info: dict[str, Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """The values a page form gives the artifact's symbolic dimensions (`dim.NAME`
+    fields), and the problems, each under its `params.dims.NAME`."""
+    names = (info.get("header") or {}).get("dimensions") or []
+    dims: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        field = f"params.dims.{name}"
+        text = form.get(f"dim.{name}", "").strip()
+        if not text:
+            errors[field] = f"{field}: give the dimension {name} a value"
+            continue
+        try:
+            dims[name] = whole_number(field, text, low=1, high=2**31 - 1)
+        except FormValueError as exc:
+            errors[field] = str(exc)
+    return dims, errors

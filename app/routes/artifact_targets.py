@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.pages.artifact import artifact_context, stored_file, target_path
-from app.routes.artifact_common import page_form, queue_or_page
+from app.routes.artifact_common import dims_of, page_form, queue_or_page
 from app.routes.common import is_htmx, render
 from workers.protocol import TargetError, parse_target
 
@@ -24,15 +24,16 @@ router = APIRouter(tags=["artifacts"])
 MAX_TARGETS = 32
 
 
-def compile_job(sha256: str, target_id: str) -> dict[str, Any]:
-    """The job that compiles the artifact for one target, without the hardware."""
+def compile_job(sha256: str, target_id: str, dims: dict[str, int] | None = None) -> dict[str, Any]:
+    """The job that compiles the artifact for one target, without the hardware (its
+    symbolic dimensions at `dims`)."""
     target = parse_target(target_id)
     return {
         "workload": "exported",
         "path": target_path(target).value,
         "target": target.id,
         "stages": ["compile"],
-        "params": {"artifact": sha256},
+        "params": {"artifact": sha256, **({"dims": dims} if dims else {})},
     }
 
 
@@ -48,11 +49,11 @@ async def compile_for_targets(
     info = stored_file(dispatcher, sha256)
     pairs = await page_form(request)
     chosen = list(dict.fromkeys(v for k, v in pairs if k == "target" and v))[:MAX_TARGETS]
-    errors: dict[str, str] = {}
+    dims, errors = dims_of(dict(pairs), info)
     bodies: list[tuple[str | None, dict[str, Any]]] = []
     for target_id in chosen:
         try:
-            bodies.append((target_id, compile_job(sha256, target_id)))
+            bodies.append((target_id, compile_job(sha256, target_id, dims)))
         except TargetError as exc:
             errors["targets"] = str(exc)
     if not chosen:

@@ -27,7 +27,14 @@ from app.queue.submission import (
     field_errors,
 )
 from app.queue.uploads import UploadError, check_sources_for, check_upload, keep_upload
-from app.routes.artifact_common import CLOSE, page_context, page_form, queue_or_page, spool_here
+from app.routes.artifact_common import (
+    CLOSE,
+    dims_of,
+    page_context,
+    page_form,
+    queue_or_page,
+    spool_here,
+)
 from app.routes.common import is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number
 from app.routes.routing import reads
@@ -179,8 +186,8 @@ async def run_artifact(
     """Queue a job for the uploaded function from its page's form."""
     info = stored_file(dispatcher, sha256)
     form = dict(await page_form(request))
-    errors: dict[str, str] = {}
-    params: dict[str, Any] = {"artifact": sha256}
+    dims, errors = dims_of(form, info)
+    params: dict[str, Any] = {"artifact": sha256, **({"dims": dims} if dims else {})}
     for name in ("inputs", "reference"):
         if form.get(name, "").strip():
             params[name] = form[name].strip()

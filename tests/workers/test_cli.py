@@ -173,3 +173,15 @@ def test_a_gpu_targets_reports_are_not_called_an_empty_pipeline() -> None:
     assert pipeline_line(None) is None
     cut = pipeline_line(PipelineCapture(cut="XLA wrote no per-pass dump for this compile"))
     assert cut is not None and "no per-pass dump" in cut
+
+
+def test_a_symbolic_dimension_takes_its_value_from_dim(capsys: pytest.CaptureFixture[str]) -> None:
+    from workers.cli.run import UsageError, build_job, parse_command_line
+
+    sha = "a" * 64
+    argv = ["exported", f"artifact={sha}", "--dim", "b=64", "--dim", "s=128"]
+    job = build_job(parse_command_line(argv))
+    assert job.params == {"artifact": sha, "dims": {"b": 64, "s": 128}}
+    for bad in (["--dim", "b"], ["--dim", "b=x"], ["--dim", "b=1", "--dim", "b=2"]):
+        with pytest.raises(UsageError, match=r"--dim|params\.dims\.b: given twice"):
+            build_job(parse_command_line(["exported", f"artifact={sha}", *bad]))

@@ -54,6 +54,8 @@ VALUE_PARAMS: frozenset[str] = frozenset(
 checked, never a shape: they cannot change what the compiler compiles."""
 
 Digest = Annotated[str, Field(pattern=SHA256, description="SHA-256 of a stored file (hex).")]
+DimName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
+DimSize = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class ExportedParams(WorkloadParams):
@@ -105,6 +107,12 @@ class ExportedParams(WorkloadParams):
         description="Largest relative error that passes; by the output's dtype if absent.",
     )
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of generated inputs.")
+    dims: dict[DimName, DimSize] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="A value for each symbolic dimension of the artifact (exported with "
+        'jax.export.symbolic_shape), e.g. {"b": 64}; its shapes are then concrete.',
+    )
 
     def input_bytes(self) -> int:
         # Unknown until the artifact is read: the server checks its declared shapes against

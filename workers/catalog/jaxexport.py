@@ -7,6 +7,7 @@ through `workers.catalog` and `workers.protocol`; this module is that door for u
 
 from __future__ import annotations
 
+from workers.export.dims import DimError, dims_problem
 from workers.export.header import (
     DTYPES,
     ITEMSIZE,
@@ -36,6 +37,7 @@ __all__ = [
     "ArgumentSpec",
     "ArtifactError",
     "Aval",
+    "DimError",
     "ExportHeader",
     "InputRuleError",
     "Member",
@@ -45,6 +47,7 @@ __all__ = [
     "SourcesError",
     "boundary_frame",
     "check_ranges",
+    "dims_problem",
     "parse_sources",
     "plan",
     "read_header",

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from workers.export.dims import DimError, symbolic_arguments
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_EXPORT_FAILED = 3
@@ -170,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--target", action="append", default=[], help="compile for it (repeatable): v6e:2x4 …"
     )
+    parser.add_argument(
+        "--symbolic",
+        action="append",
+        default=[],
+        metavar="NAME=ARG[,ARG]",
+        help="make the leading axis of the named arguments' arrays a symbolic dimension "
+        "NAME (repeatable), e.g. b=tokens: a run then gives it a value (--dim b=64)",
+    )
     parser.add_argument("--state", metavar="MODULE:NAME", help="write a state's arrays by path")
     parser.add_argument(
         "--no-source",
@@ -238,9 +248,10 @@ def export_command(argv: list[str]) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         platforms = _check(args)
+        symbolic = symbolic_arguments(args.symbolic)
         rules = parse_rules(args.input_rules)
         specs = [parse_arg(text) for text in args.arg]
-    except ExportUsageError as exc:
+    except (ExportUsageError, DimError) as exc:
         print(f"boundary export-fn: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _prepare_process(args.devices)
@@ -264,7 +275,13 @@ def export_command(argv: list[str]) -> int:
         return EXIT_EXPORT_FAILED
     try:
         # --arg names arguments by position (arg0, …), as it always has; --example by name.
-        made = export_example(function, example, platforms, by_name=args.example is not None)
+        made = export_example(
+            function,
+            example,
+            platforms,
+            by_name=args.example is not None,
+            symbolic=symbolic,
+        )
     except ExportError as exc:
         print(f"boundary export-fn: {exc}", file=sys.stderr)
         return EXIT_EXPORT_FAILED
@@ -279,13 +296,16 @@ def export_command(argv: list[str]) -> int:
     sample: bytes | None = None
     if args.save_inputs or args.save_output or args.save_output_sample is not None:
         try:
-            inputs, results = run_here(made.data, rules, args.seed)
+            inputs, results = run_here(made.data, rules, args.seed, made.dims)
         except InputRuleError as exc:
             print(f"boundary export-fn: {exc}", file=sys.stderr)
             return EXIT_USAGE
         sample = save_runs(
             args, output, header=made.header, inputs=inputs, results=results, summary=summary
         )
+    if made.dims:  # the example's value of each symbolic dimension: its runs take one each
+        summary["dims"] = made.dims
+        args.dims = made.dims
     if args.upload:
         from workers.cli.export_upload import upload_noted
 

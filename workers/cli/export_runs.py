@@ -20,9 +20,12 @@ def npz_bytes(arrays: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def run_here(data: bytes, rules: dict[str, Any] | None, seed: int) -> tuple[list[Any], list[Any]]:
+def run_here(
+    data: bytes, rules: dict[str, Any] | None, seed: int, dims: dict[str, int] | None = None
+) -> tuple[list[Any], list[Any]]:
     """(inputs, results): the artifact run on this machine's CPU devices, on the inputs a
-    worker generates for it. A reference for other paths, not an independent check."""
+    worker generates for it (its symbolic dimensions at `dims`, the example's). A reference
+    for other paths, not an independent check."""
     import jax
     import numpy as np
 
@@ -32,7 +35,7 @@ def run_here(data: bytes, rules: dict[str, Any] | None, seed: int) -> tuple[list
 
     header = read_header(data)
     exp = jax.export.deserialize(bytearray(data))
-    specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.arguments()]
+    specs = [ArgumentSpec(n, tuple(a.dims(dims)), a.dtype) for n, a in header.arguments()]
     inputs = generate(specs, rules, seed)
     shardings = argument_shardings(exp, jax.devices("cpu"))
     placed = [jax.device_put(x, s) for x, s in zip(inputs, shardings, strict=True)]

@@ -78,8 +78,10 @@ def upload_all(
     seed: int,
     targets: list[str],
     token: str | None,
+    dims: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Post the files, then the jobs; what the server accepted (UploadRefused otherwise)."""
+    """Post the files, then the jobs (a symbolic artifact's at the example's `dims`); what
+    the server accepted (UploadRefused otherwise)."""
     base = server.rstrip("/")
     done: dict[str, Any] = {"jobs": []}
     with client_for(token) as client:
@@ -98,7 +100,9 @@ def upload_all(
                 done["reference"] = post_file(client, base, sample, "npz")
         except ValueError as exc:
             raise UploadRefused(str(exc), done) from None
-        params: dict[str, Any] = {"artifact": done["artifact"], "seed": seed}
+        # A symbolic artifact's runs and compiles are at the example's values.
+        at = {"dims": dims} if dims else {}
+        params: dict[str, Any] = {"artifact": done["artifact"], "seed": seed, **at}
         if rules:
             params["input_rules"] = rules
         # The compiles the user asked for first: with one worker, they do not wait behind
@@ -111,7 +115,7 @@ def upload_all(
                 "path": path_of(target),
                 "target": target,
                 "stages": ["compile"],
-                "params": {"artifact": done["artifact"]},
+                "params": {"artifact": done["artifact"], **at},
             }
             jobs.append((f"the {target} compile", job))
         if "reference" in done:
@@ -156,6 +160,7 @@ def upload_noted(
             seed=args.seed,
             targets=args.target,
             token=token,
+            dims=getattr(args, "dims", None),
         )
     except UploadRefused as exc:
         summary["uploaded"] = exc.done

@@ -69,6 +69,21 @@ def parse_assignments(items: list[str]) -> dict[str, Any]:
     return params
 
 
+def with_dims(params: dict[str, Any], texts: list[str]) -> dict[str, Any]:
+    """`params` with `--dim NAME=N` words as `params.dims` (UsageError naming the word)."""
+    if not texts:
+        return params
+    dims: dict[str, Any] = dict(params.get("dims") or {})
+    for text in texts:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not _INTEGER.match(value):
+            raise UsageError(f"--dim {text!r}: expected NAME=N, e.g. b=64")
+        if name in dims:
+            raise UsageError(f"params.dims.{name}: given twice")
+        dims[name] = int(value)
+    return {**params, "dims": dims}
+
+
 def parse_samples(text: str) -> int | str:
     """`--samples`: a count from 1 to MAX_SAMPLES, or 'auto'."""
     if text == "auto":
@@ -149,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="an XLA option for this job's compiles, e.g. xla_gpu_enable_triton_gemm=false "
         "(repeatable; only options on the allow-list of the path's compiler)",
     )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="exported: the value of a symbolic dimension of the artifact, e.g. b=64 "
+        "(repeatable; the same as params.dims)",
+    )
     parser.add_argument("--server", metavar="URL", help="submit to this server instead")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the run result as JSON")
@@ -203,7 +226,7 @@ def build_job(args: argparse.Namespace) -> JobSpec:
     raw: dict[str, Any] = {
         "workload": args.workload,
         "path": args.path,
-        "params": parse_assignments(args.params),
+        "params": with_dims(parse_assignments(args.params), args.dim),
         "measure": measure,
     }
     if args.stages is not None:  # left out, the job's own default applies (it follows target)

@@ -19,9 +19,13 @@ worker and `boundary export-fn` name every argument and result alike:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
+from workers.export.dims import DimError
+from workers.export.dims import names as dim_names
+from workers.export.dims import value as dim_value
 from workers.export.flatbuffer import ArtifactError, FlatBuffer
 from workers.export.shardings import ArraySharding, MeshShape, read_shardings
 
@@ -139,18 +143,27 @@ class Aval:
         """True when every dimension is a number (no symbolic dimension)."""
         return all(_DIM.match(d) for d in self.shape)
 
-    def dims(self) -> list[int]:
-        """The shape as integers; ArtifactError for a symbolic dimension."""
-        if not self.concrete:
-            raise ArtifactError(f"symbolic shape {self.text()} has no concrete size")
-        return [int(d) for d in self.shape]
+    def names(self) -> set[str]:
+        """The symbolic dimensions' names its shape uses (`workers.export.dims`)."""
+        return {n for d in self.shape if not _DIM.match(d) for n in dim_names(d)}
 
-    def nbytes(self) -> int:
-        """Bytes of an array of this shape and dtype; ArtifactError if either is unusable."""
+    def dims(self, values: Mapping[str, int] | None = None) -> list[int]:
+        """The shape as integers, each symbolic dimension at `values`; ArtifactError for
+        one without a value."""
+        if self.concrete:
+            return [int(d) for d in self.shape]
+        try:
+            return [dim_value(d, values or {}) for d in self.shape]
+        except DimError as exc:
+            raise ArtifactError(f"shape {self.text()}: {exc}") from None
+
+    def nbytes(self, values: Mapping[str, int] | None = None) -> int:
+        """Bytes of an array of this shape and dtype (symbolic dimensions at `values`);
+        ArtifactError if either is unusable."""
         if self.dtype not in ITEMSIZE:
             raise ArtifactError(f"dtype {self.dtype} cannot be generated or checked")
         count = 1
-        for d in self.dims():
+        for d in self.dims(values):
             count *= d
         return count * ITEMSIZE[self.dtype]
 
@@ -177,6 +190,11 @@ class ExportHeader:
     in_shardings: tuple[ArraySharding, ...] = field(default=())
     """One per flat argument (unspecified ones included); empty when not read."""
     out_shardings: tuple[ArraySharding, ...] = field(default=())
+
+    def dimensions(self) -> list[str]:
+        """The names of its symbolic dimensions (`jax.export.symbolic_shape`), sorted: a
+        run gives each a value (`params.dims`). Empty for concrete shapes."""
+        return sorted({n for a in (*self.in_avals, *self.out_avals) for n in a.names()})
 
     def meshes(self) -> list[MeshShape]:
         """The meshes its shardings name (usually one), in first-named order."""
@@ -210,6 +228,7 @@ class ExportHeader:
             "function_name": self.function_name,
             "platforms": list(self.platforms),
             "in_avals": [a.text() for a in self.in_avals],
+            "dimensions": self.dimensions(),
             "out_avals": [a.text() for a in self.out_avals],
             "argument_names": list(self.argument_names),
             "result_names": list(self.result_names),

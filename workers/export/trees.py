@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import jax
@@ -240,6 +240,8 @@ class Exported:
     data: bytes
     exported: Any
     header: ExportHeader
+    dims: dict[str, int] = field(default_factory=dict)
+    """Each symbolic dimension's value in the example (`--symbolic`)."""
 
 
 def _abstract(x: Any) -> Any:
@@ -275,12 +277,52 @@ def readable_convention() -> None:
         ) from None
 
 
+def symbolic_specs(
+    specs: dict[str, Any], symbolic: dict[str, list[str]] | None
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """`specs` (argument name → tree of ShapeDtypeStructs) with the leading axis of every
+    array of the arguments `symbolic` names made that symbolic dimension (dimension name
+    → argument names), and each dimension's value in the example. ExportError naming the
+    argument when it has no such axis, or its arrays disagree on its size."""
+    if not symbolic:
+        return specs, {}
+    symbols = dict(zip(symbolic, jax.export.symbolic_shape(", ".join(symbolic)), strict=True))
+    values: dict[str, int] = {}
+    out = dict(specs)
+    for dim, arguments in symbolic.items():
+        for argument in arguments:
+            if argument not in specs:
+                known = ", ".join(specs)
+                raise ExportError(f"--symbolic {dim}={argument}: no argument {argument} ({known})")
+            leaves = jax.tree.leaves(specs[argument])
+            sizes = {leaf.shape[0] for leaf in leaves if leaf.shape}
+            if len(sizes) != 1 or any(not leaf.shape for leaf in leaves):
+                raise ExportError(
+                    f"--symbolic {dim}={argument}: its arrays need one shared leading axis "
+                    f"(found sizes {sorted(sizes)})"
+                )
+            size = sizes.pop()
+            if values.setdefault(dim, size) != size:
+                raise ExportError(
+                    f"--symbolic {dim}: {argument}'s leading axis is {size}, another "
+                    f"argument's {values[dim]}; one dimension has one size in the example"
+                )
+            out[argument] = jax.tree.map(
+                lambda leaf, d=symbols[dim]: _shape_dtype_struct(
+                    (d, *leaf.shape[1:]), leaf.dtype, sharding=leaf.sharding
+                ),
+                specs[argument],
+            )
+    return out, values
+
+
 def export_example(
     function: Callable[..., Any],
     example: Any,
     platforms: Sequence[str] = ("cpu", "cuda", "tpu"),
     *,
     by_name: bool = True,
+    symbolic: dict[str, list[str]] | None = None,
 ) -> Exported:
     """Export `function` for `platforms` from its example arguments (any pytrees).
 
@@ -316,6 +358,7 @@ def export_example(
     # the user's function, not this wrapper.
     wrapper.__name__ = wrapper.__qualname__ = getattr(function, "__name__", "function")
     specs = {name: jax.tree.map(_abstract, t.plain) for name, t in taken.items()}
+    specs, dims = symbolic_specs(specs, symbolic)
     readable_convention()
     export = jax.export.export(jax.jit(wrapper), platforms=list(platforms))
     exported = export(**specs) if by_name else export(*specs.values())
@@ -323,4 +366,4 @@ def export_example(
         data = bytes(exported.serialize())
     except ValueError as exc:
         raise ExportError(f"the artifact cannot be serialized: {exc}") from None
-    return Exported(data, exported, read_header(data))
+    return Exported(data, exported, read_header(data), dims)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from workers.catalog import CatalogError
 from workers.catalog.exported import JAX_PLATFORM
 from workers.catalog.npz import NpzError, read_npz
 from workers.catalog.peak import dense_peak, refusal
+from workers.export.dims import dims_problem
+from workers.export.flatbuffer import ArtifactError
 from workers.export.header import DTYPES, ExportHeader, read_header
 from workers.protocol import PathId
 
@@ -139,15 +141,13 @@ def dtype_name(aval: Any) -> str:
     return str(np.dtype(aval.dtype).name) if hasattr(aval.dtype, "itemsize") else str(aval.dtype)
 
 
-def aval_bytes(avals: Sequence[Any]) -> int:
-    """Bytes of arrays of these shapes and dtypes."""
-    return sum(int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in avals)
-
-
-def check_artifact(loaded: Loaded, path: PathId, max_bytes: int) -> None:
-    """Refuse, naming params.artifact, what this worker must not or cannot run."""
+def check_artifact(
+    loaded: Loaded, path: PathId, max_bytes: int, dims: Mapping[str, int] | None = None
+) -> None:
+    """Refuse, naming params.artifact (or params.dims), what this worker must not or cannot
+    run, its symbolic dimensions at `dims`."""
     field = "params.artifact"
-    exp = loaded.exp
+    exp, header = loaded.exp, loaded.header
     wanted = JAX_PLATFORM[path]
     platforms = [str(p).lower() for p in exp.platforms]
     if wanted not in platforms:
@@ -156,21 +156,22 @@ def check_artifact(loaded: Loaded, path: PathId, max_bytes: int) -> None:
             f"{wanted} (export it again with --platforms {','.join([*platforms, wanted])})",
             field,
         )
-    avals = [*exp.in_avals, *exp.out_avals]
-    for aval in avals:
-        if not all(isinstance(d, int) for d in aval.shape):
-            raise CatalogError(
-                f"{field}: shape {aval.str_short()} is symbolic; export with concrete shapes",
-                field,
-            )
+    problem = dims_problem(header.dimensions(), dims or {})
+    if problem is not None:
+        raise CatalogError(f"{problem[0]}: {problem[1]}", problem[0])
+    for aval in exp.in_avals + exp.out_avals:
         if dtype_name(aval) not in DTYPES[:15]:
             raise CatalogError(f"{field}: dtype {aval.dtype} cannot be generated or checked", field)
     # What a run holds at its peak (workers.catalog.peak), as the server estimated it.
+    try:
+        inputs = sum(a.nbytes(dims) for a in header.in_avals)
+        outputs = sum(a.nbytes(dims) for a in header.out_avals)
+    except ArtifactError as exc:
+        raise CatalogError(f"params.dims: {exc}", "params.dims") from None
     itemsize = max((int(np.dtype(a.dtype).itemsize) for a in exp.out_avals), default=4)
-    peak = dense_peak(aval_bytes(exp.in_avals), aval_bytes(exp.out_avals), itemsize)
-    problem = refusal(peak, max_bytes)
-    if problem is not None:
-        raise CatalogError(f"{field}: {problem.removeprefix('params: ')}", field)
+    refusal_text = refusal(dense_peak(inputs, outputs, itemsize), max_bytes)
+    if refusal_text is not None:
+        raise CatalogError(f"{field}: {refusal_text.removeprefix('params: ')}", field)
     refused = refused_targets(loaded.custom_calls())
     if refused:
         raise CatalogError(

@@ -40,7 +40,6 @@ from workers.measure.correctness import check_results
 from workers.protocol import Correctness, PathId, Target
 from workers.workloads.artifact import (
     Loaded,
-    aval_bytes,
     check_artifact,
     deserialize,
     load_npz,
@@ -96,7 +95,7 @@ class ExportedFunction(Workload[ExportedParams]):
         if target is not None:  # refused naming the target, before the path's own check
             header = loaded.header
             check_target_platforms(target, header.platforms, header.nr_devices)
-        check_artifact(loaded, path, max_bytes)
+        check_artifact(loaded, path, max_bytes, p.dims)
         remember(p.artifact, loaded)
         bound = ExportedFunction(path, files, max_bytes)
         try:
@@ -111,12 +110,14 @@ class ExportedFunction(Workload[ExportedParams]):
 
     def input_specs(self, params: ExportedParams) -> list[InputSpec]:
         header = _load(params).header
-        return [InputSpec(name, tuple(a.dims()), a.dtype) for name, a in header.arguments()]
+        dims = params.dims
+        return [InputSpec(name, tuple(a.dims(dims)), a.dtype) for name, a in header.arguments()]
 
     def result_specs(self, params: ExportedParams) -> list[InputSpec]:
         """Every flat result: its path name, shape and dtype."""
         header = _load(params).header
-        return [InputSpec(name, tuple(a.dims()), a.dtype) for name, a in header.results()]
+        dims = params.dims
+        return [InputSpec(name, tuple(a.dims(dims)), a.dtype) for name, a in header.results()]
 
     def devices_spanned(self, params: ExportedParams) -> int:
         """The devices the artifact was exported for: one run spans that many."""
@@ -230,8 +231,8 @@ class ExportedFunction(Workload[ExportedParams]):
         return 0.0  # unknown analytically (the catalog's is None); see counts_from_xla
 
     def byte_count(self, params: ExportedParams) -> float:
-        exp = _load(params).exp
-        return float(aval_bytes([*exp.in_avals, *exp.out_avals]))
+        header = _load(params).header  # its symbolic dimensions at the job's values
+        return float(sum(a.nbytes(params.dims) for a in (*header.in_avals, *header.out_avals)))
 
     def tolerance(self, params: ExportedParams) -> float:
         # The catalog's only when the job declares one; else its first result's dtype's.
