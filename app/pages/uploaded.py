@@ -26,22 +26,24 @@ def artifact_of(job: dict[str, Any]) -> str | None:
     return sha if isinstance(sha, str) else None
 
 
-def placement(sha: str, dispatcher: Dispatcher) -> dict[str, Any] | None:
-    """The program's mesh and each argument's sharding by name, for a program of several
-    devices; None for one device, or when the artifact is gone (retention)."""
+def program_facts(sha: str, dispatcher: Dispatcher) -> tuple[str | None, dict[str, Any] | None]:
+    """From one read of the uploaded program's header: its function's name, and its mesh
+    and each argument's sharding by name for a program of several devices (None for one
+    device); (None, None) when the artifact is gone (retention)."""
     source = dispatcher.store.open_file(sha)
     if source is None:
-        return None
+        return None, None
     with source:
         try:
             header: dict[str, Any] = exported_header(source).as_dict()
         except UploadError:  # stored before a stricter check: the page shows no placement
-            return None
+            return None, None
+    name = str(header.get("function_name") or "") or None
     if mesh_text(header) is None:
-        return None
+        return name, None
     names = header.get("argument_names") or []
     shardings = header.get("in_shardings") or []
-    return {
+    return name, {
         "mesh": mesh_text(header),
         "devices": int(header["nr_devices"]),
         "arguments": dict(zip(names, shardings, strict=False)),

@@ -23,7 +23,7 @@ from app.pages.jobs import job_public
 from app.pages.runs.profile import chrome_trace, profile_response, profile_view
 from app.pages.runs.timeline import KEYS_HELP, TraceTooLarge, timeline_urls, viewer_trace
 from app.pages.runs.views import run_context, samples_csv, shape_and_dtype, variant_of
-from app.pages.uploaded import artifact_of, placement, sent_lines, source_cells
+from app.pages.uploaded import artifact_of, program_facts, sent_lines, source_cells
 from app.queue.submission import read_capped_body
 from app.reader.card_jobs import card_for_job, check_claims
 from app.routes.common import IrQueryDep, is_htmx, render
@@ -221,8 +221,11 @@ async def run_page(
     ctx = run_context(job, _public_base(state, request))
     ctx.update(nav="runs", token_needed=state.settings.SUBMIT_TOKEN is not None)
     run = ctx.get("run")
-    uploaded = artifact_of(job) if run is not None else None
-    ctx["placement"] = placement(uploaded, dispatcher) if uploaded is not None else None
+    sha = artifact_of(job)
+    name, placed = program_facts(sha, dispatcher) if sha is not None else (None, None)
+    ctx["function_name"] = name  # the page names the uploaded function, not "exported"
+    uploaded = sha if run is not None else None
+    ctx["placement"] = placed if uploaded is not None else None
     keys = [k for e in (run.hlo_explained or []) for k in e.source] if run is not None else []
     ctx["upload_source"] = source_cells(job, dispatcher, keys) if uploaded else None
     if run is not None:

@@ -116,6 +116,9 @@ async def test_a_symbolic_upload_runs_and_compiles_at_each_job_s_value(
     job = await run_as_worker(bench_client, files, ["v6e:1x1"])
     assert job["status"] == "done" and job["run"]["target"]["memory"]["peak_bytes"] > 0
     assert "s32[512,16]" in job["run"]["artifacts"]["hlo"]
+    run_page = (await bench_client.get(f"/runs/{job['id']}")).text
+    assert '<h1 id="run-h"><code>forward</code> for <code>v6e:1x1</code>' in run_page
+    assert "<title>forward for v6e:1x1 (compile only)" in run_page  # the function, named
 
     page = (await bench_client.get(f"/artifacts/{sha}")).text
     assert re.search(r"symbolic dimensions</th><td class=\"dims\"><code>b</code>", page)
