@@ -48,6 +48,7 @@ from workers.protocol import (
     CostAnalysis,
     InputInfo,
     MemoryAnalysis,
+    MemoryReport,
     PathId,
     PipelineCapture,
     RunResult,
@@ -56,6 +57,7 @@ from workers.protocol import (
 )
 from workers.protocol.gate import gate, runs_anything, strip
 from workers.protocol.jobs import main_boundary
+from workers.protocol.memory import published_report
 from workers.protocol.published_bounds import (
     bounded_extra,
     bounded_group,
@@ -93,6 +95,7 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
             output_bytes=count(memory.output_bytes),
             temp_bytes=None if tpu_target else count(memory.temp_bytes),
             peak_bytes=count(memory.peak_bytes),
+            alias_bytes=count(memory.alias_bytes),
         )
     cost = run.cost_analysis
     if cost is not None:
@@ -118,6 +121,7 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
             "extra": bounded_extra(run.extra, run.job),
             "placement": bounded_placement(run.placement),
             "target": bounded_target(run.target, run.job),
+            "memory_report": _memory_report(run, memory),
             "group": bounded_group(run.group),
             "source": source,
             "environment": run.environment.model_copy(
@@ -130,6 +134,21 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
             "sweep": run.sweep if run.job.workload == "shape-sweep" else None,
             "scaling": run.scaling if StageId.SCALE in run.job.stages else None,
         }
+    )
+
+
+def _memory_report(run: RunResult, memory: MemoryAnalysis | None) -> MemoryReport | None:
+    """The run's memory report, checked against the compiler's own figures (its rule in
+    `workers.protocol.memory.published_report`)."""
+    m = memory or MemoryAnalysis()
+    return published_report(
+        run.memory_report,
+        tpu=run.job.path is PathId.JAX_TPU,
+        argument=m.argument_bytes,
+        output=m.output_bytes,
+        temp=m.temp_bytes,
+        alias=m.alias_bytes,
+        peak=m.peak_bytes,
     )
 
 

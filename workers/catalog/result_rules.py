@@ -140,6 +140,20 @@ RULES: tuple[Rule, ...] = (
     Rule("target.kernels[].*", "bounded", "libtpu's schedule counts: not negative"),
     Rule("target.kernels[].kernel", "text", "the kernel's instruction name"),
     Rule("target.*", "text", "the compiler's name, notes and refusal, as words"),
+    Rule("memory_report.*", "bounded", "≥ 0; curve peaks at peak_step; live + unattributed = peak"),
+    Rule("memory_report.peak_bytes", "bounded", "within 1% of memory_analysis() by the rule"),
+    Rule("memory_report.compared_bytes", "recomputed", "from memory_analysis() by the rule"),
+    Rule("memory_report.compared_rule", "recomputed", "the run's platform's rule"),
+    Rule("memory_report.withheld", "recomputed", "why the figures are withheld, if they are"),
+    Rule("memory_report.buffers[].kind", "text", "a kind of allocation, by name"),
+    Rule("memory_report.buffers[].instructions", "text", "HLO instruction names, capped"),
+    Rule("memory_report.buffers[].shape", "text", "the compiler's shape, capped"),
+    Rule("memory_report.buffers[].layout", "text", "the compiler's layout, capped"),
+    Rule("memory_report.buffers[].op_name", "text", "the HLO metadata's op name, capped"),
+    Rule("memory_report.buffers[].source", "text", "file:line as the program names it"),
+    Rule("memory_report.buffers[].live_at_peak", "bounded", "counted in the peak's make-up"),
+    Rule("memory_report.source", "text", "the compiler's files it was read from"),
+    Rule("memory_report.cost", "text", "what the dump cost, in words"),
 )
 
 

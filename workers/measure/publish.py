@@ -52,6 +52,7 @@ from workers.protocol import (
     KernelResources,
     Measurement,
     MemoryAnalysis,
+    MemoryReport,
     PipelineCapture,
     Placement,
     ProfileTrace,
@@ -136,6 +137,8 @@ class Measured:
     """measure.pipeline's capture: compiler facts, no speed."""
     target: TargetReport | None = None
     """What the compiler compiled for (a job with a target), and whether it ran there."""
+    memory_report: MemoryReport | None = None
+    """The compiler's buffer assignment for one device, read out."""
     kernel_pipelines: dict[str, PipelineCapture] = field(default_factory=dict)
     """measure.pipeline: each Pallas kernel's own compiler passes (Mosaic, LLO, Triton)."""
     no_speed: str | None = None
@@ -206,6 +209,7 @@ class Checked:
             pipeline=m.pipeline,
             kernel_pipelines=m.kernel_pipelines,
             target=m.target,
+            memory_report=m.memory_report,
         )
         run = published(run)  # every figure by its rule, through the gate
         if not run.valid:

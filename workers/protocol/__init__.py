@@ -35,6 +35,11 @@ from workers.protocol.jobs import (
     measured_boundaries,
     sample_caps,
 )
+from workers.protocol.memory import (
+    MemoryBuffer,
+    MemoryOther,
+    MemoryReport,
+)
 from workers.protocol.profiles import (
     ProfileTrace,
 )
@@ -139,6 +144,9 @@ __all__ = [
     "MeasureOptions",
     "Measurement",
     "MemoryAnalysis",
+    "MemoryBuffer",
+    "MemoryOther",
+    "MemoryReport",
     "Mode",
     "OpenModel",
     "PathId",

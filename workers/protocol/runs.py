@@ -9,6 +9,7 @@ from pydantic import Field
 from workers.protocol.artifacts import Artifacts
 from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, CachePolicy, OpenModel
 from workers.protocol.jobs import JobSpec
+from workers.protocol.memory import MemoryReport
 from workers.protocol.profiles import ProfileTrace
 from workers.protocol.scale import GroupReport, Placement, ScalingSeries
 from workers.protocol.sweeps import SweepResult
@@ -171,6 +172,7 @@ class MemoryAnalysis(OpenModel):
     output_bytes: int | None = None
     temp_bytes: int | None = None
     peak_bytes: int | None = None
+    alias_bytes: int | None = Field(default=None, description="Arguments the outputs reuse.")
 
 
 class Rates(OpenModel):
@@ -387,4 +389,7 @@ class RunResult(OpenModel):
     )
     target: TargetReport | None = Field(
         default=None, description="What the compiler compiled for, and whether it ran there."
+    )
+    memory_report: MemoryReport | None = Field(
+        default=None, description="The compiler's buffer assignment for one device, read out."
     )

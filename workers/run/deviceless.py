@@ -17,6 +17,7 @@ from typing import Any
 from workers.catalog.base import WorkloadParams
 from workers.catalog.kernels import KernelChoice, kernel_record, public_params
 from workers.compiler.environment import describe_devices, devices_by_platform
+from workers.compiler.memory_dump import dump_folder, dump_options, plan_again, read_plan, report_of
 from workers.compiler.options import compile_options
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured
@@ -123,20 +124,27 @@ def refuse_resources(exc: Exception, target: Target) -> None:
 
 
 def compile_for_target(program: TargetProgram, job: JobSpec, target: Target) -> Compiled:
-    """`lowered.compile()` with the job's options and no dump, timed alone. libtpu refuses a
+    """`lowered.compile()` with the job's options, timed alone, writing the buffer
+    assignment the memory report reads (`workers.compiler.memory_dump`). libtpu refuses a
     program whose temporaries pass the chip's HBM: that is the answer to "does it fit?", a
     finished run that shows it, as on a GPU target. A Pallas kernel whose blocks pass the
     scoped VMEM is refused in the compiler's words (PathUnavailable)."""
-    t0 = time.perf_counter()
-    try:
-        compiled = program.lowered.compile(compiler_options=compile_options(job))
-    except Exception as exc:
-        misfit = hbm_misfit(exc)
-        if misfit is None:
-            refuse_resources(exc, target)
-            raise
-        return Compiled(None, misfit, time.perf_counter() - t0)
-    return Compiled(compiled, None, time.perf_counter() - t0)
+    with dump_folder() as folder:
+        t0 = time.perf_counter()
+        try:
+            options = compile_options(job, dump_options(folder))
+            compiled = program.lowered.compile(compiler_options=options)
+        except Exception as exc:
+            misfit = hbm_misfit(exc)
+            if misfit is None:
+                refuse_resources(exc, target)
+                raise
+            return Compiled(None, misfit, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        plan = read_plan(folder)
+    if plan.dump is None:  # a cache hit writes no dump
+        plan = plan_again(program.lowered, compile_options(job))
+    return Compiled(compiled, None, seconds, plan)
 
 
 def mesh_words(program: TargetProgram, target: Target, placement: str | None) -> str | None:
@@ -237,6 +245,9 @@ def _measured(
     unreported = dict(dumped.seconds)
     if program.tagged.tags:
         unreported["source_tags"] = program.tagged.seconds
+    plan = outcome.plan
+    if plan is not None:
+        unreported["memory_report"] = plan.seconds
     summary = summarize_hlo(hlo) if hlo else None
     tpu = target.platform is not Platform.GPU and compiled is not None
     specs = program.workload.input_specs(params)
@@ -264,4 +275,5 @@ def _measured(
         pipeline=dumped.pipeline,
         kernel_resources=kernels.resources,
         kernel_pipelines=kernels.pipelines,
+        memory_report=report_of(plan, hlo, vmem=target.platform is Platform.TPU),
     )

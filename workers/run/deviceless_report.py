@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from workers.compiler.environment import detect_environment, devices_by_platform
+from workers.compiler.memory_dump import Plan
 from workers.protocol import (
     CachePolicy,
     Environment,
@@ -66,7 +67,10 @@ GPU_CODE_NOTE = (
     "generated code: not reported, since XLA:GPU's compile without the device leaves "
     "memory_analysis()'s generated_code_size_in_bytes at 0"
 )
-COMPILE_TIMING = "compile: lowered.compile() with no dump option, timed alone; {extra}"
+COMPILE_TIMING = (
+    "compile: lowered.compile() timed alone, with xla_dump_to for the memory report (writing "
+    "XLA's buffer assignment adds a few percent to it: bench/memory_report.py); {extra}"
+)
 
 
 def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, TargetMemory, str]:
@@ -106,7 +110,11 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
     analysis = None
     if stats is not None:
         analysis = MemoryAnalysis(
-            argument_bytes=argument, output_bytes=output, temp_bytes=temp, peak_bytes=peak
+            argument_bytes=argument,
+            output_bytes=output,
+            temp_bytes=temp,
+            peak_bytes=peak,
+            alias_bytes=memory_stat(stats, "alias_size_in_bytes"),
         )
     return analysis, memory, note
 
@@ -127,11 +135,13 @@ def misfit_memory(misfit: Misfit, target: Target) -> TargetMemory:
 
 @dataclass
 class Compiled:
-    """The timed compile's outcome: the executable, or the compiler's refusal for memory."""
+    """The timed compile's outcome: the executable, or the compiler's refusal for memory;
+    and the memory plan its dump gave."""
 
     compiled: Any | None
     misfit: Misfit | None
     seconds: float
+    plan: Plan | None = None
 
 
 def timing_note(target: Target, outcome: Compiled, later: bool) -> str:

@@ -303,6 +303,7 @@ def _measured(
         unreported={"artifacts": program.artifacts_s},
         source=workload_source(workload, choice.pallas),
         pipeline=program.pipeline,
+        memory_report=program.memory_report,
         no_speed=INTERPRET_WARNING if choice.interpret else None,
     )
     for name in ("mosaic", "triton", "mosaic_gpu"):  # the kernels' own IR, from the lowering

@@ -22,6 +22,15 @@ from workers.compiler.compile_cache import (
     default_cache_dir,
     events_between,
 )
+from workers.compiler.memory_dump import (
+    KEPT_AS_ASKED,
+    Plan,
+    dump_folder,
+    dump_options,
+    plan_again,
+    read_plan,
+    report_of,
+)
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
 from workers.compiler.source_tags import tag_sources
@@ -30,9 +39,11 @@ from workers.pallas.lowering import claim_architecture, lowering_for
 from workers.protocol import (
     Artifacts,
     CacheEvents,
+    CachePolicy,
     HloSummary,
     JobSpec,
     MemoryAnalysis,
+    MemoryReport,
     PipelineCapture,
     StageSeconds,
 )
@@ -87,6 +98,7 @@ def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
         output_bytes=memory_stat(stats, "output_size_in_bytes"),
         temp_bytes=memory_stat(stats, "temp_size_in_bytes"),
         peak_bytes=memory_stat(stats, "peak_memory_in_bytes"),
+        alias_bytes=memory_stat(stats, "alias_size_in_bytes"),
     )
 
 
@@ -108,6 +120,29 @@ class Program:
     shardings: list[Any] | None = None
     """How each input is placed when not all on one device (an exported function spread
     over the devices it was exported for); None otherwise."""
+    memory_report: MemoryReport | None = None
+    """The compiler's buffer assignment for one device (`workers.compiler.memory_dump`)."""
+
+
+def timed_compile(lowered: Any, job: JobSpec) -> tuple[Any, float, Plan]:
+    """`lowered.compile()` with the job's options, timed alone, and the memory plan. Under
+    the cold policy nothing can come from a cache, so the timed compile writes the dump
+    (its few percent are said beside the report); under the others the timed compile
+    stays as the policy has it (a dump folder in its options would change the cache key
+    and defeat `warm`), and one more compile, untimed, writes the dump."""
+    if job.measure.cache is not CachePolicy.COLD:
+        t0 = time.perf_counter()
+        compiled = lowered.compile(compiler_options=compile_options(job))
+        seconds = time.perf_counter() - t0
+        return compiled, seconds, plan_again(lowered, compile_options(job), KEPT_AS_ASKED)
+    with dump_folder() as folder:
+        t0 = time.perf_counter()
+        compiled = lowered.compile(compiler_options=compile_options(job, dump_options(folder)))
+        seconds = time.perf_counter() - t0
+        plan = read_plan(folder)
+    if plan.dump is None:
+        plan = plan_again(lowered, compile_options(job))
+    return compiled, seconds, plan
 
 
 def compile_program(
@@ -137,9 +172,7 @@ def compile_program(
     # An uploaded program's ops are tagged before compiling (untimed), so that its HLO can
     # name the user's lines (workers.compiler.source_tags); its StableHLO is printed first.
     tagged = tag_sources(workload, staged.lowered)
-    t0 = clock()
-    compiled = staged.lowered.compile(compiler_options=compile_options(job))
-    compile_s = clock() - t0
+    compiled, compile_s, plan = timed_compile(staged.lowered, job)
     claim_architecture(choice)
     cache_events = events_between(before, cache_counts())
     emit("compiled")
@@ -154,7 +187,9 @@ def compile_program(
     )
     summary = summarize_hlo(hlo) if hlo else None
     kernels = kernel_ir(staged.lowered) if choice is not None and choice.pallas else KernelIr()
-    artifacts_s = clock() - t0 + tagged.seconds
+    tpu = getattr(devices[0], "platform", "") == "tpu"
+    memory = report_of(plan, hlo, vmem=tpu)
+    artifacts_s = clock() - t0 + tagged.seconds + plan.seconds
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
         pipeline = capture_pipeline(staged.lowered, max_bytes_from_env(), job.compiler_options)
@@ -170,6 +205,7 @@ def compile_program(
         pipeline=pipeline,
         kernels=kernels,
         shardings=shardings,
+        memory_report=memory,
     )
 
 
