@@ -129,6 +129,7 @@ def _routers() -> tuple[APIRouter, ...]:
         compare,
         hlo_diff,
         matrices,
+        memory,
         ops,
         pipeline,
         run_form,
@@ -138,10 +139,12 @@ def _routers() -> tuple[APIRouter, ...]:
 
     return (
         api_routes.router,
+        memory.api_router,
         worker_api.router,
         ops.router,
         run_form.router,
         runs.router,
+        memory.page_router,
         pipeline.router,
         compare.router,
         hlo_diff.api_router,

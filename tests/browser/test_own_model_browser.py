@@ -145,8 +145,8 @@ def test_the_one_button_compiles_the_eight_device_step_without_javascript(
     # A row's run page opens with a table of contents that lands on its memory.
     page.goto(f"{server}/runs/{rows[0]['job']}")
     page.locator("nav.run-nav").get_by_role("link", name="memory").click()
-    expect(page).to_have_url(re.compile("#target-h$"))
-    expect(page.locator("#target-h")).to_be_in_viewport()
+    expect(page).to_have_url(re.compile("#memory-h$"))
+    expect(page.locator("#memory-h")).to_be_in_viewport()
     assert watch.console == [] and watch.failed == []
     context.close()
     # The same page with scripts on, as most readers see it.

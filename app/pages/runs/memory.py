@@ -1,0 +1,225 @@
+"""Why it does not fit: a run's memory report, as the API returns it and the pages show it.
+
+The report is the compiler's own buffer assignment for one device, read by the worker
+(`workers.compiler.memory_report`) and checked by the server (`workers.protocol.memory`).
+`memory_json` is `GET /api/v1/runs/{id}/memory`; `memory_view` the run page's Memory
+section and `/runs/{id}/memory`, built from the same report: the live-bytes curve with
+the peak and the chip's HBM, the peak's make-up by kind, and the buffers live at the peak
+biggest first, each linked to its instruction in the HLO and to its source line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from app.ir.view import Keys
+from app.pages.runs.memory_charts import Curve, curve_chart, kinds_chart
+from app.pages.runs.memory_fit import gb
+from workers.protocol import MemoryBuffer, MemoryReport, PathId, RunResult
+from workers.protocol.memory import KINDS
+
+SCOPE = (
+    "This is the compiler's plan for one device{where}: the buffers XLA assigned before the "
+    "program ran, without the runtime allocator's own overheads{gpu}. A buffer that aliases "
+    "an argument (a donated one) is counted once. Parameters, outputs and constants hold "
+    "their bytes for the whole program (the runtime reserves an output's buffer before the "
+    "program starts), so an output written later still counts at the peak; its live range "
+    "says when it is written."
+)
+GPU_SCOPE = ", and before JAX sets aside its share of the GPU's memory at start-up (75% by default)"
+UNATTRIBUTED = (
+    "bytes of the heap that no live buffer holds at the peak step: gaps between buffers "
+    "(fragmentation) and alignment"
+)
+TABLE_ROWS = 12
+"""Buffers the run page's section lists; the memory page lists them all."""
+
+
+def no_report_reason(job: dict[str, Any]) -> str:
+    """Why a job has no memory report to show (the API's 404)."""
+    run = job.get("run")
+    if run is None:
+        return f"job {job['id']} has no run yet (it is {job['status']})"
+    report = run.get("memory_report")
+    if isinstance(report, dict) and report.get("withheld"):
+        return f"run {job['id']}'s memory report was withheld: {report['withheld']}"
+    if job.get("path") == PathId.CUDA.value:
+        return f"run {job['id']} is CUDA C++: no XLA buffer assignment to read"
+    target = run.get("target") or {}
+    if target.get("refused"):
+        return f"run {job['id']} has no memory report: the compiler refused the program"
+    return (
+        f"run {job['id']} has no memory report: its worker sent none (a run made before "
+        "memory reports, or a compile that wrote no buffer assignment)"
+    )
+
+
+def scope_sentence(run: RunResult) -> str:
+    """What the report is, for this run's device (issue's honest edges)."""
+    target = run.target
+    where = f" of {target.id}" if target is not None else " (this worker's own)"
+    gpu = GPU_SCOPE if run.job.path is PathId.JAX_GPU else ""
+    return SCOPE.format(where=where, gpu=gpu)
+
+
+def hbm_of(run: RunResult) -> int | None:
+    """The chip's published HBM per device, from the server's table; None on the host."""
+    memory = run.target.memory if run.target is not None else None
+    return memory.hbm_bytes if memory is not None else None
+
+
+def analysis_json(run: RunResult, report: MemoryReport) -> dict[str, Any]:
+    """memory_analysis()'s figures, the one the peak is compared with and by which rule."""
+    ma = run.memory_analysis.model_dump() if run.memory_analysis is not None else {}
+    compared = report.compared_bytes
+    difference = (report.peak_bytes - compared) / compared if compared else None
+    rule = report.compared_rule
+    return {**ma, "compared_bytes": compared, "rule": rule, "difference": difference}
+
+
+def buffer_json(b: MemoryBuffer) -> dict[str, Any]:
+    return b.model_dump(mode="json")
+
+
+def memory_json(job_id: str, run: RunResult, report: MemoryReport) -> dict[str, Any]:
+    """`GET /api/v1/runs/{id}/memory`: the report, biggest buffers first."""
+    return {
+        "id": job_id,
+        "peak_bytes": report.peak_bytes,
+        "hbm_bytes": hbm_of(run),
+        "peak_step": report.peak_step,
+        "steps": report.steps,
+        "by_kind": {**{k: 0 for k in KINDS}, **report.by_kind},
+        "padding_bytes": report.padding_bytes,
+        "unattributed_bytes": report.unattributed_bytes,
+        "memory_analysis": analysis_json(run, report),
+        "buffers": [buffer_json(b) for b in report.buffers],
+        "other": report.other.model_dump(),
+        "timeline": report.timeline,
+        "allocated": report.allocated,
+        "not_counted": report.not_counted,
+        "on_chip_peak_bytes": report.on_chip_peak_bytes,
+        "scope": scope_sentence(run),
+        "source": report.source,
+        "cost": report.cost,
+        "links": {"page": f"/runs/{job_id}/memory", "run": f"/runs/{job_id}"},
+    }
+
+
+def _source_cell(job_id: str, source: str | None, keys: Keys) -> dict[str, str] | None:
+    """A buffer's `file:line` as the IR view keys it, linked to that line's source panel."""
+    if not source or ":" not in source:
+        return None
+    file, _, line = source.rpartition(":")
+    if not line.isdigit():
+        return None
+    key = keys.key([(file, int(line))])
+    text = f"line {key}" if ":" not in key else key
+    return {"key": key, "text": text, "href": f"/runs/{job_id}/ir/hlo?src={quote(key, safe='')}"}
+
+
+def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> dict[str, Any]:
+    """One row of the buffers table; `reserved` marks a parameter, output or constant that
+    holds its bytes at the peak before (or after) its value is live."""
+    padding = b.bytes - b.logical_bytes if b.logical_bytes is not None else None
+    links = [
+        {"name": n, "href": f"/runs/{job_id}/ir/hlo?q={quote('%' + n + ' =', safe='')}"}
+        for n in b.instructions
+    ]
+    reserved = b.live_at_peak and b.kind in ("parameter", "output", "constant")
+    return {
+        "bytes": b.bytes,
+        "size": gb(b.bytes),
+        "logical": b.logical_bytes,
+        "padding": padding,
+        "padding_text": gb(padding) if padding else ("0" if padding == 0 else "—"),
+        "kind": b.kind,
+        "instructions": links,
+        "shape": b.shape,
+        "layout": b.layout,
+        "op_name": b.op_name,
+        "source": _source_cell(job_id, b.source, keys),
+        "live": f"{b.live[0]:,}–{b.live[1]:,}",
+        "live_at_peak": b.live_at_peak,
+        "reserved": reserved and not b.live[0] <= peak_step <= b.live[1],
+    }
+
+
+def _parts(report: MemoryReport) -> list[dict[str, Any]]:
+    """The peak's make-up: each kind, then the unattributed bytes, with shares of it."""
+    peak = max(report.peak_bytes, 1)
+    rows: list[tuple[str, int]] = [(k, report.by_kind.get(k, 0)) for k in KINDS]
+    rows.append(("unattributed", report.unattributed_bytes))
+    return [
+        {"kind": k, "bytes": v, "size": gb(v), "share": f"{100 * v / peak:.3g} %"}
+        for k, v in rows
+        if v > 0 or k in ("parameter", "output", "temporary")
+    ]
+
+
+def _comparison(report: MemoryReport) -> dict[str, Any] | None:
+    """The report's peak beside memory_analysis()'s figure, with the rule and the gap."""
+    compared = report.compared_bytes
+    if compared is None:
+        return None
+    gap = (report.peak_bytes - compared) / compared if compared else 0.0
+    return {
+        "theirs": gb(compared),
+        "theirs_bytes": compared,
+        "rule": report.compared_rule,
+        "gap": f"{100 * gap:+.2g} %",
+        "warn": abs(gap) > 0.01,
+    }
+
+
+def memory_view(
+    job_id: str, run: RunResult, *, rows: int | None = TABLE_ROWS, chart_prefix: str = "memory"
+) -> dict[str, Any] | None:
+    """The section's figures, pictures and table (None without a report); `rows` caps
+    the table (None: every listed buffer)."""
+    report = run.memory_report
+    if report is None:
+        return None
+    view: dict[str, Any] = {
+        "scope": scope_sentence(run),
+        "peak": gb(report.peak_bytes),
+        "peak_bytes": report.peak_bytes,
+        "compare": _comparison(report),
+        "withheld": report.withheld,
+        "links": {"page": f"/runs/{job_id}/memory", "json": f"/api/v1/runs/{job_id}/memory"},
+        "source": report.source,
+        "cost": report.cost,
+    }
+    if report.withheld:
+        return view
+    hbm = hbm_of(run)
+    keys = Keys(run.source.path if run.source is not None else "")
+    listed = sorted(report.buffers, key=lambda b: (not b.live_at_peak, -b.bytes))
+    live = [b for b in listed if b.live_at_peak]
+    shown = live if rows is None else live[:rows]
+    parts = _parts(report)
+    bars = [(p["kind"], p["bytes"]) for p in parts]
+    curve = Curve(report.timeline, report.steps, report.peak_bytes, report.peak_step, hbm)
+    view.update(
+        hbm=gb(hbm) if hbm is not None else None,
+        share=f"{100 * report.peak_bytes / hbm:.3g} %" if hbm else None,
+        step=report.peak_step,
+        steps=report.steps,
+        parts=parts,
+        padding=gb(report.padding_bytes) if report.padding_bytes else "0",
+        padding_bytes=report.padding_bytes,
+        unattributed=gb(report.unattributed_bytes) if report.unattributed_bytes else "0",
+        unattributed_why=UNATTRIBUTED,
+        curve=curve_chart(curve, chart_id=f"{chart_prefix}-curve"),
+        bar=kinds_chart(bars, report.peak_bytes, chart_id=f"{chart_prefix}-kinds"),
+        rows=[buffer_row(job_id, b, keys, report.peak_step) for b in shown],
+        live_count=len(live) + report.other.live_at_peak_count,
+        more=len(live) - len(shown) + report.other.live_at_peak_count,
+        others=[buffer_row(job_id, b, keys, report.peak_step) for b in listed if not b.live_at_peak]
+        if rows is None
+        else [],
+        other=report.other,
+        not_counted=[(name, gb(v)) for name, v in report.not_counted.items()],
+    )
+    return view
