@@ -12,6 +12,7 @@ from app.ir.diff import ir_diff
 from app.ir.sources import MLIR_ARTIFACTS
 from app.pages.charts import Chart
 from app.pages.compare.guard import OPTIONS, Guarded, guard, run_facts
+from app.pages.compare.memory_peaks import peaks_compared
 from app.pages.compare.plot import RunSamples, distribution_panels
 from app.pages.compare.request import DIFFABLE, Comparison
 from app.pages.compare.sides import compiled_side, picker, side, side_jobs
@@ -53,6 +54,7 @@ def compare_context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
     ctx["compile_only"] = g.compile_only
     if g.compile_only:
         ctx["compiled"] = [compiled_side(s["name"], j[0]) for s, j in ((a, jobs_a), (b, jobs_b))]
+        ctx["peaks"] = peaks_compared(jobs_a[0], jobs_b[0])
     ctx["verdict"] = page_verdict(g)
     ctx["result"] = _result(g, a, b)
     ctx["stages"] = stage_rows(a, b, g.comparable)
