@@ -127,6 +127,7 @@ def _routers() -> tuple[APIRouter, ...]:
         artifact_targets,
         artifacts,
         compare,
+        fits,
         hlo_diff,
         matrices,
         memory,
@@ -153,6 +154,7 @@ def _routers() -> tuple[APIRouter, ...]:
         artifact_targets.router,
         artifacts.router,
         matrices.router,
+        fits.router,
     )
 
 
@@ -160,6 +162,7 @@ def build_api(state: AppState) -> Built:
     """The FastAPI app with every route, and the function that opens its lifespan."""
     from app.dispatch import Dispatcher
     from app.queue.admission import Admission
+    from app.queue.fits import FitSearches
     from app.routes import pages
     from app.web.bodylimit import BodyLimit
     from app.web.clients import parse_networks
@@ -169,6 +172,7 @@ def build_api(state: AppState) -> Built:
     dispatcher = Dispatcher(_open_store(settings), settings)
     state.dispatcher = dispatcher
     state.admission = Admission(dispatcher, settings)
+    FitSearches(state.admission).watch()  # probes' ends move their searches on
     api = _fastapi(dispatcher)
     api.state.boundary = state
     pages.install(api)

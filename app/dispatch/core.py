@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,8 @@ KNOWN_KEYS = 10_000
 read it again (a worker's key never changes; past this many the memory starts over)."""
 RECENT_S = 0.5
 """How long admission and a job's waiting reason reuse a read of the connected workers."""
+
+log = logging.getLogger("boundary.dispatch")
 
 
 class UnknownWorker(LookupError):
@@ -133,6 +137,26 @@ class DispatcherCore:
         self.leasing = True  # False once the server is shutting down
         self._next_prune = 0.0  # on the monotonic clock: retention runs at the first reap
         self._keys: dict[str, str] = {}  # worker id -> its key's hash, checked already
+        self._on_ended: list[Callable[[str], None]] = []
+        self._on_reap: list[Callable[[], None]] = []
+
+    def on_ended(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(job_id)` once a job reaches a final status on this replica
+        (what a fit search plans its next probe on). A callback's error is logged and
+        never reaches the worker's report or the request that ended the job."""
+        self._on_ended.append(callback)
+
+    def on_reap(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` after each reap: what must be retried now and then (a fit
+        search whose next probe admission refused, or whose replica went down)."""
+        self._on_reap.append(callback)
+
+    def _call_back(self, callbacks: list[Callable[..., None]], *args: str) -> None:
+        for callback in callbacks:
+            try:
+                callback(*args)
+            except Exception:
+                log.exception("a job's watcher failed; it is retried at the next reap")
 
     def check_key(self, worker_id: str, key: str | None) -> None:
         """Nothing when `key` is `worker_id`'s key; WrongKey when it is missing or not
@@ -245,5 +269,8 @@ class DispatcherCore:
         self._changed = asyncio.Event()
 
     def _announce(self, job: JobRow) -> None:
-        """Tell subscribers, here and on every replica, that `job`'s status changed."""
+        """Tell subscribers, here and on every replica, that `job`'s status changed (and
+        this replica's watchers, when it ended)."""
         self.hub.publish_status(job.id, job.status, job.reason, job.attempts)
+        if job.status in FINAL_STATUSES:
+            self._call_back(self._on_ended, job.id)

@@ -1,5 +1,6 @@
 """The reaper: re-queues jobs whose lease expired, fails jobs that ran past the server's
-limit and expires jobs that waited in the queue too long; and now and then, retention.
+limit and expires jobs that waited in the queue too long (never a live fit search's
+probe); and now and then, retention. After each reap, its watchers' turn.
 The app's lifespan starts it. Every replica runs one: each expired lease moves once
 whichever reaps it (app.store.reaping), and retention runs on one replica at a time.
 
@@ -87,7 +88,11 @@ class ReaperMixin(DispatcherCore):
         for job in moved:
             self._announce(job)  # a re-queued one wakes lease requests on every replica
         limit = f"{settings.QUEUE_TIMEOUT_S:g} s"
-        for job in self.store.expired_queued(settings.QUEUE_TIMEOUT_S):
+        expired = self.store.expired_queued(settings.QUEUE_TIMEOUT_S)
+        probes = self.store.live_probe_jobs([job.id for job in expired])
+        for job in expired:
+            if job.id in probes:  # a live fit search's probe waits as long as it must
+                continue
             waiting = self.waiting_reason(job) or "every capable worker was busy"
             ended = self.store.end_job(
                 job.id,
@@ -98,6 +103,7 @@ class ReaperMixin(DispatcherCore):
             if ended is not None:
                 moved.append(ended)
                 self._announce(ended)
+        self._call_back(self._on_reap)
         return len(moved)
 
     async def _reap_forever(self) -> None:

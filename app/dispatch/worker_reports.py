@@ -96,6 +96,7 @@ class ReportsMixin(DispatcherCore):
         self.hub.publish_status(job_id, JobStatus.DONE, None, attempt, relayed=True)
         if wants_followup(run.job, run):
             self._queue_dumps(read or self.store.get_job(job_id))
+        self._call_back(self._on_ended, job_id)
         return Ack(True, JobStatus.DONE)
 
     def _queue_dumps(self, first: JobRow | None) -> None:

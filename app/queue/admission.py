@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException, Request
@@ -148,13 +148,22 @@ class Admission:
                     QUEUE_RETRY_S,
                 )
 
-    def queue(self, client: str, jobs: Sequence[ValidJob]) -> list[JobRow]:
+    def queue(
+        self,
+        client: str,
+        jobs: Sequence[ValidJob],
+        then: Callable[[Admitting, list[JobRow]], None] | None = None,
+    ) -> list[JobRow]:
         """Queue `jobs` whole or not at all: in one transaction of the store, `check`,
-        count them against the client's rate, and submit each; then wake the workers."""
+        count them against the client's rate, and submit each; then wake the workers.
+        `then` stores what goes with the jobs (a fit search's probes) in the same
+        transaction; what it raises leaves nothing queued."""
         connected = [w.capabilities for w in self.dispatcher.recent_workers()]
         with self.dispatcher.store.admitting(client) as admitting:
             self.check(admitting, jobs, connected)
             admitting.count(len(jobs))
             rows = self.dispatcher.submit(admitting, [(job.spec, job.devices) for job in jobs])
+            if then is not None:
+                then(admitting, rows)
         self.dispatcher.queued()
         return rows

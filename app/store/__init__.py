@@ -1,5 +1,5 @@
 """The job store: jobs, their state changes, runs, full artifact text, workers, files,
-matrices and admission counts, on one of two backends.
+matrices, fit searches and admission counts, on one of two backends.
 
 - SQLite (the embedded default, `BOUNDARY_DB` a file path): one file in WAL mode, one
   server (app.store.sqlite).
@@ -25,6 +25,7 @@ from app.store.base import DEFAULT_RETAIN_RUNS, StoreBase, now
 from app.store.channel import Channel, News
 from app.store.dialect import Backend
 from app.store.files import Files, StoredFile
+from app.store.fits import Fits
 from app.store.jobs import Jobs, NewJob
 from app.store.limits import Admitting, Limits
 from app.store.matrices import Matrices
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 
-class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Limits):
+class Store(Jobs, Reaping, Registry, Runs, Retention, Files, Matrices, Fits, Limits):
     """Every part's queries over one backend. Create with `Store.open(db)`; close when
     done."""
 

@@ -291,3 +291,60 @@ CREATE TABLE reaper (
 INSERT INTO reaper (id) VALUES (1);
 """
 """PostgreSQL's version 6 whole: SQLITE_1 to SQLITE_6 in its types."""
+
+SQLITE_7 = """
+CREATE TABLE fits (
+    id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,             -- FitSpec JSON as validated
+    client TEXT,                    -- whose admission counts its probes
+    status TEXT NOT NULL,           -- running, done, failed, cancelled
+    reason TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX fits_created ON fits (created_at);
+CREATE INDEX fits_status ON fits (status);
+CREATE TABLE fit_probes (
+    fit_id TEXT NOT NULL REFERENCES fits (id) ON DELETE CASCADE,
+    target TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    seq INTEGER NOT NULL,           -- the order the probes were planned in, per search
+    job_id TEXT,                    -- its compile's job, kept when retention prunes the job
+    fits INTEGER,                   -- the verdict, 1 or 0, NULL until the job ends with one
+    peak_bytes INTEGER,
+    refused TEXT,                   -- the compiler's refusal (libtpu's, over HBM)
+    failed TEXT,                    -- why the probe gave no verdict
+    PRIMARY KEY (fit_id, target, value)
+);
+CREATE INDEX fit_probes_job ON fit_probes (job_id);
+"""
+"""Fit searches: the largest value of one integer whose compile fits each target; each
+probe is a compile-only job, and keeps its verdict and peak once that job ends."""
+
+POSTGRES_7 = """
+CREATE TABLE fits (
+    id text PRIMARY KEY,
+    spec text NOT NULL,
+    client text,
+    status text NOT NULL,
+    reason text,
+    created_at double precision NOT NULL,
+    updated_at double precision NOT NULL
+);
+CREATE INDEX fits_created ON fits (created_at);
+CREATE INDEX fits_status ON fits (status);
+CREATE TABLE fit_probes (
+    fit_id text NOT NULL REFERENCES fits (id) ON DELETE CASCADE,
+    target text NOT NULL,
+    value bigint NOT NULL,
+    seq integer NOT NULL,
+    job_id text,
+    fits integer,
+    peak_bytes bigint,
+    refused text,
+    failed text,
+    PRIMARY KEY (fit_id, target, value)
+);
+CREATE INDEX fit_probes_job ON fit_probes (job_id);
+"""
+"""SQLITE_7 in PostgreSQL's types."""

@@ -16,8 +16,9 @@ A part of `app.store.Store`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from app.store.base import StoreBase, marks, render
 from app.store.channel import News, encode
@@ -27,6 +28,7 @@ from app.store.schema import JobRow
 
 RATE_WINDOW_S = 60.0
 ADMISSION_LOCK = "boundary:admission"
+T = TypeVar("T")
 
 
 class Admitting:
@@ -90,6 +92,11 @@ class Admitting:
                 tuple(files),
             )
         return rows
+
+    def within(self, step: Callable[[Tx, Dialect], T]) -> T:
+        """Run `step` in this admission's transaction: what a submission stores beside
+        its jobs (a fit search and its probes) is kept exactly when they are queued."""
+        return step(self._tx, self._dialect)
 
 
 class Limits(StoreBase):

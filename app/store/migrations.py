@@ -43,6 +43,7 @@ MIGRATIONS = [
         "lease start, workers' keys, shared rate, last reap",
         {"sqlite": ddl.SQLITE_6, "postgresql": ddl.POSTGRES_6},
     ),
+    Migration(7, "fit searches", {"sqlite": ddl.SQLITE_7, "postgresql": ddl.POSTGRES_7}),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

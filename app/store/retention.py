@@ -7,7 +7,8 @@ at that moment makes this one skip its turn) and removes, in one transaction eac
 - finished jobs (done, failed, expired, cancelled) beyond the newest `keep_jobs`, or
   finished before `finished_age_s` ago, with everything they own: their events, runs,
   artifacts and attached files (a profile trace goes with its job); a matrix cell whose
-  job went says so, and a matrix whose every job went goes too;
+  job went says so, and a matrix whose every job went goes too, as does an ended fit
+  search whose every probe's job went (a probe keeps its verdict meanwhile);
 - stored files no job uses any more: a trace whose job went, and an upload no job has
   named for `unused_age_s`; the Python lines sent with a function stay while it stays
   (the newest document of them) and go with it;
@@ -165,6 +166,10 @@ class Retention(StoreBase):
                 tx.execute(
                     "DELETE FROM matrices WHERE id NOT IN "
                     "(SELECT matrix_id FROM matrix_cells WHERE job_id IS NOT NULL)"
+                )
+                tx.execute(  # an ended search goes with its last probe's job (cascades)
+                    "DELETE FROM fits WHERE status <> 'running' AND NOT EXISTS (SELECT 1 "
+                    "FROM fit_probes p JOIN jobs j ON j.id = p.job_id WHERE p.fit_id = fits.id)"
                 )
                 removed += len(ids)
 

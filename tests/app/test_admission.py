@@ -68,6 +68,7 @@ QUEUEING_ROUTES = (
     "/compare/repeat",
     "/runs/{job_id}/repeat",
     "/tour/compare",
+    "/api/v1/fits",
 )
 """Every POST route that queues work, each driven below."""
 OTHER_POSTS = (
@@ -75,6 +76,7 @@ OTHER_POSTS = (
     "/runs/{job_id}/cancel",
     "/api/v1/artifacts",
     "/artifacts",
+    "/api/v1/fits/{fit_id}/cancel",
 )
 """POST routes that queue nothing (the worker API aside)."""
 
@@ -104,11 +106,11 @@ async def test_every_job_the_store_inserts_went_through_admission(
     inside = False
     real_queue = Admission.queue
 
-    def queue(self: Admission, client: str, jobs: Any) -> Any:
+    def queue(self: Admission, client: str, jobs: Any, then: Any = None) -> Any:
         nonlocal inside
         inside = True
         try:
-            rows = real_queue(self, client, jobs)
+            rows = real_queue(self, client, jobs, then)
         finally:
             inside = False
         admitted.append(len(rows))
@@ -173,10 +175,12 @@ async def test_every_job_the_store_inserts_went_through_admission(
         assert again.status_code in (200, 303), again.text
         tour = await client.post("/tour/compare", content="", headers=FORM)
         assert tour.status_code == 303, tour.text
+        fit = {"workload": "matmul", "dimension": "m", "range": [1, 64], "targets": ["h100:1"]}
+        assert (await client.post("/api/v1/fits", json=fit)).status_code == 202
 
     assert inserts and all(through for _, through in inserts), inserts
     assert len(inserts) == sum(admitted)
-    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2  # each route queued its jobs
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2 + 2  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(

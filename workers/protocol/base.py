@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Strict
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Bumped when a message changes shape in a way an older peer cannot read.
 
 2: the server assigns worker ids; each lease carries a lease id that every report on the
@@ -21,7 +21,9 @@ measurements carry their warm-up discards and shape, and sampling writes no coun
 times into warnings.
 4: every message after registration (lease, heartbeat, progress, result, release) carries
 the worker_key its registration returned beside its worker_id: a worker id is public, the
-key is not."""
+key is not.
+6: a compile for a target may ask for no dumps at all (`dumps: none`, a fit search's
+probe), which an older worker cannot read."""
 
 MAX_SAMPLES = 5000
 """The most samples one measurement may take (the contract asks for at least 1,000)."""
@@ -111,6 +113,8 @@ class Dumps(StrEnum):
     """The run goes first (HLO, summary, memory); a follow-up job brings the dumps."""
     ONLY = "only"
     """The follow-up: only the dumps of a run that went first."""
+    NONE = "none"
+    """No dumps, and no follow-up: the run alone (a fit search's probe compiles once)."""
 
 
 class Platform(StrEnum):

@@ -168,7 +168,8 @@ def run_deviceless(
 ) -> RunResult:
     """Compile `job` for `target` without its hardware and return the run (never executed);
     `choice` is the kernel the job asked for (XLA's when None). Lower → compile → dump →
-    report; with `dumps = later` the dumps are left to a follow-up job."""
+    report; with `dumps = later` the dumps are left to a follow-up job, with `none` to
+    no one."""
     started = time.perf_counter()
     emit = emitter(progress)
     refusal = refuse_execution(job, target)
@@ -181,7 +182,7 @@ def run_deviceless(
     outcome = compile_for_target(program, job, target)
     claim_architecture(choice)
     emit("compiled", message=f"for {target.id}, without the hardware")
-    later = job.dumps is Dumps.LATER
+    later = job.dumps is not Dumps.INLINE  # later, or none at all
     if outcome.compiled is None:  # a program the compiler refused has no machine code
         dumped = Dumped(KernelArtifacts(), None, {})
     elif later:
@@ -198,7 +199,7 @@ def run_deviceless(
         notes=_notes(job, target, program, outcome),
         dumped=dumped,
         mesh=mesh_words(program, target, placement),
-        timing=timing_note(target, outcome, later),
+        timing=timing_note(target, outcome, job.dumps),
     )
     if program.scaled is not None and outcome.compiled is not None:
         t0 = time.perf_counter()

@@ -14,6 +14,7 @@ from workers.compiler.environment import detect_environment, devices_by_platform
 from workers.compiler.memory_dump import Plan
 from workers.protocol import (
     CachePolicy,
+    Dumps,
     Environment,
     JobSpec,
     MemoryAnalysis,
@@ -144,12 +145,14 @@ class Compiled:
     plan: Plan | None = None
 
 
-def timing_note(target: Target, outcome: Compiled, later: bool) -> str:
+def timing_note(target: Target, outcome: Compiled, dumps: Dumps) -> str:
     """How the compile was timed, and where the dumps below the HLO come from."""
     if outcome.compiled is None:
         return COMPILE_TIMING.format(extra="it ended in the compiler's refusal")
     what = "the PTX and SASS" if target.platform is Platform.GPU else "the bundles"
-    if later:
+    if dumps is Dumps.NONE:
+        extra = f"{what} were not asked for (a fit search's probe compiles once)"
+    elif dumps is Dumps.LATER:
         extra = f"{what} come from a follow-up job's own compile, not counted"
     elif target.platform is Platform.GPU:
         extra = "the PTX comes from a second compile that writes a dump, not counted"

@@ -1,0 +1,173 @@
+"""A fit search as data: one context for the API, the page, its live fragment, .json and
+.csv. Each target's answer, bracket and next probes are worked out from the stored
+probes by the same planner that queues them (app.queue.fit_state)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from app.dispatch import Dispatcher
+from app.queue.fit_spec import FitSpec, path_for
+from app.queue.fit_state import TargetState, TargetStatus, target_states
+from app.store.fits import LIVE, FitRow, ProbeRow
+from workers.protocol import JobStatus
+
+CSV_COLUMNS = (
+    "fit",
+    "dimension",
+    "target",
+    "path",
+    "status",
+    "criterion",
+    "hbm_bytes",
+    "usable_bytes",
+    "largest_fitting",
+    "peak_bytes_at_largest",
+    "value_above",
+    "peak_bytes_above",
+    "compiles",
+    "run_at_largest",
+    "run_above",
+)
+
+
+def fit_links(fit_id: str) -> dict[str, str]:
+    return {
+        "self": f"/api/v1/fits/{fit_id}",
+        "page": f"/fits/{fit_id}",
+        "json": f"/fits/{fit_id}.json",
+        "csv": f"/fits/{fit_id}.csv",
+        "cancel": f"/api/v1/fits/{fit_id}/cancel",
+    }
+
+
+def _status(fit: FitRow, probes: list[ProbeRow]) -> str:
+    """The search's status: queued until a probe has started, then running, then how
+    it ended (done, failed, cancelled)."""
+    if fit.status != LIVE:
+        return fit.status
+    started = any(p.judged or p.job_status != JobStatus.QUEUED.value for p in probes)
+    return "running" if started else "queued"
+
+
+def probe_public(probe: ProbeRow, dispatcher: Dispatcher) -> dict[str, Any]:
+    """One probe: its value, verdict and peak (the refusal's figure when refused), and
+    its compile's run (`run_id` is its job's id, as in /runs/{id})."""
+    status = "judged" if probe.judged else (probe.job_status or "gone")
+    out: dict[str, Any] = {
+        "value": probe.value,
+        "peak_bytes": probe.peak_bytes,
+        "fits": probe.fits,
+        "run_id": probe.job_id,
+        "status": status,
+        "refused": probe.refused,
+        "failed": probe.failed,
+        "link": f"/runs/{probe.job_id}" if probe.job_id and probe.job_status else None,
+        "waiting": None,
+    }
+    if probe.job_status == JobStatus.QUEUED.value and probe.job_id is not None:
+        job = dispatcher.store.get_job(probe.job_id)
+        out["waiting"] = dispatcher.waiting_reason(job) if job is not None else None
+    return out
+
+
+def _answer(state: TargetState) -> dict[str, Any]:
+    """The proved answer of a found target: the largest value that fits, its peak, and
+    the value above with its peak (the proof); nothing until it is proved."""
+    step = state.step
+    if state.status is not TargetStatus.FOUND:
+        return {"largest_fitting": None, "largest_is_hi": False, "value_above": None}
+    largest = step.largest
+    above = step.bracket.over
+    at, over = state.probe_at(largest), state.probe_at(above)
+    return {
+        "largest_fitting": largest,
+        "largest_is_hi": largest is not None and above is None,
+        "peak_bytes_at_largest": at.peak_bytes if at is not None else None,
+        "run_at_largest": at.job_id if at is not None else None,
+        "value_above": above,
+        "peak_bytes_above": over.peak_bytes if over is not None else None,
+        "refused_above": over.refused if over is not None else None,
+        "run_above": over.job_id if over is not None else None,
+    }
+
+
+def target_public(
+    spec: FitSpec, state: TargetState, dispatcher: Dispatcher, *, ended: str | None
+) -> dict[str, Any]:
+    """One target's row: its criterion, the answer once proved, where the search
+    stands (bracket, probes done and pending, what it compiles next) and every probe."""
+    c = state.criterion
+    status = state.status.value
+    if ended == JobStatus.CANCELLED.value and state.status is TargetStatus.SEARCHING:
+        status = "cancelled"
+    failure = state.failure
+    bracket = state.step.bracket
+    return {
+        "target": state.target,
+        "path": path_for(spec, state.target).value,
+        "status": status,
+        "criterion": c.text(),
+        "rule": c.rule.value,
+        "hbm_bytes": c.hbm_bytes,
+        "hbm_label": c.hbm_label,
+        "usable_fraction": c.usable_fraction,
+        "usable_bytes": c.usable_bytes,
+        "peak_bytes_at_largest": None,
+        "peak_bytes_above": None,
+        **_answer(state),
+        "bracket": {"fits": bracket.fits, "over": bracket.over},
+        "probes_done": sum(1 for p in state.probes if p.judged),
+        "probes_pending": len(state.pending),
+        "next": list(state.step.values) if status == "searching" else [],
+        "reason": f"the probe at {failure.value}: {failure.failed}" if failure else None,
+        "probes": [probe_public(p, dispatcher) for p in state.probes],
+    }
+
+
+def fit_public(fit: FitRow, probes: list[ProbeRow], dispatcher: Dispatcher) -> dict[str, Any]:
+    """The search as GET /api/v1/fits/{id} answers it (and the page reads it)."""
+    spec = FitSpec.model_validate(fit.spec)
+    ended = fit.status if fit.status != LIVE else None
+    states = target_states(spec, probes)
+    return {
+        "id": fit.id,
+        "status": _status(fit, probes),
+        "reason": fit.reason,
+        "workload": spec.workload,
+        "artifact": spec.artifact,
+        "params": spec.params,
+        "dimension": spec.dimension,
+        "range": spec.range,
+        "step": spec.step,
+        "usable_fraction": spec.usable_fraction,
+        "created_at": fit.created_at,
+        "targets": [target_public(spec, s, dispatcher, ended=ended) for s in states],
+        "links": fit_links(fit.id),
+    }
+
+
+def load_fit(fit_id: str, dispatcher: Dispatcher) -> dict[str, Any] | None:
+    """The search's public JSON, or None when there is no such search."""
+    fit = dispatcher.store.get_fit(fit_id) if len(fit_id) <= 64 else None
+    if fit is None:
+        return None
+    return fit_public(fit, dispatcher.store.fit_probes(fit.id), dispatcher)
+
+
+def fit_csv(public: dict[str, Any]) -> str:
+    """One line per target: the page's table, in bytes (GB = 10^9 bytes on the page)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for t in public["targets"]:
+        values = {
+            **t,
+            "fit": public["id"],
+            "dimension": public["dimension"],
+            "compiles": t["probes_done"],
+        }
+        writer.writerow(["" if values.get(k) is None else str(values[k]) for k in CSV_COLUMNS])
+    return out.getvalue()
