@@ -1,5 +1,9 @@
-"""Fixtures shared by every test: fresh settings and an in-process app per test, and
-the store's databases (a SQLite file, or a throwaway PostgreSQL cluster)."""
+"""Fixtures shared by every test: fresh settings and an in-process app per test, the
+store's databases (a SQLite file, or a throwaway PostgreSQL cluster), and the real servers
+that end-to-end tests share (tests/servers.py).
+
+Session-scoped fixtures are per process: under pytest-xdist each worker process starts
+its own cluster and servers, on free ports and in its own temporary folders."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import httpx
 import pytest
 from dependencies import require
 from pgcluster import Cluster, PostgresMissing, reset, running_cluster
+from servers import SERVER_WORKER_TOKEN, serve
 
 from workers.compiler.jaxenv import apply_jax_environment
 
@@ -75,6 +80,26 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
         yield c
+
+
+# --- real servers, one of each kind per test process (tests/servers.py) --------------------
+
+
+@pytest.fixture(scope="session")
+def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`boundary serve` with no workers: the reader needs none. A test may play a worker
+    on it with SERVER_WORKER_TOKEN."""
+    env = {"BOUNDARY_WORKER_TOKEN": SERVER_WORKER_TOKEN}
+    yield from serve(tmp_path_factory.mktemp("reader"), workers=0, env=env)
+
+
+@pytest.fixture(scope="session")
+def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server as `boundary serve` starts by default: with one local CPU worker, which
+    also compiles for targets without the hardware (its worker token set, not generated).
+    The tests that share it each read only the runs and artifacts they made."""
+    env = {"BOUNDARY_WORKER_TOKEN": SERVER_WORKER_TOKEN}
+    yield from serve(tmp_path_factory.mktemp("bench"), workers=1, env=env)
 
 
 # --- the bench: jobs, workers, dispatch (tests/app/test_api_*, test_worker_api, ...) ---------

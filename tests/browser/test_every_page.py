@@ -24,6 +24,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """A server of its own, not the session's: a GPU worker played on it holds a job
+    running until the module ends and a jax-tpu job stays queued, states that would change
+    what other tests' jobs and pages meet on a shared server (and theirs its /runs)."""
     env = {"BOUNDARY_WORKER_TOKEN": WORKER_TOKEN}
     for url in serve(tmp_path_factory.mktemp("every-page"), workers=1, env=env):
         seeded = seed(url)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,17 @@ from playwright.sync_api import Page, expect
 from tests.app.bench_fakes import capabilities
 from tests.app.ir_runs import ATTENTION, attention_result, attention_with_pipeline, big_hlo
 from tests.browser import checks
-from tests.browser.conftest import serve
+from tests.servers import SERVER_WORKER_TOKEN
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
-TOKEN = "ir-browser-token"
 LONG_TASK_MS = 200
 SHOTS = Path(os.environ.get("BOUNDARY_SCREENSHOTS", "/tmp/boundary-screenshots"))
 
 
 def _post(url: str, result: dict[str, Any]) -> str:
     """Queue `result`'s job on the server at `url`, lease it as a worker, post the result."""
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    auth = {"Authorization": f"Bearer {SERVER_WORKER_TOKEN}"}
     with httpx.Client(base_url=url, timeout=60) as client:
         assert client.post("/api/v1/jobs", json=result["job"]).status_code == 202
         registered = client.post(
@@ -52,31 +50,20 @@ def _post(url: str, result: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A server with no local worker, holding a real attention run and a 4 MB HLO run."""
+def runs(reader_server: str) -> dict[str, Any]:
+    """The session's server with no local worker, holding a real attention run and a 4 MB
+    HLO run (each leased by a worker played here: nothing else queues jobs there)."""
     result = attention_result()
     piped = attention_with_pipeline()
     big = {**result, "artifacts": {**result["artifacts"], "hlo": big_hlo()}, "source": None}
-    saved = os.environ.get("BOUNDARY_WORKER_TOKEN")
-    os.environ["BOUNDARY_WORKER_TOKEN"] = TOKEN
-    try:
-        server = serve(tmp_path_factory.mktemp("ir"), workers=0)
-        url = next(server)
-    finally:
-        if saved is None:
-            os.environ.pop("BOUNDARY_WORKER_TOKEN")
-        else:
-            os.environ["BOUNDARY_WORKER_TOKEN"] = saved
-    try:
-        yield {
-            "url": url,
-            "attention": _post(url, result),
-            "big": _post(url, big),
-            "piped": _post(url, piped),
-            "source": result["source"],
-        }
-    finally:
-        next(server, None)
+    url = reader_server
+    return {
+        "url": url,
+        "attention": _post(url, result),
+        "big": _post(url, big),
+        "piped": _post(url, piped),
+        "source": result["source"],
+    }
 
 
 def _line(source: dict[str, Any], needle: str) -> int:

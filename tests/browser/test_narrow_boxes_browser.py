@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve, upload_exported, wait_for_target
+from tests.browser.conftest import upload_exported, wait_for_target
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,11 +30,10 @@ SMALL = {"m": 256, "n": 256, "k": 256}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`boundary serve` with its local worker, once it compiles for targets."""
-    for url in serve(tmp_path_factory.mktemp("narrow"), workers=1):
-        wait_for_target(url, "h100:1")
-        yield url
+def server(bench_server: str) -> str:
+    """The session's `boundary serve` with its local worker, once it compiles for targets."""
+    wait_for_target(bench_server, "h100:1")
+    return bench_server
 
 
 def _done(server: str, body: dict[str, Any]) -> str:

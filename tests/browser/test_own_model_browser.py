@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import checks
-from tests.browser.conftest import serve, upload_exported, wait_for_target
+from tests.browser.conftest import upload_exported, wait_for_target
 from tests.workers.own_exports import TARGETS
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
@@ -30,11 +29,12 @@ DONE_S = 420
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`boundary serve` with its local worker, once it compiles for targets."""
-    for url in serve(tmp_path_factory.mktemp("own-model"), workers=1):
-        wait_for_target(url, "h100:8")
-        yield url
+def server(bench_server: str) -> str:
+    """The session's `boundary serve` with its local worker, once it compiles for targets.
+    No other test uploads the own model's programs to it, so their fit tables hold only
+    the compiles asked for here."""
+    wait_for_target(bench_server, "h100:8")
+    return bench_server
 
 
 def wait_compiled(page: Page, server: str, sha: str, count: int, js: bool) -> list[dict[str, Any]]:

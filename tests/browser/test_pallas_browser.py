@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from checks import VIEWPORTS, axe_faults, overflow, shot
-from conftest import serve, wait_for_target
+from conftest import wait_for_target
 from playwright.sync_api import Page, expect
 from seed import complete
 
@@ -33,21 +32,21 @@ MATMUL = {"m": 512, "n": 512, "k": 512, "dtype": "bfloat16"}
 
 
 @pytest.fixture(scope="module")
-def pallas_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A server whose local worker compiled the runs these pages show."""
-    for url in serve(tmp_path_factory.mktemp("pallas"), workers=1):
-        wait_for_target(url, "v6e:1x1")
-        jobs = {
-            "tpu": _submit(
-                url, "matmul", "jax-tpu", "v6e:1x1", {**MATMUL, "kernel": "pallas"}, pipeline=True
-            ),
-            "tpu-xla": _submit(url, "matmul", "jax-tpu", "v6e:1x1", MATMUL),
-            "h100": _submit(url, "matmul", "jax-gpu", "h100:1", {**MATMUL, "kernel": "pallas"}),
-            "cpu": _submit(url, "elementwise", "jax-cpu", None, {"n": 1 << 14, "kernel": "pallas"}),
-        }
-        for job in jobs.values():
-            _wait(url, job)
-        yield {"url": url, **jobs}
+def pallas_server(bench_server: str) -> dict[str, Any]:
+    """The session's server, once its local worker compiled the runs these pages show."""
+    url = bench_server
+    wait_for_target(url, "v6e:1x1")
+    jobs = {
+        "tpu": _submit(
+            url, "matmul", "jax-tpu", "v6e:1x1", {**MATMUL, "kernel": "pallas"}, pipeline=True
+        ),
+        "tpu-xla": _submit(url, "matmul", "jax-tpu", "v6e:1x1", MATMUL),
+        "h100": _submit(url, "matmul", "jax-gpu", "h100:1", {**MATMUL, "kernel": "pallas"}),
+        "cpu": _submit(url, "elementwise", "jax-cpu", None, {"n": 1 << 14, "kernel": "pallas"}),
+    }
+    for job in jobs.values():
+        _wait(url, job)
+    return {"url": url, **jobs}
 
 
 def _submit(

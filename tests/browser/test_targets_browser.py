@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import serve, wait_for_target
+from conftest import wait_for_target
 from playwright.sync_api import Page, expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
@@ -30,11 +29,11 @@ SHOTS = Path("/tmp/boundary-target-shots")
 
 
 @pytest.fixture(scope="module")
-def target_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A server with one local worker, which compiles for targets without the hardware."""
-    for url in serve(tmp_path_factory.mktemp("targets"), workers=1):
-        wait_for_target(url, "v6e:2x4")
-        yield url
+def target_server(bench_server: str) -> str:
+    """The session's server with one local worker, once it compiles for targets without
+    the hardware."""
+    wait_for_target(bench_server, "v6e:2x4")
+    return bench_server
 
 
 def _wait_run_done(page: Page, server: str) -> None:

@@ -1,29 +1,27 @@
 """`boundary run … --server URL` as a person types it, against a real `boundary serve` with
 one local worker: --ir prints the server's artifact, --profile says where the trace is,
-and the report of a compile-only target run names its page and the target, not the host."""
+and the report of a compile-only target run names its page and the target, not the host.
+They share the session's server (tests/conftest.py: bench_server)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.browser.conftest import serve
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["matmul", "m=32", "n=32", "k=32", "--samples", "3"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from serve(tmp_path_factory.mktemp("server"), 1)
+def server(bench_server: str) -> str:
+    return bench_server
 
 
 def boundary_run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
