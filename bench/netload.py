@@ -144,6 +144,8 @@ class Slow:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     opened: float
+    dripped: int = 0
+    """Header bytes sent so far by `drip`."""
 
     def close(self) -> None:
         self.writer.transport.abort()
@@ -162,6 +164,7 @@ async def drip(slow: Slow, every_s: float) -> float | None:
         while True:
             slow.writer.write(b"X")
             await slow.writer.drain()
+            slow.dripped += 1
             try:
                 data = await asyncio.wait_for(slow.reader.read(4096), every_s)
             except TimeoutError:

@@ -16,10 +16,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from app.web.connections import DISPLACE_AFTER_S
 from bench.netload import (
     connect,
     drip,
@@ -37,6 +39,16 @@ from bench.netload import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
+BODY_TIMEOUT_S = 1.0
+
+
+async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until `condition()` holds (asked every 20 ms); fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
 
 @pytest.fixture(autouse=True)
 def _files() -> None:
@@ -53,7 +65,8 @@ def test_healthz_answers_within_a_second_under_slowloris_and_a_full_stream_quota
         drips = [asyncio.create_task(drip(s, 1.0)) for s in slow]
         streams = [await open_stream(port, job) for _ in range(100)]
         one_more = await open_stream(port, job)
-        await asyncio.sleep(1.5)  # the slow connections have sent bytes for a while
+        dripping = lambda: all(s.dripped >= 2 for s in slow)  # noqa: E731
+        await until(dripping, 10, "every slow connection to send header bytes a while")
         checks = [await healthz(port) for _ in range(5)]
         for task in drips:
             task.cancel()
@@ -151,8 +164,14 @@ def test_at_the_cap_a_new_request_displaces_the_longest_stalled_connection(
     port = free_port()
 
     async def scenario() -> tuple[list[int], int]:
-        held = [await slowloris(port) for _ in range(50)]
-        await asyncio.sleep(1.5)  # all of them have waited for their headers a while
+        held = [await slowloris(port) for _ in range(49)]
+        # The server takes connections in order: one answered after them says it holds them.
+        assert (await healthz(port))[0] == 200
+        held.append(await slowloris(port))
+        held_since = time.monotonic()
+        # All of them wait for their headers past the age at which one may be displaced.
+        aged = lambda: time.monotonic() - held_since >= 2 * DISPLACE_AFTER_S  # noqa: E731
+        await until(aged, 10, "the held connections to age")
         checks = [(await healthz(port))[0] for _ in range(5)]
         await asyncio.sleep(0.2)
         closed = sum([1 for h in held if await _closed(h.reader)])
@@ -215,8 +234,10 @@ def test_a_stalled_body_gets_408_and_a_stream_outlives_the_body_timeout(tmp_path
         status, _ = await read_response(reader)
         took = time.monotonic() - started
         writer.close()
+        opened = time.monotonic()
         stream = await open_stream(port, job)
-        await asyncio.sleep(2.5)  # past the body timeout
+        past = lambda: time.monotonic() - opened >= 1.5 * BODY_TIMEOUT_S  # noqa: E731
+        await until(past, 10, "the stream to outlive the body timeout")
         data = await asyncio.wait_for(stream.reader.read(65536), 5)
         try:
             more = await asyncio.wait_for(stream.reader.read(1), 0.5)
@@ -226,7 +247,7 @@ def test_a_stalled_body_gets_408_and_a_stream_outlives_the_body_timeout(tmp_path
         stream.close()
         return status, took, stream.status, data, still_open
 
-    with serve(port, tmp_path, BODY_TIMEOUT_S="1"):
+    with serve(port, tmp_path, BODY_TIMEOUT_S=str(BODY_TIMEOUT_S)):
         status, took, stream_status, data, still_open = asyncio.run(scenario(queued_job(port)))
     assert status == 408
     assert 0.9 <= took < 3

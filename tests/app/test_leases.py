@@ -180,7 +180,11 @@ async def test_registrations_stop_at_the_cap_of_connected_workers(
         "/api/v1/worker/register", json={**again, "worker_key": workers[0].key}, headers=AUTH
     )
     assert r.status_code == 200 and r.json()["worker_id"] == workers[0].id
-    await asyncio.sleep(0.6)  # all three fall silent: they are no longer counted
+    # All three fall silent: once past WORKER_STALE_S they are no longer counted.
+    deadline = time.monotonic() + 10
+    while (await bench_client.get("/api/v1/workers")).json()["count"]:
+        assert time.monotonic() < deadline, "silent workers were still counted after 10 s"
+        await asyncio.sleep(0.05)
     late = FakeWorker(bench_client)
     await late.register()
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import socket
+import struct
+import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from app.web.connections import DISPLACE_AFTER_S
 from bench.netload import (
     HOST,
     connect,
@@ -43,6 +48,7 @@ SLOW_BODY = (
 # 127.0.0.1 is no trusted proxy here: each loopback address is a client of its own.
 LIMITS = {"MAX_CONNECTIONS": "20", "MAX_CONNECTIONS_PER_CLIENT": "10"}
 LIMITS["FORWARDED_ALLOW_IPS"] = "127.0.0.9"
+WRITE_TIMEOUT_S = 4.0
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +92,34 @@ def closed_by_server(s: socket.socket, within_s: float) -> bool:
     return False
 
 
+def unread(s: socket.socket) -> int:
+    """Bytes that arrived on `s` and wait unread in its receive buffer."""
+    count: int = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, bytes(4)))[0]
+    return count
+
+
+def until_quiet(held: list[socket.socket], quiet_s: float = 0.2, timeout: float = 10) -> float:
+    """Wait until nothing more arrives on `held` for `quiet_s`: the server's writes to
+    them have stopped (their buffers are full) or they were closed. When they stopped."""
+    deadline = time.monotonic() + timeout
+    before, since = [unread(s) for s in held], time.monotonic()
+    while True:
+        time.sleep(quiet_s)
+        now = [unread(s) for s in held]
+        if now == before:
+            return since
+        assert time.monotonic() < deadline, f"the server kept writing for {timeout} s"
+        before, since = now, time.monotonic()
+
+
+async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until `condition()` holds (asked every 20 ms); fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
 def checks(port: int, count: int, every_s: float) -> list[tuple[int, float]]:
     found = []
     for _ in range(count):
@@ -106,13 +140,16 @@ def test_healthz_answers_while_connections_pipeline_a_large_file_and_read_nothin
     tmp_path: Path, clients: int
 ) -> None:
     port = free_port()
-    with serve(port, tmp_path, WRITE_TIMEOUT_S="4", **LIMITS):
+    with serve(port, tmp_path, WRITE_TIMEOUT_S=str(WRITE_TIMEOUT_S), **LIMITS):
         held = [attacker(port, source, PIPELINED) for source in sources(clients)]
         try:
             statuses = [status_of(s) for s in held]
-            time.sleep(1.0)  # the server's writes to them have stopped
+            stopped = until_quiet(held)  # the server's writes to them have stopped
             seen = checks(port, 6, 0.4)
             gone = [s for s, status in zip(held, statuses, strict=True) if status == 200]
+            # Read only past the write deadline: reading earlier lets the writes flow again
+            # (a connection closed with unsent data shows its end only once that is read).
+            time.sleep(max(0.0, stopped + WRITE_TIMEOUT_S + 0.5 - time.monotonic()))
             closed = [closed_by_server(s, 6.0) for s in gone]
         finally:
             for s in held:
@@ -165,11 +202,20 @@ def test_past_its_cap_a_client_gets_429_naming_the_setting(tmp_path: Path, proxi
     assert other == 200
 
 
-async def _drip_bodies(held: list[socket.socket], every_s: float, stop: asyncio.Event) -> None:
+async def _drip_bodies(
+    held: list[socket.socket],
+    every_s: float,
+    stop: asyncio.Event,
+    rounds: list[float] | None = None,
+) -> None:
+    """A byte to each of `held` every `every_s` until `stop`; when each round was sent in
+    `rounds`."""
     while not stop.is_set():
         for s in held:
             with contextlib.suppress(OSError):
                 s.send(b"a")
+        if rounds is not None:
+            rounds.append(time.monotonic())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
 
@@ -184,9 +230,14 @@ def test_healthz_answers_while_bodies_arrive_a_byte_at_a_time(tmp_path: Path, cl
         held: list[socket.socket], steady: socket.socket
     ) -> tuple[list[tuple[int, float]], bool]:
         stop = asyncio.Event()
-        dripping = asyncio.create_task(_drip_bodies(held, 1.0, stop))
+        rounds: list[float] = []
+        dripping = asyncio.create_task(_drip_bodies(held, 1.0, stop, rounds))
         flowing = asyncio.create_task(_drip_bodies([steady], 0.05, stop))
-        await asyncio.sleep(1.5)  # every slow body has stalled a while
+
+        def stalled() -> bool:  # every slow body, past the age at which one may be displaced
+            return bool(rounds) and time.monotonic() - rounds[0] >= 2 * DISPLACE_AFTER_S
+
+        await until(stalled, 10, "the slow bodies to stall")
         seen = []
         for _ in range(6):
             seen.append(await healthz(port))

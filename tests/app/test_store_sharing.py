@@ -250,6 +250,22 @@ async def next_notice(queue: asyncio.Queue[Notice], timeout: float = 5.0) -> Not
     return await asyncio.wait_for(queue.get(), timeout)
 
 
+async def listening(url: str, count: int, timeout: float = 10.0) -> None:
+    """Wait until `count` connections to the database at `url` LISTEN: each hub's relay
+    has subscribed to the channel, so a notification sent now reaches it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            ).fetchone()
+        if row is not None and row[0] >= count:
+            return
+        assert time.monotonic() < deadline, f"{count} relays did not LISTEN in {timeout} s"
+        await asyncio.sleep(0.02)
+
+
 @pytest.mark.anyio
 async def test_progress_and_status_published_on_one_replica_reach_the_other(
     pg_url: str,
@@ -260,7 +276,7 @@ async def test_progress_and_status_published_on_one_replica_reach_the_other(
     b.on_wake(lambda: woken.append("b"))
     relays = [asyncio.create_task(h.relay()) for h in (a, b)]
     try:
-        await asyncio.sleep(0.5)  # both listening
+        await listening(pg_url, 2)
         with a.subscribe("job-1") as on_a, b.subscribe("job-1") as on_b:
             event = ProgressEvent.model_validate({"phase": "sampling", "k": 3, "n": 20})
             assert a.publish_progress("job-1", event)
@@ -293,7 +309,7 @@ async def test_a_lease_and_a_finish_on_one_replica_tell_the_other(pg_url: str) -
     b = ProgressHub(channel=b_store.channel())
     relay = asyncio.create_task(b.relay())
     try:
-        await asyncio.sleep(0.5)
+        await listening(pg_url, 1)
         worker, _ = a.register_worker("w-1", "k", None, capabilities())
         with a.admitting("c") as gate:
             gate.insert([NewJob("j", MATMUL, CPU)])
@@ -316,7 +332,7 @@ async def test_a_lost_channel_is_made_again_and_subscribers_look_again(pg_url: s
     a, b = ProgressHub(channel=a_store.channel()), ProgressHub(channel=b_store.channel())
     relay = asyncio.create_task(b.relay())
     try:
-        await asyncio.sleep(0.5)
+        await listening(pg_url, 1)
         with b.subscribe("job-1") as on_b:
             with psycopg.connect(pg_url, autocommit=True) as admin:
                 admin.execute(

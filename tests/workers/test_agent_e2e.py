@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from workers.agent.agent import ESCALATE_AFTER_S
 from workers.cli.submit import submit_to_server
 from workers.protocol import JobSpec
 
@@ -112,6 +113,11 @@ class Cluster:
             return self.client.get("/readyz").status_code == 200
         except httpx.TransportError:
             return False
+
+    def log(self, name: str) -> str:
+        """What the process started with log `name` (server, worker-NAME) has said."""
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def kill_server(self) -> None:
         assert self.server is not None
@@ -270,7 +276,7 @@ def test_queued_jobs_survive_a_server_restart(cluster: Callable[..., Cluster]) -
     jobs = [c.submit() for _ in range(3)]
     c.kill_server()  # SIGKILL: nothing is flushed on the way out
     c.start_worker("patient")  # finds no server and keeps retrying
-    time.sleep(1.0)
+    c.wait(lambda: "server unreachable" in c.log("worker-patient"), 60, "the worker to retry")
     c.start_server()
     for job_id in jobs:
         assert c.wait_status(job_id, {"done", "failed"})["status"] == "done"
@@ -322,9 +328,13 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
     c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
     runners = children_of(worker.pid)
     os.killpg(worker.pid, signal.SIGTERM)
-    time.sleep(1.0)
+    c.wait(lambda: "stopping after the current job" in c.log("worker-w"), 30, "the first stop")
+    stopping = time.monotonic()  # the worker took the first signal by now
     assert worker.poll() is None and c.job(held)["status"] == "running"
     assert all(alive(pid) for pid in runners)
+    # A signal counts as a second one past the burst of the first (ESCALATE_AFTER_S).
+    burst = lambda: time.monotonic() - stopping >= ESCALATE_AFTER_S  # noqa: E731
+    c.wait(burst, 10, "the first signal's burst to pass")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     job = c.job(held)
