@@ -7,6 +7,7 @@ its own cluster and servers, on free ports and in its own temporary folders."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,11 @@ def bench_dispatcher(bench_app: Any) -> Any:
 @pytest.fixture(scope="session")
 def own_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The three programs of tests/workers/own_model.py, exported with `boundary export-fn
-    --example` (input rules, a sampled reference): name → own_exports.Exported."""
-    from tests.workers.own_exports import PROGRAMS, export_program
+    --example` (input rules, a sampled reference): name → own_exports.Exported. Exported
+    once a run: pytest-xdist's worker processes share them (their temporary folders'
+    parent is the run's own)."""
+    from tests.workers.own_exports import exported_once
 
-    folder = tmp_path_factory.mktemp("own-model")
-    return {name: export_program(name, folder) for name in PROGRAMS}
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return exported_once(shared / "own-model")

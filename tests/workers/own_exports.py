@@ -4,6 +4,7 @@ program with `--devices 8`), with input rules and a sampled reference."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -95,3 +96,22 @@ def export_program(name: str, folder: Path, *extra: str) -> Exported:
     assert done.returncode == 0, done.stderr[-3000:]
     summary: dict[str, Any] = json.loads(done.stdout)
     return Exported(name, artifact, sample, rules, summary)
+
+
+def exported_once(folder: Path) -> dict[str, Exported]:
+    """PROGRAMS exported into `folder` by the first process that asks; the others
+    (pytest-xdist's worker processes) wait for it on a lock and read the same files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "exporting.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        made: dict[str, Exported] = {}
+        for name, program in PROGRAMS.items():
+            said = folder / f"{name}.summary.json"
+            if said.exists():
+                artifact, sample = folder / f"{name}.jaxexport", folder / f"{name}.sample.npz"
+                summary = json.loads(said.read_text())
+                made[name] = Exported(name, artifact, sample, rules_of(program), summary)
+            else:
+                made[name] = export_program(name, folder)
+                said.write_text(json.dumps(made[name].summary))
+        return made
