@@ -32,9 +32,32 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+SERVERS = {"reader_server", "bench_server"}
+"""The session's servers (below): a test that uses one is end-to-end."""
+SHARED_SCOPES = {"module", "class", "package"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks, and xdist groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks what a test needs from the fixtures it uses, so that `./scripts/test --quick`
+    leaves it out: `postgresql` for the cluster, `e2e` for a session's server. And a module
+    whose tests share a module-scoped fixture (a Chromium, a server, runs made for its
+    pages) runs in one pytest-xdist process (`--dist loadgroup`), which makes it once."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "pg_cluster" in names:
+            item.add_marker(pytest.mark.postgresql)
+        if names & SERVERS:
+            item.add_marker(pytest.mark.e2e)
+        info = getattr(item, "_fixtureinfo", None)
+        scopes = {d[-1].scope for d in info.name2fixturedefs.values() if d} if info else set()
+        if scopes & SHARED_SCOPES:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 # --- the store's databases ------------------------------------------------------------------
 
-BACKENDS = ["sqlite", "postgresql"]
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 
 
 @pytest.fixture(scope="session")
