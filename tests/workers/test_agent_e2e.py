@@ -83,6 +83,7 @@ class Cluster:
             **{f"BOUNDARY_{k}": v for k, v in settings.items()},
         }
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.servers: list[subprocess.Popen[bytes]] = []
         self.server: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url, timeout=10.0)
 
@@ -106,6 +107,7 @@ class Cluster:
         args = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
         args += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
         self.server = self._spawn(args, self.env, "server.log")
+        self.servers.append(self.server)
         self.wait(self._ready, 30, "the server to start")
 
     def _ready(self) -> bool:
@@ -172,16 +174,24 @@ class Cluster:
         raise AssertionError(f"timed out waiting for {what}\n{logs}")
 
     def close(self) -> None:
+        """Stop the workers first, while the server still answers what they say on their
+        way out (without it, each retries for some 15 s), then the servers."""
         self.client.close()
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        stop([p for p in self.procs if p not in self.servers])
+        stop(self.servers)
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each of `procs` still running; a kill for any still there after 15 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 @pytest.fixture
