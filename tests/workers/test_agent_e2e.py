@@ -208,13 +208,24 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         c.close()
 
 
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]]:
+    """A server and one worker with the default settings, and the worker's id: for the
+    tests that only run jobs on them (one that kills, hangs, restarts or times out
+    something starts its own)."""
+    c = Cluster(tmp_path_factory.mktemp("agent"))
+    try:
+        c.start_server()
+        c.start_worker("w1")
+        yield c, c.wait_worker("w1")
+    finally:
+        c.close()
+
+
 def test_a_real_worker_runs_a_job_and_the_run_is_kept(
-    cluster: Callable[..., Cluster], capsys: pytest.CaptureFixture[str]
+    running: tuple[Cluster, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    c = cluster()
-    c.start_server()
-    c.start_worker("w1")
-    worker_id = c.wait_worker("w1")
+    c, worker_id = running
     workers = c.client.get("/api/v1/workers").json()["data"]
     assert workers[0]["platform"] == "cpu" and workers[0]["paths"][0] == "jax-cpu"
     assert workers[0]["paths"][1:] == (["cuda"] if workers[0]["cuda_compile"] else [])
@@ -356,12 +367,9 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
 
 
 def test_a_cpu_worker_compiles_a_gpu_target_and_the_run_page_says_so(
-    cluster: Callable[..., Cluster],
+    running: tuple[Cluster, str],
 ) -> None:
-    c = cluster()
-    c.start_server()
-    c.start_worker("compiler")
-    c.wait_worker("compiler")
+    c, _ = running
     worker = c.client.get("/api/v1/workers").json()["data"][0]
     assert "b200:1" in worker["targets"] and "v6e:2x4" in worker["targets"]
     spec = {"workload": "matmul", "path": "jax-gpu", "target": "b200:1", "params": {"m": 64}}
