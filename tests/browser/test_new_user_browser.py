@@ -17,8 +17,6 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.browser.conftest import free_port
-
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 DESKTOP = {"width": 1280, "height": 800}
@@ -323,9 +321,9 @@ class _Host(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def other_origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A plain static site on another port: an origin that is not Boundary's."""
-    port = free_port()
     handler = lambda *a, **k: _Host(*a, directory=str(tmp_path), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # a free port, bound
+    port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
