@@ -96,5 +96,7 @@ def instruction_origins(
         elif (m := _FRAME.search(tail)) is not None:
             frames = frame_sources(lines, own) if frames is None else frames
             source = frames.get(int(m[1]))
-        found[name] = Origin(op[1] if op else None, source)
+        # The HLO printer escapes quotes in names (params[\'embed\']): read them back.
+        op_name = op[1].replace("\\'", "'") if op else None
+        found[name] = Origin(op_name, source)
     return found

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from app.ir.view import Keys
-from app.pages.runs.memory_charts import Curve, curve_chart, kinds_chart
+from app.pages.runs.memory_charts import HBM_ON_SCALE, Curve, curve_chart, kinds_chart
 from app.pages.runs.memory_fit import gb
 from workers.protocol import MemoryBuffer, MemoryReport, PathId, RunResult
 from workers.protocol.memory import KINDS
@@ -158,6 +158,13 @@ def _parts(report: MemoryReport) -> list[dict[str, Any]]:
     ]
 
 
+def _hbm_note(peak: int, hbm: int | None) -> str | None:
+    """What the curve says of the chip's HBM when its line would be off the picture."""
+    if hbm is None or hbm <= HBM_ON_SCALE * peak:
+        return None
+    return f"The chip's HBM ({gb(hbm)}) is {hbm / max(peak, 1):,.0f}× this peak: off this scale."
+
+
 def _comparison(report: MemoryReport) -> dict[str, Any] | None:
     """The report's peak beside memory_analysis()'s figure, with the rule and the gap."""
     compared = report.compared_bytes
@@ -204,6 +211,7 @@ def memory_view(
     view.update(
         hbm=gb(hbm) if hbm is not None else None,
         share=f"{100 * report.peak_bytes / hbm:.3g} %" if hbm else None,
+        hbm_note=_hbm_note(report.peak_bytes, hbm),
         step=report.peak_step,
         steps=report.steps,
         parts=parts,

@@ -10,6 +10,7 @@ in a nested picture that stretches, the words at their own size placed in percen
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from app.pages.charts import Chart, El, el, nice_ticks
@@ -22,27 +23,26 @@ HBM_ON_SCALE = 2.0
 """The HBM line is drawn when it is at most this many times the peak; above, said in words."""
 
 
+def _round_steps(top: float, most: int) -> list[float]:
+    """The multiples of the finest 1-2-5 step that gives at most `most` of them in [0, top]."""
+    finest = max(math.floor(math.log10(top / most)), 0)
+    for i in range(9):  # 1, 2, 5 × 10^finest, then × 10^(finest + 1), …
+        values = nice_ticks(0, top, ((1, 2, 5)[i % 3], finest + i // 3))
+        if len(values) <= most:
+            return values
+    return [0.0]
+
+
 def byte_ticks(top: int) -> list[tuple[int, str]]:
     """Round byte counts from 0 to `top` (at most 4 above 0), in decimal units."""
     if top <= 0:
         return []
-    for e in range(0, 16):
-        for m in (1, 2, 5):
-            values = nice_ticks(0, top, (m, e))
-            if len(values) <= 5:
-                return [(int(v), gb(int(v)) if v else "0") for v in values]
-    return [(0, "0")]
+    return [(int(v), gb(int(v)) if v else "0") for v in _round_steps(top, 5)]
 
 
 def step_ticks(steps: int, most: int = 4) -> list[int]:
     """Round step numbers in [0, steps − 1], at most `most`."""
-    last = max(steps - 1, 1)
-    for e in range(0, 12):
-        for m in (1, 2, 5):
-            values = nice_ticks(0, last, (m, e))
-            if len(values) <= most:
-                return [int(v) for v in values]
-    return [0]
+    return [int(v) for v in _round_steps(max(steps - 1, 1), most)]
 
 
 def _x(step: int, steps: int) -> float:
@@ -97,8 +97,11 @@ def _shapes(c: Curve, ticks: list[tuple[int, str]], scale: float) -> list[El]:
 
 def _words(c: Curve, ticks: list[tuple[int, str]], scale: float) -> list[El]:
     """The words, at their own size: byte ticks, the HBM line's name, the peak, the steps."""
+    # A tick label under the plot's top edge would sit on the peak's label: left out.
     words = [
-        el("text", label, class_="axis", x=2, y=f"{_y(v, scale) - 3:.1f}") for v, label in ticks[1:]
+        el("text", label, class_="axis", x=2, y=f"{_y(v, scale) - 3:.1f}")
+        for v, label in ticks[1:]
+        if _y(v, scale) - 3 > TOP + 10
     ]
     if c.hbm_on_scale and c.hbm is not None:
         y = _y(c.hbm, scale) - 4
