@@ -5,6 +5,7 @@ report answers 404 saying why."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -12,32 +13,31 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.pages.jobs import PREFIX, job_public
-from app.pages.runs.memory import memory_json, memory_view, no_report_reason
+from app.pages.jobs import PREFIX
+from app.pages.runs.memory import Reported, memory_json, memory_view, no_report_reason
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic
-from workers.protocol import MemoryReport, RunResult
+from app.store import JobRow
+from workers.protocol import JobStatus
 
 api_router = APIRouter(prefix=PREFIX, tags=["runs"])
 page_router = APIRouter(include_in_schema=False)
 
 
-Reported = tuple[dict[str, Any], RunResult, MemoryReport]
-
-
-def _reported(job_id: str, dispatcher: Dispatcher) -> Reported:
-    """The job, its run and its published memory report; 404 saying why there is none."""
+def _reported(job_id: str, dispatcher: Dispatcher) -> tuple[JobRow, Reported]:
+    """The job and its published memory report; 404 saying why there is none. Only the
+    report and a few facts of the run are read (`Reported`), not the whole run."""
     job = dispatcher.store.get_job(job_id) if len(job_id) <= 64 else None
     if job is None:
         raise HTTPException(status_code=404, detail=f"no job {job_id[:64]!r}")
-    public = job_public(job, dispatcher)
-    found = public.get("run")
-    run = RunResult.model_validate(found) if found else None
-    report = run.memory_report if run is not None else None
-    if run is None or report is None or report.withheld:
+    found = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
+    run: dict[str, Any] | None = json.loads(found.result) if found is not None else None
+    reported = Reported.from_json(job.id, run) if run is not None else None
+    if reported is None or reported.report.withheld:
+        public = {"id": job.id, "status": job.status.value, "path": job.path, "run": run}
         raise HTTPException(status_code=404, detail=no_report_reason(public))
-    return public, run, report
+    return job, reported
 
 
 @reads(api_router)(
@@ -50,15 +50,15 @@ async def get_memory(job_id: str, dispatcher: DispatcherDep) -> JSONResponse:
     is reached at, the live-bytes curve, what is live at the peak by kind, padding and
     unattributed bytes, memory_analysis()'s figure with the rule it is compared by, and
     the buffers (biggest first, at most 200, the rest counted in `other`)."""
-    _, run, report = _reported(job_id, dispatcher)
-    return JSONResponse(memory_json(job_id, run, report))
+    _, reported = _reported(job_id, dispatcher)
+    return JSONResponse(memory_json(reported))
 
 
 @reads(page_router)("/runs/{job_id}/memory.json")
 async def memory_page_json(job_id: str, dispatcher: DispatcherDep) -> JSONResponse:
     """The memory page's JSON twin: the API's answer."""
-    _, run, report = _reported(job_id, dispatcher)
-    return JSONResponse(memory_json(job_id, run, report))
+    _, reported = _reported(job_id, dispatcher)
+    return JSONResponse(memory_json(reported))
 
 
 @reads(page_router)("/runs/{job_id}/memory", response_class=HTMLResponse)
@@ -67,7 +67,15 @@ async def memory_page(
 ) -> HTMLResponse:
     """Every listed buffer of the run's memory report, with its curve and the peak's make-up;
     the section alone for htmx."""
-    job, run, _ = _reported(job_id, dispatcher)
-    view = memory_view(job_id, run, rows=None, chart_prefix="memory-page")
-    ctx = {"job": job, "run": run, "memory": view, "full_page": True, "nav": "runs"}
+    job, reported = _reported(job_id, dispatcher)
+    view = memory_view(reported, rows=None, chart_prefix="memory-page")
+    target = {"id": reported.target} if reported.target else None
+    page_job = {"id": job.id, "workload": job.workload, "path": job.path, "target": reported.target}
+    ctx = {
+        "job": page_job,
+        "run": {"target": target},
+        "memory": view,
+        "full_page": True,
+        "nav": "runs",
+    }
     return render(state, "_run_memory.html" if is_htmx(request) else "run_memory.html", ctx)

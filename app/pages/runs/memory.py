@@ -10,6 +10,7 @@ biggest first, each linked to its instruction in the HLO and to its source line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -55,59 +56,103 @@ def no_report_reason(job: dict[str, Any]) -> str:
     )
 
 
-def scope_sentence(run: RunResult) -> str:
-    """What the report is, for this run's device (issue's honest edges)."""
-    target = run.target
-    where = f" of {target.id}" if target is not None else " (this worker's own)"
-    gpu = GPU_SCOPE if run.job.path is PathId.JAX_GPU else ""
-    return SCOPE.format(where=where, gpu=gpu)
+@dataclass(frozen=True)
+class Reported:
+    """A run's report with the few facts of the run it is shown with: read from the run's
+    JSON without validating the whole run (its HLO and samples are large, and none of
+    them is needed here)."""
 
-
-def hbm_of(run: RunResult) -> int | None:
+    job_id: str
+    report: MemoryReport
+    analysis: dict[str, Any]
+    """memory_analysis() as published, or {}."""
+    hbm: int | None
     """The chip's published HBM per device, from the server's table; None on the host."""
-    memory = run.target.memory if run.target is not None else None
-    return memory.hbm_bytes if memory is not None else None
+    target: str | None
+    gpu: bool
+    source_path: str
+    """The workload source's file (the IR view keys its lines by number), or ''."""
+
+    @classmethod
+    def from_json(cls, job_id: str, run: dict[str, Any]) -> Reported | None:
+        found = run.get("memory_report")
+        if not isinstance(found, dict):
+            return None
+        target = run.get("target") or {}
+        memory = target.get("memory") or {}
+        return cls(
+            job_id,
+            MemoryReport.model_validate(found),
+            run.get("memory_analysis") or {},
+            memory.get("hbm_bytes"),
+            target.get("id"),
+            (run.get("job") or {}).get("path") == PathId.JAX_GPU.value,
+            str((run.get("source") or {}).get("path") or ""),
+        )
+
+    @classmethod
+    def from_run(cls, job_id: str, run: RunResult) -> Reported | None:
+        if run.memory_report is None:
+            return None
+        memory = run.target.memory if run.target is not None else None
+        return cls(
+            job_id,
+            run.memory_report,
+            run.memory_analysis.model_dump() if run.memory_analysis is not None else {},
+            memory.hbm_bytes if memory is not None else None,
+            run.target.id if run.target is not None else None,
+            run.job.path is PathId.JAX_GPU,
+            run.source.path if run.source is not None else "",
+        )
+
+    @property
+    def scope(self) -> str:
+        """What the report is, for this run's device (the honest edges)."""
+        where = f" of {self.target}" if self.target else " (this worker's own)"
+        return SCOPE.format(where=where, gpu=GPU_SCOPE if self.gpu else "")
 
 
-def analysis_json(run: RunResult, report: MemoryReport) -> dict[str, Any]:
+def analysis_json(r: Reported) -> dict[str, Any]:
     """memory_analysis()'s figures, the one the peak is compared with and by which rule."""
-    ma = run.memory_analysis.model_dump() if run.memory_analysis is not None else {}
-    compared = report.compared_bytes
-    difference = (report.peak_bytes - compared) / compared if compared else None
-    rule = report.compared_rule
-    return {**ma, "compared_bytes": compared, "rule": rule, "difference": difference}
+    compared = r.report.compared_bytes
+    difference = (r.report.peak_bytes - compared) / compared if compared else None
+    rule = r.report.compared_rule
+    return {**r.analysis, "compared_bytes": compared, "rule": rule, "difference": difference}
 
 
-def buffer_json(b: MemoryBuffer) -> dict[str, Any]:
-    return b.model_dump(mode="json")
-
-
-def memory_json(job_id: str, run: RunResult, report: MemoryReport) -> dict[str, Any]:
+def memory_json(r: Reported) -> dict[str, Any]:
     """`GET /api/v1/runs/{id}/memory`: the report, biggest buffers first."""
+    report = r.report
     return {
-        "id": job_id,
+        "id": r.job_id,
         "peak_bytes": report.peak_bytes,
-        "hbm_bytes": hbm_of(run),
+        "hbm_bytes": r.hbm,
         "peak_step": report.peak_step,
         "steps": report.steps,
         "by_kind": {**{k: 0 for k in KINDS}, **report.by_kind},
         "padding_bytes": report.padding_bytes,
         "unattributed_bytes": report.unattributed_bytes,
-        "memory_analysis": analysis_json(run, report),
-        "buffers": [buffer_json(b) for b in report.buffers],
+        "memory_analysis": analysis_json(r),
+        "buffers": [b.model_dump(mode="json") for b in report.buffers],
         "other": report.other.model_dump(),
         "timeline": report.timeline,
         "allocated": report.allocated,
         "not_counted": report.not_counted,
         "on_chip_peak_bytes": report.on_chip_peak_bytes,
-        "scope": scope_sentence(run),
+        "scope": r.scope,
         "source": report.source,
         "cost": report.cost,
-        "links": {"page": f"/runs/{job_id}/memory", "run": f"/runs/{job_id}"},
+        "links": {"page": f"/runs/{r.job_id}/memory", "run": f"/runs/{r.job_id}"},
     }
 
 
-def _source_cell(job_id: str, source: str | None, keys: Keys) -> dict[str, str] | None:
+@dataclass(frozen=True)
+class Link:
+    text: str
+    href: str
+
+
+def _source_cell(job_id: str, source: str | None, keys: Keys) -> Link | None:
     """A buffer's `file:line` as the IR view keys it, linked to that line's source panel."""
     if not source or ":" not in source:
         return None
@@ -116,34 +161,51 @@ def _source_cell(job_id: str, source: str | None, keys: Keys) -> dict[str, str] 
         return None
     key = keys.key([(file, int(line))])
     text = f"line {key}" if ":" not in key else key
-    return {"key": key, "text": text, "href": f"/runs/{job_id}/ir/hlo?src={quote(key, safe='')}"}
+    return Link(text, f"/runs/{job_id}/ir/hlo?src={quote(key, safe='')}")
 
 
-def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> dict[str, Any]:
-    """One row of the buffers table; `reserved` marks a parameter, output or constant that
-    holds its bytes at the peak before (or after) its value is live."""
+@dataclass(frozen=True)
+class BufferRow:
+    """One row of the buffers table (attributes, not a dict: a 200-row table reads them
+    thousands of times)."""
+
+    bytes: int
+    size: str
+    padding: int | None
+    padding_text: str
+    kind: str
+    instructions: list[Link]
+    shape: str
+    layout: str | None
+    op_name: str | None
+    source: Link | None
+    live: str
+    reserved: bool
+    """A parameter, output or constant holding its bytes at the peak before (or after)
+    its value is live."""
+
+
+def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> BufferRow:
+    """One row of the buffers table."""
     padding = b.bytes - b.logical_bytes if b.logical_bytes is not None else None
     links = [
-        {"name": n, "href": f"/runs/{job_id}/ir/hlo?q={quote('%' + n + ' =', safe='')}"}
-        for n in b.instructions
+        Link(n, f"/runs/{job_id}/ir/hlo?q={quote('%' + n + ' =', safe='')}") for n in b.instructions
     ]
     reserved = b.live_at_peak and b.kind in ("parameter", "output", "constant")
-    return {
-        "bytes": b.bytes,
-        "size": gb(b.bytes),
-        "logical": b.logical_bytes,
-        "padding": padding,
-        "padding_text": gb(padding) if padding else ("0" if padding == 0 else "—"),
-        "kind": b.kind,
-        "instructions": links,
-        "shape": b.shape,
-        "layout": b.layout,
-        "op_name": b.op_name,
-        "source": _source_cell(job_id, b.source, keys),
-        "live": f"{b.live[0]:,}–{b.live[1]:,}",
-        "live_at_peak": b.live_at_peak,
-        "reserved": reserved and not b.live[0] <= peak_step <= b.live[1],
-    }
+    return BufferRow(
+        bytes=b.bytes,
+        size=gb(b.bytes),
+        padding=padding,
+        padding_text=gb(padding) if padding else ("0" if padding == 0 else "—"),
+        kind=b.kind,
+        instructions=links,
+        shape=b.shape,
+        layout=b.layout,
+        op_name=b.op_name,
+        source=_source_cell(job_id, b.source, keys),
+        live=f"{b.live[0]:,}–{b.live[1]:,}",
+        reserved=reserved and not b.live[0] <= peak_step <= b.live[1],
+    )
 
 
 def _parts(report: MemoryReport) -> list[dict[str, Any]]:
@@ -181,15 +243,15 @@ def _comparison(report: MemoryReport) -> dict[str, Any] | None:
 
 
 def memory_view(
-    job_id: str, run: RunResult, *, rows: int | None = TABLE_ROWS, chart_prefix: str = "memory"
+    r: Reported | None, *, rows: int | None = TABLE_ROWS, chart_prefix: str = "memory"
 ) -> dict[str, Any] | None:
     """The section's figures, pictures and table (None without a report); `rows` caps
     the table (None: every listed buffer)."""
-    report = run.memory_report
-    if report is None:
+    if r is None:
         return None
+    report, job_id = r.report, r.job_id
     view: dict[str, Any] = {
-        "scope": scope_sentence(run),
+        "scope": r.scope,
         "peak": gb(report.peak_bytes),
         "peak_bytes": report.peak_bytes,
         "compare": _comparison(report),
@@ -200,19 +262,20 @@ def memory_view(
     }
     if report.withheld:
         return view
-    hbm = hbm_of(run)
-    keys = Keys(run.source.path if run.source is not None else "")
+    hbm = r.hbm
+    keys = Keys(r.source_path)
     listed = sorted(report.buffers, key=lambda b: (not b.live_at_peak, -b.bytes))
     live = [b for b in listed if b.live_at_peak]
     shown = live if rows is None else live[:rows]
     parts = _parts(report)
     bars = [(p["kind"], p["bytes"]) for p in parts]
     curve = Curve(report.timeline, report.steps, report.peak_bytes, report.peak_step, hbm)
+    step = report.peak_step
     view.update(
         hbm=gb(hbm) if hbm is not None else None,
         share=f"{100 * report.peak_bytes / hbm:.3g} %" if hbm else None,
         hbm_note=_hbm_note(report.peak_bytes, hbm),
-        step=report.peak_step,
+        step=step,
         steps=report.steps,
         parts=parts,
         padding=gb(report.padding_bytes) if report.padding_bytes else "0",
@@ -221,10 +284,10 @@ def memory_view(
         unattributed_why=UNATTRIBUTED,
         curve=curve_chart(curve, chart_id=f"{chart_prefix}-curve"),
         bar=kinds_chart(bars, report.peak_bytes, chart_id=f"{chart_prefix}-kinds"),
-        rows=[buffer_row(job_id, b, keys, report.peak_step) for b in shown],
+        rows=[buffer_row(job_id, b, keys, step) for b in shown],
         live_count=len(live) + report.other.live_at_peak_count,
         more=len(live) - len(shown) + report.other.live_at_peak_count,
-        others=[buffer_row(job_id, b, keys, report.peak_step) for b in listed if not b.live_at_peak]
+        others=[buffer_row(job_id, b, keys, step) for b in listed if not b.live_at_peak]
         if rows is None
         else [],
         other=report.other,

@@ -17,7 +17,7 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from app.pages.runs.kernels_view import kernels_view
-from app.pages.runs.memory import memory_view
+from app.pages.runs.memory import Reported, memory_view
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.placement import placement_view
 from app.pages.runs.plots import NARROW_W, format_seconds, samples_svg
@@ -186,7 +186,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
         "reproduce_server": reproduce_command(job, public_base or "http://127.0.0.1:8000"),
         "job_request": job_request(job),
         "explain_by_bytes": False,  # the run page's ?explain=bytes sorts that table
-        "memory": memory_view(job["id"], run) if run is not None else None,
+        "memory": memory_view(Reported.from_run(job["id"], run)) if run is not None else None,
         "links": {
             "self": f"/runs/{job['id']}",
             "json": f"/runs/{job['id']}.json",
