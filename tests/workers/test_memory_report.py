@@ -50,6 +50,9 @@ def holds_together(run: RunResult) -> MemoryReport:
         (b.bytes for b in report.buffers), reverse=True
     )
     hlo = run.artifacts.hlo or ""
+    # Each buffer at the peak names its one defining instruction (bytes two values share
+    # there are given to one of them).
+    assert all(len(b.instructions) == 1 for b in report.buffers if b.live_at_peak)
     for b in report.buffers:
         assert b.live[0] <= b.live[1] < report.steps
         assert b.instructions and all(

@@ -97,5 +97,5 @@ def report_of(plan: Plan | None, hlo: str | None, *, vmem: bool) -> MemoryReport
     `vmem` on a TPU target, whose memory space 1 is its VMEM."""
     if plan is None or plan.dump is None:
         return None
-    report = memory_report(plan.dump, hlo, source=SOURCE, on_chip=vmem)
+    report = memory_report(plan.dump, hlo, source=SOURCE, tpu=vmem)
     return report.model_copy(update={"cost": plan.cost})

@@ -6,11 +6,12 @@ run carries (`workers.protocol.memory.MemoryReport`):
 
 - the live-bytes curve: at each step, the parameters, outputs and constants (reserved for
   the whole program), plus for each heap block the highest offset + size among the
-  values live in it then. Its maximum is the peak; `peak_step` the first step at it;
-- the buffers: one per value, values that share bytes while live merged into one (an
-  in-place update, a loop's carried state), each with its kind, defining instructions,
-  shape and layout, logical bytes beside the allocated ones, op name and source line;
-- what is live at the peak, by kind, its padding, and the bytes no live value holds then.
+  values live in it then. Its maximum is the peak; `peak_step` the step at it that
+  explains it best (`workers.compiler.memory_slots`);
+- the buffers: one per value, each with its kind, defining instruction, shape and
+  layout, logical bytes beside the allocated ones, op name and source line;
+- what holds the peak, by kind (each byte given to one buffer), its padding, and the
+  bytes no buffer holds then.
 
 Only the device's main memory (colour 0) counts; other memory spaces (TPU VMEM and
 SMEM, host memory) are totalled apart. Thread-local scalars of reducers are no device
@@ -20,10 +21,10 @@ memory. Pure Python, no jax.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
 
 from workers.compiler.buffer_dump import Allocation, AssignedValue, BufferDump
 from workers.compiler.hlo_origins import instruction_origins
+from workers.compiler.memory_slots import Slot, attribute_peak, peak_step_of
 from workers.protocol.hlo import shape_bytes
 from workers.protocol.memory import (
     KINDS,
@@ -40,43 +41,20 @@ FLAT_KINDS = ("parameter", "output", "constant")
 runtime allocates before the program starts, the executable's constants."""
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One buffer before it is published: where it sits and when it is live."""
-
-    allocation: int
-    offset: int
-    size: int
-    first: int
-    last: int
-    kind: MemoryKind
-    instructions: tuple[str, ...]
-    shape: str
-    reserved: bool = False
-    """A parameter, output or constant in its own allocation: its bytes are held for the
-    whole program (the runtime reserves an output's buffer before the program starts)."""
-
-    def live_at(self, step: int) -> bool:
-        return self.first <= step <= self.last
-
-    def held_at(self, step: int) -> bool:
-        """Whether it holds bytes of the heap at `step`: live then, or reserved."""
-        return self.reserved or self.live_at(step)
-
-
 def device_allocations(dump: BufferDump) -> list[Allocation]:
     """The allocations in the device's main memory."""
     return [a for a in dump.allocations if not a.thread_local and a.color == 0]
 
 
-def heap_tuple(allocation: Allocation, value: AssignedValue) -> bool:
-    """A tuple's table of pointers inside a heap block: a few bytes each, left out of the
-    curve and the buffers (libtpu leaves them out of its own peak too, and places them
-    above everything else, where they would set the heap's high water alone)."""
-    return allocation.kind not in FLAT_KINDS and value.shape.startswith("(")
+def heap_tuple(allocation: Allocation, value: AssignedValue, tpu: bool) -> bool:
+    """On a TPU, a tuple's table of pointers inside a heap block: a few bytes each, left
+    out of the curve and the buffers (libtpu leaves them out of its own peak too, and
+    places them above everything else, where they would set the heap's high water alone).
+    Elsewhere they are values like any other."""
+    return tpu and allocation.kind not in FLAT_KINDS and value.shape.startswith("(")
 
 
-def not_counted(dump: BufferDump) -> dict[str, int]:
+def not_counted(dump: BufferDump, tpu: bool) -> dict[str, int]:
     """Bytes the compiler placed that are not part of the peak: other memory spaces (by
     colour) and the tuple tables of heap blocks."""
     apart: dict[str, int] = {}
@@ -86,7 +64,7 @@ def not_counted(dump: BufferDump) -> dict[str, int]:
         if a.color != 0:
             apart[f"color {a.color}"] = apart.get(f"color {a.color}", 0) + a.size
             continue
-        tables = sum(v.size for v in a.values if heap_tuple(a, v))
+        tables = sum(v.size for v in a.values if heap_tuple(a, v, tpu))
         if tables:
             apart["tuple tables"] = apart.get("tuple tables", 0) + tables
     return apart
@@ -129,13 +107,13 @@ def _value_kind(allocation: Allocation, first: int, last: int, end: int, start: 
     return kind
 
 
-def slots_of(dump: BufferDump, allocations: list[Allocation]) -> list[Slot]:
+def slots_of(dump: BufferDump, allocations: list[Allocation], tpu: bool) -> list[Slot]:
     """Every value of `allocations` as a slot, with its live range and kind."""
     order = {name: i for i, name in enumerate(dump.sequence)}
     end = len(dump.sequence) - 1
     slots: list[Slot] = []
     for a in allocations:
-        counted = [v for v in a.values if not heap_tuple(a, v)]
+        counted = [v for v in a.values if not heap_tuple(a, v, tpu)]
         spans = [_span(dump, v.key, v.instruction, order) for v in counted]
         start = min((s[0] for s in spans), default=0)
         for v, (first, last) in zip(counted, spans, strict=True):
@@ -150,58 +128,7 @@ def slots_of(dump: BufferDump, allocations: list[Allocation]) -> list[Slot]:
     return slots
 
 
-def _merged(group: list[Slot]) -> Slot:
-    top = max(s.offset + s.size for s in group)
-    offset = min(s.offset for s in group)
-    biggest = max(group, key=lambda s: s.size)
-    ordered = sorted(group, key=lambda s: s.first)
-    names = tuple(dict.fromkeys(n for s in ordered for n in s.instructions))
-    return replace(
-        biggest,
-        offset=offset,
-        size=top - offset,
-        first=min(s.first for s in group),
-        last=max(s.last for s in group),
-        instructions=names,
-        reserved=any(s.reserved for s in group),
-    )
-
-
-def merge_shared(slots: list[Slot], peak_step: int) -> list[Slot]:
-    """Slots that hold the same bytes while both are live, as one: first the same slot
-    handed on (an in-place update), then any overlap among the slots that hold bytes at
-    the peak (a temporary lent an output's reserved buffer), so that each byte of the
-    peak is counted once."""
-    by_place: dict[tuple[int, int, int], list[Slot]] = {}
-    for s in slots:
-        by_place.setdefault((s.allocation, s.offset, s.size), []).append(s)
-    chained: list[Slot] = []
-    for group in by_place.values():
-        run: list[Slot] = []
-        for s in sorted(group, key=lambda s: s.first):
-            if run and s.first > max(r.last for r in run):
-                chained.append(_merged(run) if len(run) > 1 else run[0])
-                run = []
-            run.append(s)
-        chained.append(_merged(run) if len(run) > 1 else run[0])
-    live = sorted(
-        (s for s in chained if s.held_at(peak_step)), key=lambda s: (s.allocation, s.offset)
-    )
-    rest = [s for s in chained if not s.held_at(peak_step)]
-    out: list[Slot] = []
-    run = []
-    for s in live:
-        top = max((r.offset + r.size for r in run), default=0)
-        if run and (s.allocation != run[0].allocation or s.offset >= top):
-            out.append(_merged(run) if len(run) > 1 else run[0])
-            run = []
-        run.append(s)
-    if run:
-        out.append(_merged(run) if len(run) > 1 else run[0])
-    return out + rest
-
-
-def live_curve(dump: BufferDump, allocations: list[Allocation]) -> list[int]:
+def live_curve(dump: BufferDump, allocations: list[Allocation], tpu: bool) -> list[int]:
     """The live bytes at each step of the schedule (module docstring)."""
     steps = len(dump.sequence)
     flat = sum(a.size for a in allocations if a.kind in FLAT_KINDS)
@@ -213,29 +140,11 @@ def live_curve(dump: BufferDump, allocations: list[Allocation]) -> list[int]:
         spans = [
             (*_span(dump, v.key, v.instruction, order), v.offset + v.size)
             for v in a.values
-            if not heap_tuple(a, v)
+            if not heap_tuple(a, v, tpu)
         ]
         for step, top in enumerate(_high_water(spans, steps)):
             curve[step] += top
     return curve
-
-
-def peak_step_of(curve: list[int], slots: list[Slot]) -> int:
-    """Of the steps at the curve's maximum, the first at which live buffers hold the most
-    bytes. The heap's high water is often first reached by a small value placed above a
-    large block that is not live yet: a step that explains little of the peak."""
-    peak = max(curve)
-    held = [0] * (len(curve) + 1)
-    for s in slots:
-        first, last = (0, len(curve) - 1) if s.reserved else (s.first, s.last)
-        held[first] += s.size
-        held[last + 1] -= s.size
-    best, best_held, running = curve.index(peak), -1, 0
-    for step, bytes_ in enumerate(curve):
-        running += held[step]
-        if bytes_ == peak and running > best_held:
-            best, best_held = step, running
-    return best
 
 
 def thinned(curve: list[int], peak_step: int, most: int = MAX_TIMELINE) -> list[list[int]]:
@@ -265,7 +174,7 @@ def split_shape(text: str) -> tuple[str, str | None]:
 Origins = dict[str, tuple[str | None, str | None]]
 
 
-def published_buffer(slot: Slot, peak_step: int, origins: Origins) -> MemoryBuffer:
+def published_buffer(slot: Slot, origins: Origins) -> MemoryBuffer:
     shape, layout = split_shape(slot.shape)
     logical = shape_bytes(shape) if layout is not None or not shape.startswith("(") else None
     named = [origins[n] for n in slot.instructions if n in origins]
@@ -279,7 +188,7 @@ def published_buffer(slot: Slot, peak_step: int, origins: Origins) -> MemoryBuff
         op_name=next((o for o, _ in named if o), None),
         source=next((s for _, s in named if s), None),
         live=[slot.first, slot.last],
-        live_at_peak=slot.held_at(peak_step),
+        live_at_peak=slot.at_peak,
         allocation=slot.allocation,
         offset=slot.offset,
     )
@@ -290,37 +199,36 @@ def padding_of(buffer: MemoryBuffer) -> int:
 
 
 def memory_report(
-    dump: BufferDump, hlo: str | None, *, source: str, on_chip: bool = False
+    dump: BufferDump, hlo: str | None, *, source: str, tpu: bool = False
 ) -> MemoryReport:
     """The report of one compiled program (module docstring); `hlo` is its optimized
-    module as the run shows it, for op names and source lines; `on_chip`: a TPU's, whose
-    memory space 1 (VMEM) has its own peak."""
+    module as the run shows it, for op names and source lines; `tpu`: a TPU's, whose
+    memory space 1 (VMEM) has its own peak and whose tuple tables are left out."""
     allocations = device_allocations(dump)
-    curve = live_curve(dump, allocations)
+    curve = live_curve(dump, allocations, tpu)
     peak = max(curve)
-    values = slots_of(dump, allocations)
+    values = slots_of(dump, allocations, tpu)
     peak_step = peak_step_of(curve, values)
-    slots = merge_shared(values, peak_step)
-    slots.sort(key=lambda s: (not s.held_at(peak_step), -s.size, s.allocation, s.offset))
+    slots = attribute_peak(values, peak_step)
+    slots.sort(key=lambda s: (not s.at_peak, -s.size, s.allocation, s.offset))
     shown, rest = slots[:MAX_BUFFERS], slots[MAX_BUFFERS:]
     wanted = {n for s in shown for n in s.instructions}
     found = instruction_origins(hlo, wanted) if hlo else {}
     origins = {k: (o.op_name, o.source) for k, o in found.items()}
-    buffers = [published_buffer(s, peak_step, origins) for s in shown]
+    buffers = [published_buffer(s, origins) for s in shown]
     buffers.sort(key=lambda b: (-b.bytes, b.allocation, b.offset))
-    at_peak = [s for s in slots if s.held_at(peak_step)]
-    by_kind = {k: sum(s.size for s in at_peak if s.kind == k) for k in KINDS}
+    at_peak = [s for s in slots if s.at_peak]
     allocated: dict[str, int] = {}
     for a in allocations:
         allocated[a.kind] = allocated.get(a.kind, 0) + a.size
-    rest_live = [s for s in rest if s.held_at(peak_step)]
+    rest_live = [s for s in rest if s.at_peak]
     padding = sum(padding_of(b) for b in buffers if b.live_at_peak)
-    padding += sum(padding_of(published_buffer(s, peak_step, {})) for s in rest_live)
+    padding += sum(padding_of(published_buffer(s, {})) for s in rest_live)
     return MemoryReport(
         peak_bytes=peak,
         peak_step=peak_step,
         steps=len(curve),
-        by_kind=by_kind,
+        by_kind={k: sum(s.size for s in at_peak if s.kind == k) for k in KINDS},
         padding_bytes=padding,
         unattributed_bytes=peak - sum(s.size for s in at_peak),
         allocated=allocated,
@@ -332,13 +240,13 @@ def memory_report(
             live_at_peak_bytes=sum(s.size for s in rest_live),
         ),
         timeline=thinned(curve, peak_step),
-        not_counted=not_counted(dump),
-        on_chip_peak_bytes=vmem_peak(dump) if on_chip else None,
+        not_counted=not_counted(dump, tpu),
+        on_chip_peak_bytes=vmem_peak(dump, tpu) if tpu else None,
         source=source,
     )
 
 
-def vmem_peak(dump: BufferDump) -> int | None:
+def vmem_peak(dump: BufferDump, tpu: bool = True) -> int | None:
     """The most bytes live at once in memory space 1 (a TPU's VMEM), values added up as
     libtpu adds them for its own peak (no gaps between them counted)."""
     vmem = [a for a in dump.allocations if a.color == 1 and not a.thread_local]
@@ -346,7 +254,7 @@ def vmem_peak(dump: BufferDump) -> int | None:
         return None
     steps = len(dump.sequence)
     live = [0] * (steps + 1)
-    for s in slots_of(dump, vmem):
+    for s in slots_of(dump, vmem, tpu):
         live[s.first] += s.size
         live[s.last + 1] -= s.size
     most = running = 0
