@@ -127,6 +127,7 @@ def _routers() -> tuple[APIRouter, ...]:
         artifact_targets,
         artifacts,
         compare,
+        fit_pages,
         fits,
         hlo_diff,
         matrices,
@@ -155,6 +156,7 @@ def _routers() -> tuple[APIRouter, ...]:
         artifacts.router,
         matrices.router,
         fits.router,
+        fit_pages.router,
     )
 
 

@@ -9,9 +9,13 @@ import io
 from typing import Any
 
 from app.dispatch import Dispatcher
+from app.pages.fit_chart import fit_svg
+from app.pages.runs.memory_fit import gb
 from app.queue.fit_spec import FitSpec, path_for
 from app.queue.fit_state import TargetState, TargetStatus, target_states
+from app.store import Store
 from app.store.fits import LIVE, FitRow, ProbeRow
+from workers.catalog.jaxexport import ArtifactError, DimError, read_header
 from workers.protocol import JobStatus
 
 CSV_COLUMNS = (
@@ -31,6 +35,19 @@ CSV_COLUMNS = (
     "run_at_largest",
     "run_above",
 )
+
+
+ANSWER_KEYS = (
+    "largest_fitting",
+    "largest_is_hi",
+    "peak_bytes_at_largest",
+    "run_at_largest",
+    "value_above",
+    "peak_bytes_above",
+    "refused_above",
+    "run_above",
+)
+"""A target's answer: null until it is proved."""
 
 
 def fit_links(fit_id: str) -> dict[str, str]:
@@ -78,7 +95,7 @@ def _answer(state: TargetState) -> dict[str, Any]:
     the value above with its peak (the proof); nothing until it is proved."""
     step = state.step
     if state.status is not TargetStatus.FOUND:
-        return {"largest_fitting": None, "largest_is_hi": False, "value_above": None}
+        return dict.fromkeys(ANSWER_KEYS) | {"largest_is_hi": False}
     largest = step.largest
     above = step.bracket.over
     at, over = state.probe_at(largest), state.probe_at(above)
@@ -115,8 +132,6 @@ def target_public(
         "hbm_label": c.hbm_label,
         "usable_fraction": c.usable_fraction,
         "usable_bytes": c.usable_bytes,
-        "peak_bytes_at_largest": None,
-        "peak_bytes_above": None,
         **_answer(state),
         "bracket": {"fits": bracket.fits, "over": bracket.over},
         "probes_done": sum(1 for p in state.probes if p.judged),
@@ -149,6 +164,19 @@ def fit_public(fit: FitRow, probes: list[ProbeRow], dispatcher: Dispatcher) -> d
     }
 
 
+def artifact_dimensions(store: Store, sha256: str) -> list[str] | None:
+    """An uploaded function's symbolic dimensions (None when it is not stored, or not
+    an exported function)."""
+    found = store.open_file(sha256)
+    if found is None:
+        return None
+    try:
+        with found:
+            return read_header(found).dimensions()
+    except (ArtifactError, DimError, OSError):
+        return None
+
+
 def load_fit(fit_id: str, dispatcher: Dispatcher) -> dict[str, Any] | None:
     """The search's public JSON, or None when there is no such search."""
     fit = dispatcher.store.get_fit(fit_id) if len(fit_id) <= 64 else None
@@ -171,3 +199,55 @@ def fit_csv(public: dict[str, Any]) -> str:
         }
         writer.writerow(["" if values.get(k) is None else str(values[k]) for k in CSV_COLUMNS])
     return out.getvalue()
+
+
+def _bytes_text(value: int | None) -> str | None:
+    return f"{gb(value)} ({value:,} bytes)" if value is not None else None
+
+
+def _largest_text(public: dict[str, Any], t: dict[str, Any]) -> str:
+    """The answer in words: the value, or why there is none yet (or at all)."""
+    lo, hi = public["range"]
+    if t["status"] != "found":
+        return {"failed": "failed", "cancelled": "cancelled"}.get(t["status"], "searching…")
+    if t["largest_fitting"] is None:
+        return f"none: even {lo:,} does not fit"
+    if t["largest_is_hi"]:
+        return f"{hi:,}: the top of the range fits (a larger one may too)"
+    return f"{t['largest_fitting']:,}"
+
+
+def _progress_text(t: dict[str, Any]) -> str:
+    """Where a target's search stands: compiles done, the bracket, what compiles now."""
+    done = f"{t['probes_done']} compile{'' if t['probes_done'] == 1 else 's'}"
+    bracket = t["bracket"]
+    known = []
+    if bracket["fits"] is not None:
+        known.append(f"{bracket['fits']:,} fits")
+    if bracket["over"] is not None:
+        known.append(f"{bracket['over']:,} does not")
+    pending = [p["value"] for p in t["probes"] if p["status"] in ("queued", "running")]
+    now = f"; compiling {', '.join(f'{v:,}' for v in pending)}" if pending else ""
+    return f"{done}{' · ' + ', '.join(known) if known else ''}{now}"
+
+
+def fit_view(public: dict[str, Any]) -> dict[str, Any]:
+    """The page's table and probe lists, in words and decimal units (GB = 10^9 bytes)."""
+    rows = []
+    for t in public["targets"]:
+        rows.append(
+            {
+                **t,
+                "largest_text": _largest_text(public, t),
+                "peak_text": _bytes_text(t.get("peak_bytes_at_largest")),
+                "above_text": _bytes_text(t.get("peak_bytes_above")),
+                "hbm_text": f"{t['hbm_label']} ({t['hbm_bytes']:,} bytes)",
+                "usable_text": _bytes_text(t["usable_bytes"]),
+                "progress": _progress_text(t),
+                "probe_rows": [
+                    {**p, "peak_text": _bytes_text(p["peak_bytes"])} for p in t["probes"]
+                ],
+            }
+        )
+    live = public["status"] in ("queued", "running")
+    return {"fit": public, "rows": rows, "live": live, "fit_chart": fit_svg(public)}

@@ -205,17 +205,24 @@ def check_fit(spec: FitSpec, store: Store, max_job_bytes: int) -> Problems:
     return problems
 
 
-def _integer_parameter(workload: str, name: str) -> tuple[str, str] | None:
-    """Why `name` is no integer parameter of `workload` (None when it is one)."""
+def integer_parameters(workload: str) -> list[str]:
+    """The integer parameters of a catalog workload, which a search may vary."""
     cls = WORKLOADS.get(workload)
     if cls is None or workload == EXPORTED:
-        known = ", ".join(n for n in WORKLOADS if n != EXPORTED)
-        return "workload", f"no workload {workload[:64]!r} (known: {known}; or give artifact)"
-    integers = [
+        return []
+    return [
         n
         for n, f in cls.model_fields.items()
         if f.annotation is int and f.alias is None and not n.endswith("_")
     ]
+
+
+def _integer_parameter(workload: str, name: str) -> tuple[str, str] | None:
+    """Why `name` is no integer parameter of `workload` (None when it is one)."""
+    if workload not in WORKLOADS or workload == EXPORTED:
+        known = ", ".join(n for n in WORKLOADS if n != EXPORTED)
+        return "workload", f"no workload {workload[:64]!r} (known: {known}; or give artifact)"
+    integers = integer_parameters(workload)
     if name not in integers:
         return (
             "dimension",

@@ -93,3 +93,19 @@ async def play(
         assert posted.status_code == 200, posted.text
         answered.append(grant)
     raise AssertionError(f"more than {most} probes")
+
+
+def symbolic_artifact() -> bytes:
+    """A small function exported with a symbolic batch `b` for cpu, cuda and tpu (in
+    this process, in about a second): what an upload's fit search varies."""
+    import jax
+    import jax.numpy as jnp
+
+    (b,) = jax.export.symbolic_shape("b")
+
+    def forward(x: Any, w: Any) -> Any:
+        return jnp.tanh(x @ w)
+
+    args = (jax.ShapeDtypeStruct((b, 16), jnp.float32), jax.ShapeDtypeStruct((16, 4), jnp.float32))
+    exported = jax.export.export(jax.jit(forward), platforms=("cpu", "cuda", "tpu"))(*args)
+    return bytes(exported.serialize())

@@ -69,6 +69,7 @@ QUEUEING_ROUTES = (
     "/runs/{job_id}/repeat",
     "/tour/compare",
     "/api/v1/fits",
+    "/fits",
 )
 """Every POST route that queues work, each driven below."""
 OTHER_POSTS = (
@@ -77,6 +78,7 @@ OTHER_POSTS = (
     "/api/v1/artifacts",
     "/artifacts",
     "/api/v1/fits/{fit_id}/cancel",
+    "/fits/{fit_id}/cancel",
 )
 """POST routes that queue nothing (the worker API aside)."""
 
@@ -177,10 +179,12 @@ async def test_every_job_the_store_inserts_went_through_admission(
         assert tour.status_code == 303, tour.text
         fit = {"workload": "matmul", "dimension": "m", "range": [1, 64], "targets": ["h100:1"]}
         assert (await client.post("/api/v1/fits", json=fit)).status_code == 202
+        fit_form = "workload=matmul&dimension=m&lo=1&hi=64&step=1&targets=b200%3A1"
+        assert (await client.post("/fits", content=fit_form, headers=FORM)).status_code == 303
 
     assert inserts and all(through for _, through in inserts), inserts
     assert len(inserts) == sum(admitted)
-    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2 + 2  # each route queued its jobs
+    assert len(inserts) >= 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1 + 2 + 2 + 2  # each route queued its jobs
 
 
 async def test_the_upload_run_form_counts_against_rate_and_queue(
