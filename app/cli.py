@@ -1,4 +1,4 @@
-"""The `boundary` command: serve | worker | run | export.
+"""The `boundary` command: serve | worker | run | fit | export | export-fn.
 
 Each subcommand imports what it needs only when it runs, so `boundary serve` never loads
 JAX into the server process and `boundary run` never loads the web stack.
@@ -205,6 +205,12 @@ def _run(argv: list[str]) -> int:
     return run_command(argv)
 
 
+def _fit(argv: list[str]) -> int:
+    from workers.cli.fit import fit_command
+
+    return fit_command(argv)
+
+
 def _export_fn(argv: list[str]) -> int:
     import importlib.util
 
@@ -227,6 +233,7 @@ COMMANDS = {
     "run": _run,
     "export": _export,
     "export-fn": _export_fn,
+    "fit": _fit,
 }
 
 
@@ -234,7 +241,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(
-            "usage: boundary {serve|worker|run|export|export-fn} [options]  (boundary CMD --help)",
+            "usage: boundary {serve|worker|run|fit|export|export-fn} [options]  "
+            "(boundary CMD --help)",
             file=sys.stderr,
         )
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)

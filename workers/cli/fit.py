@@ -1,0 +1,203 @@
+"""`boundary fit`: the largest value of one integer whose compile fits each target, found
+by a server's fit search (POST /api/v1/fits), followed until every target has its
+answer, then printed as a table with the search's page.
+
+    boundary fit WORKLOAD|FILE.jaxexport|SHA256 --dim NAME --range LO:HI [--step N]
+                 --target T [--target T …] --server URL [--token T] [key=value …]
+
+A file is uploaded first; a SHA-256 names a function uploaded already. `--dim NAME` is
+the integer searched (a workload's parameter, or the function's symbolic dimension);
+`--dim NAME=N` fixes another symbolic dimension. Progress (compiles done, the bracket)
+goes to stderr while it runs; Ctrl-C cancels the search. Exit status: 0 when every
+target has its answer, 1 when the search failed or was cancelled, 2 when the server
+refused it (the field at fault named).
+
+Light: the standard library and httpx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workers.cli.export_upload import client_for, post_file
+from workers.cli.run import UsageError, parse_assignments
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
+POLL_S = 1.0
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_RANGE = re.compile(r"^([0-9]+):([0-9]+)$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boundary fit",
+        description="The largest value of one integer whose compile fits each target.",
+    )
+    parser.add_argument("program", help="a workload, an exported function's file, or its SHA-256")
+    parser.add_argument("params", nargs="*", help="other parameters, key=value")
+    parser.add_argument(
+        "--dim", action="append", default=[], help="the integer searched (NAME), or NAME=N"
+    )
+    parser.add_argument("--range", required=True, help="LO:HI, both included")
+    parser.add_argument("--step", type=int, default=1, help="values are LO + k × STEP")
+    parser.add_argument("--target", action="append", required=True, help="e.g. v6e:1x1, h100:1")
+    parser.add_argument("--path", help="one path for every target (default: each its own)")
+    parser.add_argument("--usable-fraction", type=float, help="GPU: share of HBM (0.75)")
+    parser.add_argument("--server", required=True, help="the Boundary server's URL")
+    parser.add_argument("--token", help=f"submission token (default ${SUBMIT_TOKEN_ENV})")
+    parser.add_argument("--json", action="store_true", help="print the search's JSON instead")
+    return parser
+
+
+def search_body(args: argparse.Namespace, artifact: str | None) -> dict[str, Any]:
+    """The POST /api/v1/fits body the command line describes (UsageError naming a word)."""
+    searched = [d for d in args.dim if "=" not in d]
+    if len(searched) != 1 or not _NAME.match(searched[0]):
+        raise UsageError("--dim: name the one integer searched, e.g. --dim batch")
+    found = _RANGE.match(args.range)
+    if found is None:
+        raise UsageError(f"--range {args.range!r}: expected LO:HI, e.g. 1:65536")
+    params = parse_assignments(args.params)
+    fixed = [d for d in args.dim if "=" in d]
+    if fixed:
+        dims = parse_assignments(fixed)
+        params["dims"] = {**(params.get("dims") or {}), **dims}
+    body: dict[str, Any] = {
+        "params": params,
+        "dimension": searched[0],
+        "range": [int(found[1]), int(found[2])],
+        "step": args.step,
+        "targets": args.target,
+    }
+    body.update({"artifact": artifact} if artifact else {"workload": args.program})
+    if args.path:
+        body["path"] = args.path
+    if args.usable_fraction is not None:
+        body["usable_fraction"] = args.usable_fraction
+    return body
+
+
+def _artifact(program: str, client: Any, base: str) -> str | None:
+    """The SHA-256 of the function `program` names (a file is uploaded first); None when
+    `program` is a workload's name."""
+    if _SHA.match(program):
+        return program
+    path = Path(program)
+    if not path.is_file():
+        return None
+    sha = post_file(client, base, path.read_bytes(), "exported")
+    print(f"uploaded {path.name}: {base}/artifacts/{sha}", file=sys.stderr)
+    return sha
+
+
+def _detail(response: Any) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return str(response.text[:500])
+    if isinstance(detail, list):
+        return "; ".join(f"{d.get('field') or 'body'}: {d.get('message')}" for d in detail)
+    return str(detail)
+
+
+def progress_line(target: dict[str, Any]) -> str:
+    """One target's progress: compiles done, the bracket, what compiles now."""
+    bracket = target["bracket"]
+    known = [
+        f"{bracket['fits']:,} fits" if bracket["fits"] is not None else "",
+        f"{bracket['over']:,} does not" if bracket["over"] is not None else "",
+    ]
+    pending = [f"{p['value']:,}" for p in target["probes"] if p["status"] in ("queued", "running")]
+    parts = [f"{target['probes_done']} compiles", *[k for k in known if k]]
+    if pending:
+        parts.append(f"compiling {', '.join(pending)}")
+    return f"[{target['target']}] {target['status']}: " + " · ".join(parts)
+
+
+def _gb(value: int | None) -> str:
+    """Bytes in decimal units, three significant digits, as the page shows them."""
+    if value is None:
+        return "—"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value / 1e3:.3g} kB"
+
+
+def table(fit: dict[str, Any]) -> list[str]:
+    """The answer per target as text, the way the page's table reads."""
+    lo, hi = fit["range"]
+    lines = [f"largest {fit['dimension']} that fits, in {lo:,} … {hi:,} (GB = 10^9 bytes):"]
+    for t in fit["targets"]:
+        if t["status"] != "found":
+            answer = f"{t['status']}{': ' + t['reason'] if t['reason'] else ''}"
+        elif t["largest_fitting"] is None:
+            answer = f"none: even {lo:,} does not fit ({_gb(t['peak_bytes_above'])})"
+        else:
+            answer = f"{t['largest_fitting']:,} (peak {_gb(t['peak_bytes_at_largest'])})"
+            if t["largest_is_hi"]:
+                answer += ", the top of the range"
+            else:
+                above = "refused" if t["refused_above"] else _gb(t["peak_bytes_above"])
+                answer += f"; {t['value_above']:,}: {above}"
+        lines.append(f"  {t['target']:<9} {answer}")
+        lines.append(f"  {'':<9} {t['criterion']}; {t['probes_done']} compiles")
+    return lines
+
+
+def follow(client: Any, base: str, fit_id: str, *, quiet: bool) -> dict[str, Any]:
+    """The search once it ended, its progress said on stderr as it changes."""
+    said: dict[str, str] = {}
+    while True:
+        response = client.get(f"{base}/api/v1/fits/{fit_id}")
+        response.raise_for_status()
+        fit: dict[str, Any] = response.json()
+        for target in fit["targets"]:
+            line = progress_line(target)
+            if not quiet and said.get(target["target"]) != line:
+                print(line, file=sys.stderr, flush=True)
+                said[target["target"]] = line
+        if fit["status"] not in ("queued", "running"):
+            return fit
+        time.sleep(POLL_S)
+
+
+def fit_command(argv: list[str]) -> int:
+    args = build_parser().parse_intermixed_args(argv)
+    base = args.server.rstrip("/")
+    token = args.token or os.environ.get(SUBMIT_TOKEN_ENV) or None
+    with client_for(token, timeout=60.0) as client:
+        try:
+            body = search_body(args, _artifact(args.program, client, base))
+        except (UsageError, ValueError) as exc:
+            print(f"boundary fit: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+        response = client.post(f"{base}/api/v1/fits", json=body)
+        if response.status_code != 202:
+            print(
+                f"boundary fit: the server refused the search: {_detail(response)}", file=sys.stderr
+            )
+            return EXIT_REFUSED
+        fit_id = response.json()["id"]
+        page = f"{base}/fits/{fit_id}"
+        print(f"fit search {fit_id}: {page}", file=sys.stderr)
+        try:
+            fit = follow(client, base, fit_id, quiet=args.json)
+        except KeyboardInterrupt:
+            client.post(f"{base}/api/v1/fits/{fit_id}/cancel")
+            print(f"cancelled the search: {page}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    if args.json:
+        print(json.dumps(fit, indent=1))
+    else:
+        print("\n".join([*table(fit), f"fit page  {page}"]))
+    return EXIT_OK if fit["status"] == "done" else EXIT_FAILED
