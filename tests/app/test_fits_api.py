@@ -176,3 +176,23 @@ async def test_a_probe_that_fails_fails_its_target_and_says_why(
     (target,) = fit["targets"]
     assert target["status"] == "failed" and "the compiler crashed" in target["reason"]
     assert "h100:1: the probe at" in fit["reason"]
+
+
+class TestRetention:
+    """With a server that keeps no finished job for long."""
+
+    @pytest.fixture
+    def bench_settings(self, bench_settings: Settings) -> Settings:
+        return bench_settings.model_copy(update={"RETAIN_DAYS": 1e-12})
+
+    async def test_an_ended_search_goes_with_its_probes_jobs_a_live_one_stays(
+        self, bench_client: httpx.AsyncClient, bench_dispatcher: Any
+    ) -> None:
+        one = {**SEARCH, "targets": ["h100:1"]}
+        ended = (await bench_client.post("/api/v1/fits", json=one)).json()["id"]
+        await play(await probe_worker(bench_client, ["h100:1"]), PEAK)
+        live = (await bench_client.post("/api/v1/fits", json=one)).json()["id"]
+        bench_dispatcher.prune()
+        assert (await bench_client.get(f"/api/v1/fits/{ended}")).status_code == 404
+        kept = (await bench_client.get(f"/api/v1/fits/{live}")).json()
+        assert kept["status"] == "queued" and len(kept["targets"][0]["probes"]) == 2

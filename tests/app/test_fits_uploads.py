@@ -99,6 +99,7 @@ async def test_real_compiles_prove_the_answer_by_the_stated_criterion(
         peak = run["memory_analysis"]["peak_bytes"]
         assert probe["peak_bytes"] == peak and probe["fits"] == (peak <= usable)
         assert run["job"]["dumps"] == "none" and not run["artifacts"]["ptx"]
+        assert run["memory_report"] is not None  # where its memory goes, on its page
         assert "not asked for" in run["target"]["compile_timing"]
     largest = target["largest_fitting"]
     assert target["peak_bytes_at_largest"] <= usable
