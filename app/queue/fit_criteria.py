@@ -35,6 +35,12 @@ _REFUSAL = re.compile(
     r"required for HLO temporaries \((?P<need>[\d.]+)(?P<need_unit>[KMGT])\) exceeds "
     r"available HBM \((?P<have>[\d.]+)(?P<have_unit>[KMGT])\)"
 )
+_OVER_CAPACITY = re.compile(
+    r"Used (?P<need>[\d.]+)(?P<need_unit>[KMGT]) of (?P<have>[\d.]+)(?P<have_unit>[KMGT]) "
+    r"hbm\. Exceeded hbm capacity by (?P<over>[\d.]+)(?P<over_unit>[KMGT])"
+)
+"""libtpu's other form, for a program just over: what it used, of what it keeps, and by
+how much it went over."""
 _SCALE = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 """libtpu writes sizes in binary multiples (31.25G of a 32 GiB chip)."""
 
@@ -113,11 +119,12 @@ def criterion_of(target: Target, usable_fraction: float | None = None) -> Criter
 
 
 def refusal_figures(message: str) -> tuple[int, int] | None:
-    """(bytes the program needs, bytes libtpu keeps) from libtpu's out-of-HBM refusal,
-    or None when the message gives no figures."""
-    found = _REFUSAL.search(message)
+    """(bytes the program needs, bytes libtpu keeps) from libtpu's out-of-HBM refusal
+    (either of its forms), or None when the message gives no figures."""
+    found = _REFUSAL.search(message) or _OVER_CAPACITY.search(message)
     if found is None:
         return None
     need = round(float(found["need"]) * _SCALE[found["need_unit"]])
-    have = round(float(found["have"]) * _SCALE[found["have_unit"]])
-    return need, have
+    if "over" in found.groupdict():
+        need += round(float(found["over"]) * _SCALE[found["over_unit"]])
+    return need, round(float(found["have"]) * _SCALE[found["have_unit"]])

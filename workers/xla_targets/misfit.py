@@ -2,10 +2,13 @@
 
 XLA:GPU compiles a program whatever its size, and its `memory_analysis()` shows by how
 much it does not fit. libtpu refuses instead: its compile fails with RESOURCE_EXHAUSTED,
-"Ran out of memory on HBM, the total memory required for HLO temporaries (136.00G)
-exceeds available HBM (31.25G)". Both answer the question a compile-only run asks
-("does it fit?"), so both become a finished run that shows the misfit; here the
-refusal's own figures are read back.
+in one of two forms (libtpu 0.0.42): "Ran out of memory on HBM, the total memory required
+for HLO temporaries (136.00G) exceeds available HBM (31.25G)", or, for a program just
+over, "E1000: CompileTimeHbmOom: … Ran out of memory in memory space hbm. Used 31.25G of
+31.25G hbm. Exceeded hbm capacity by 6.75M." Both answer the question a compile-only run
+asks ("does it fit?"), so both become a finished run that shows the misfit; here the
+refusal's own figures are read back (in the second form, what it needs is what it used
+and the excess).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from dataclasses import dataclass
 _HBM = re.compile(
     r"HLO temporaries \((?P<temp>[\d.]+)(?P<unit>[KMGT])\) exceeds available HBM "
     r"\((?P<hbm>[\d.]+)(?P<hbm_unit>[KMGT])\)"
+)
+_CAPACITY = re.compile(
+    r"Used (?P<used>[\d.]+)(?P<unit>[KMGT]) of (?P<hbm>[\d.]+)(?P<hbm_unit>[KMGT]) hbm\. "
+    r"Exceeded hbm capacity by (?P<over>[\d.]+)(?P<over_unit>[KMGT])"
 )
 _SCALE = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 """libtpu writes sizes with binary multiples (31.25G is what it keeps of a 32 GiB chip)."""
@@ -37,12 +44,19 @@ def hbm_misfit(exc: BaseException) -> Misfit | None:
     """The misfit `exc` reports when it is libtpu's out-of-HBM refusal, else None (a
     refusal for another reason, such as scoped VMEM, is no answer to "does it fit")."""
     text = str(exc)
-    if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text:
+    if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text.upper():
         return None
     message = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0][:300]
     found = _HBM.search(text)
-    if found is None:
-        return Misfit(message, None, None)
-    temp = round(float(found["temp"]) * _SCALE[found["unit"]])
-    hbm = round(float(found["hbm"]) * _SCALE[found["hbm_unit"]])
-    return Misfit(message, temp, hbm)
+    if found is not None:
+        temp = _bytes(found["temp"], found["unit"])
+        return Misfit(message, temp, _bytes(found["hbm"], found["hbm_unit"]))
+    over = _CAPACITY.search(text)
+    if over is not None:
+        used = _bytes(over["used"], over["unit"]) + _bytes(over["over"], over["over_unit"])
+        return Misfit(message, used, _bytes(over["hbm"], over["hbm_unit"]))
+    return Misfit(message, None, None)
+
+
+def _bytes(figure: str, unit: str) -> int:
+    return round(float(figure) * _SCALE[unit])
