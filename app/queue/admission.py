@@ -1,8 +1,9 @@
 """Admission: what every route that queues work goes through.
 
 `Admission.queue(client, jobs)` alone decides whether validated jobs may enter the queue,
-and queues them; nothing else calls the dispatcher's `submit`. It holds these rules, each
-counted per job (a matrix counts its cells):
+and queues them; nothing else calls the dispatcher's `submit` (a fit search's later probes,
+which the server plans as earlier ones end, come through it too). It holds these rules,
+each counted per job (a matrix counts its cells, a fit search its probes):
 
 - the client's rate: SUBMIT_RATE jobs a minute;
 - the queue's room: MAX_QUEUE queued jobs in all;
