@@ -362,9 +362,14 @@ def _at(data: Any, path: tuple[str | int, ...]) -> Any:
 
 
 def _set(data: Any, path: tuple[str | int, ...], value: Any) -> None:
+    """Put `value` at `path`; nothing when an earlier lie already replaced a part above it
+    with a value that has no parts (e.g. `measurements[0].stats` forged to None)."""
     for key in path[:-1]:
+        if not isinstance(data, dict | list):
+            return
         data = data[key]
-    data[path[-1]] = value
+    if isinstance(data, dict | list):
+        data[path[-1]] = value
 
 
 values = st.one_of(
