@@ -144,7 +144,7 @@ def compile_for_target(program: TargetProgram, job: JobSpec, target: Target) -> 
         plan = read_plan(folder)
     if plan.dump is None:  # a cache hit writes no dump
         plan = plan_again(program.lowered, compile_options(job))
-    return Compiled(compiled, None, seconds, plan)
+    return Compiled(compiled, None, seconds, plan, memory_of(compiled, target))
 
 
 def mesh_words(program: TargetProgram, target: Target, placement: str | None) -> str | None:
@@ -214,10 +214,7 @@ def run_deviceless(
 
 def _notes(job: JobSpec, target: Target, program: TargetProgram, outcome: Compiled) -> list[str]:
     notes = [counts_note(target, program.workload)]
-    if outcome.compiled is not None:
-        notes.append(memory_of(outcome.compiled, target)[2])
-    else:
-        notes.append(MISFIT_NOTE)
+    notes.append(outcome.memory[2] if outcome.memory is not None else MISFIT_NOTE)
     if job.compiler_options:
         notes.append(f"compiled with {as_text(job.compiler_options)}")
     return notes
@@ -264,7 +261,7 @@ def _measured(
         artifacts=artifacts,
         hlo_summary=summary,
         cost_analysis=compiled_costs(compiled) if tpu else None,
-        memory_analysis=memory_of(compiled, target)[0] if compiled is not None else None,
+        memory_analysis=outcome.memory[0] if outcome.memory is not None else None,
         work=work_of(program.workload, params, compiled),
         warnings=deviceless_warnings(job, target, outcome, program.scaled is not None, summary),
         extra={

@@ -143,6 +143,8 @@ class Compiled:
     misfit: Misfit | None
     seconds: float
     plan: Plan | None = None
+    memory: tuple[MemoryAnalysis | None, TargetMemory, str] | None = None
+    """`memory_of(compiled, target)`, read once from the executable."""
 
 
 def timing_note(target: Target, outcome: Compiled, dumps: Dumps) -> str:
@@ -213,8 +215,8 @@ def target_report(
         deviceless=True,
         arch=target.chip.cuda_arch,
         memory=(
-            memory_of(outcome.compiled, target)[1]
-            if outcome.compiled is not None
+            outcome.memory[1]
+            if outcome.memory is not None
             else misfit_memory(outcome.misfit, target)
             if outcome.misfit is not None
             else None
