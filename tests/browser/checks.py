@@ -96,6 +96,8 @@ _BUTTON_STYLES = """() => {
   const out = new Set();
   for (const b of document.querySelectorAll('button, a.primary, a.button')) {
     if (!b.getClientRects().length) continue;
+    // A pressed toggle shows the same button's other state, not another style.
+    if (b.getAttribute('aria-pressed') === 'true') continue;
     const s = getComputedStyle(b);
     out.add([s.backgroundColor, s.color, s.borderRadius, s.fontSize].join(' / '));
   }
