@@ -1,4 +1,4 @@
-"""The `boundary` command: serve | worker | run | fit | export | export-fn.
+"""The `boundary` command: serve | worker | run | fit | export | export-fn | mcp.
 
 Each subcommand imports what it needs only when it runs, so `boundary serve` never loads
 JAX into the server process and `boundary run` never loads the web stack.
@@ -227,6 +227,12 @@ def _export_fn(argv: list[str]) -> int:
     return export_command(argv)
 
 
+def _mcp(argv: list[str]) -> int:
+    from app.mcp.stdio import mcp_command
+
+    return mcp_command(argv)
+
+
 COMMANDS = {
     "serve": _serve,
     "worker": _worker,
@@ -234,6 +240,7 @@ COMMANDS = {
     "export": _export,
     "export-fn": _export_fn,
     "fit": _fit,
+    "mcp": _mcp,
 }
 
 
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(
-            "usage: boundary {serve|worker|run|fit|export|export-fn} [options]  "
+            "usage: boundary {serve|worker|run|fit|export|export-fn|mcp} [options]  "
             "(boundary CMD --help)",
             file=sys.stderr,
         )

@@ -211,4 +211,11 @@ def create_app(
     inner: ASGIApp = (
         DeferredApp(lambda: build_api(state), on_build_failure) if defer else build_api(state)[0]
     )
-    return FastPath(inner, build_resources(state))
+    if not settings.MCP:
+        return FastPath(inner, build_resources(state))
+    from app.mcp.mount import McpMount
+
+    mount = McpMount(inner, settings)  # /mcp, off unless BOUNDARY_MCP=1
+    app = FastPath(mount, build_resources(state))
+    mount.loop_back = app  # its tools call the API through the whole app, in-process
+    return app

@@ -179,6 +179,11 @@ class Settings(BaseSettings):
     MAX_STREAMS: int = Field(
         default=1000, ge=1, description="Open event streams in all; more get 503."
     )
+    MCP: bool = Field(
+        default=False,
+        description="Serve the MCP endpoint at /mcp (streamable HTTP) for coding assistants; "
+        "its tools go through the HTTP API, with the caller's bearer token.",
+    )
 
     @field_validator("DB", mode="before")
     @classmethod

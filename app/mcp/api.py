@@ -1,0 +1,83 @@
+"""The tools' one way into Boundary: its HTTP API, through an httpx client.
+
+Both transports use it: `boundary mcp` with a client of a running server (the user's
+token as the bearer), the server's /mcp endpoint with an in-process client of the same
+app (the caller's own bearer token and address). Every refusal is therefore the API's
+own (admission, caps, validation, the token) and reaches the assistant as a ToolError
+carrying the API's message, never a stack trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import httpx
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+
+ERROR_TEXT_CHARS = 2_000
+"""The most of an error body (not JSON) repeated to the assistant."""
+
+
+class BoundaryApi:
+    """The HTTP API of one Boundary server, for one tool call."""
+
+    def __init__(self, client: httpx.AsyncClient, public_base: str) -> None:
+        self.client = client
+        self.public_base = public_base.rstrip("/")
+
+    def address(self, path: str) -> str:
+        """The absolute address of `path` (a page, a run) on the server, for a person."""
+        return self.public_base + path
+
+    async def get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        """The JSON the API answers a GET of `path` with; ToolError for a refusal."""
+        return (await self._send("GET", path, params=params)).json()
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        """The JSON the API answers a POST of `body` to `path` with; ToolError for a refusal."""
+        return (await self._send("POST", path, json=body)).json()
+
+    async def text(self, path: str) -> tuple[str, bool]:
+        """The text at `path`, and whether the server stored it cut (its own cap)."""
+        response = await self._send("GET", path)
+        return response.text, response.headers.get("x-boundary-truncated") == "true"
+
+    async def _send(self, method: str, path: str, **options: Any) -> httpx.Response:
+        try:
+            response = await self.client.request(method, path, **options)
+        except httpx.TransportError as exc:
+            raise ToolError(
+                f"cannot reach the Boundary server at {self.public_base}: {exc!s}"[:500]
+            ) from None
+        if response.is_success:
+            return response
+        raise ToolError(refusal_message(response))
+
+
+def refusal_message(response: httpx.Response) -> str:
+    """What the API said when it refused: its own message (each field's, for a 422),
+    with the status, and when to try again for a 429 or 503."""
+    status = f"HTTP {response.status_code}"
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = response.text[:ERROR_TEXT_CHARS] or response.reason_phrase
+    said = "; ".join(_problem(p) for p in detail) if isinstance(detail, list) else str(detail)
+    retry = response.headers.get("retry-after")
+    later = f" (retry after {retry} s)" if retry else ""
+    return f"refused by the Boundary API ({status}): {said}{later}"
+
+
+def _problem(problem: Any) -> str:
+    if isinstance(problem, dict) and "message" in problem:
+        field = problem.get("field")
+        return f"{field}: {problem['message']}" if field else str(problem["message"])
+    return str(problem)
+
+
+Connect = Callable[[Context | None], AbstractAsyncContextManager[BoundaryApi]]
+"""How a tool reaches the API for the request `Context` it serves (None for a resource
+read, which needs no token): a client for that caller, closed after the call."""
