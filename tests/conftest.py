@@ -120,9 +120,10 @@ def reader_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server as `boundary serve` starts by default: with one local CPU worker, which
-    also compiles for targets without the hardware (its worker token set, not generated).
-    The tests that share it each read only the runs and artifacts they made."""
-    env = {"BOUNDARY_WORKER_TOKEN": SERVER_WORKER_TOKEN}
+    also compiles for targets without the hardware (its worker token set, not generated),
+    and the MCP endpoint at /mcp on. The tests that share it each read only the runs and
+    artifacts they made."""
+    env = {"BOUNDARY_WORKER_TOKEN": SERVER_WORKER_TOKEN, "BOUNDARY_MCP": "1"}
     yield from serve(tmp_path_factory.mktemp("bench"), workers=1, env=env)
 
 

@@ -69,6 +69,7 @@ def build_server(connect: Connect) -> MCPServer:
     server = MCPServer("boundary", instructions=INSTRUCTIONS, log_level="WARNING")
     _catalog_tools(server, connect)
     _compile_tools(server, connect)
+    _run_tool(server, connect)
     _search_tools(server, connect)
     add_cards(server, connect)
     return server
@@ -154,6 +155,8 @@ def _compile_tools(server: MCPServer, connect: Connect) -> None:
         async with connect(ctx) as api:
             return bounded(await calls.memory_report(api, run_id, top))
 
+
+def _run_tool(server: MCPServer, connect: Connect) -> None:
     @server.tool(structured_output=False)
     async def run(
         ctx: Context,
