@@ -51,11 +51,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(data: Path) -> Iterator[str]:
-    """`boundary serve --workers 1` on a free port, its database in `data`; its URL."""
+def serve(data: Path, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """`boundary serve --workers 1` on a free port, its database in `data`, with
+    `settings` (e.g. {"BOUNDARY_JOB_TIMEOUT_S": "1800"}) and no other BOUNDARY_ variable
+    of this process; its URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOUNDARY_")}
     env["BOUNDARY_DB"] = str(data / "db.sqlite3")
+    env.update(settings or {})
     log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
     command = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
