@@ -21,7 +21,11 @@ memory_analysis()). Checked per program × target, as the issue states them:
 - peak: the report's peak within 1% of memory_analysis()'s, by the design note's rule
   (docs/design/memory-report.md): on a TPU libtpu's own peak_memory_in_bytes; on a GPU
   arguments + outputs + temporaries − aliased bytes (its allocations; a donated argument
-  counted once), constants being left out of memory_analysis() and tiny;
+  counted once), constants being left out of memory_analysis() and tiny; where libtpu's
+  figure counts VMEM's peak in place of a smaller HBM heap (tiny programs), that rule's
+  figure, said so on the row;
+- per device: the report's parameter bytes are memory_analysis()'s argument bytes (one
+  device's: an 8-device program's batch is split 8 ways);
 - curve: the curve's maximum is the peak, reached at peak_step;
 - sum: the buffers live at the peak (those listed plus those counted in `other`) and the
   unattributed bytes add up to the peak exactly;
@@ -183,10 +187,6 @@ def memory_of(client: httpx.Client, url: str, job_id: str, timeout: float) -> di
         raise RuntimeError(f"no memory report for {job_id}: {response.text[:500]}")
     report: dict[str, Any] = response.json()
     return report
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3f} GiB"
 
 
 def checks(program: Program, target: str, m: dict[str, Any], out: Outcome) -> list[Check]:
