@@ -35,6 +35,13 @@ def anyio_backend() -> str:
 SERVERS = {"reader_server", "bench_server"}
 """The session's servers (below): a test that uses one is end-to-end."""
 SHARED_SCOPES = {"module", "class", "package"}
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+"""Tests measured over 3 s in a full run (scripts/slow_tests.py writes it): marked `slow`."""
+
+
+def measured_slow() -> set[str]:
+    lines = SLOW_LIST.read_text().splitlines() if SLOW_LIST.exists() else []
+    return {line for line in lines if line and not line.startswith("#")}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these marks, and xdist groups
@@ -42,8 +49,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks what a test needs from the fixtures it uses, so that `./scripts/test --quick`
     leaves it out: `postgresql` for the cluster, `e2e` for a session's server. And a module
     whose tests share a module-scoped fixture (a Chromium, a server, runs made for its
-    pages) runs in one pytest-xdist process (`--dist loadgroup`), which makes it once."""
+    pages) runs in one pytest-xdist process (`--dist loadgroup`), which makes it once.
+    `slow` for the tests tests/slow_tests.txt lists."""
+    slow = measured_slow()
     for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
         names = set(getattr(item, "fixturenames", ()))
         if "pg_cluster" in names:
             item.add_marker(pytest.mark.postgresql)
