@@ -157,7 +157,12 @@ def test_healthz_answers_while_connections_pipeline_a_large_file_and_read_nothin
     assert [status for status, _ in seen] == [200] * 6
     assert max(seconds for _, seconds in seen) < 1.0
     if clients == 1:
-        assert statuses.count(200) == 10 and statuses.count(429) == 10
+        # Ten at once, the rest refused; but one that arrives after a served one stalled
+        # for DISPLACE_AFTER_S displaces it and is served too (a busy machine connects the
+        # twenty slowly enough for that): so ten or more served, and some refused.
+        served = statuses.count(200)
+        assert served >= 10 and statuses.count(429) >= 1
+        assert served + statuses.count(429) == 20
     else:
         assert statuses == [200] * 20
     assert all(closed)  # displaced, or closed at the write deadline
