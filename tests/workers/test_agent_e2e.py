@@ -339,7 +339,8 @@ def test_cancel_kills_the_runner_and_sigterm_gives_the_lease_back(
     c.wait(lambda: not hang.exists(), 60, "the job to start hanging")
     assert c.client.post(f"/api/v1/jobs/{hung}/cancel").json()["status"] == "cancelled"
     after = c.submit()
-    assert c.wait_status(after, {"done", "failed"})["status"] == "done"
+    ended = c.wait_status(after, {"done", "failed"})
+    assert ended["status"] == "done", ended  # its error, when it failed
 
     # SIGTERM to the whole process group (as a service manager sends it): the runner
     # ignores it and the worker finishes its job first; a second SIGTERM to the worker
