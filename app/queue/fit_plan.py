@@ -34,7 +34,7 @@ it fits, and the next value does not.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -153,7 +153,7 @@ def next_step(
     order they were planned; `limit_bytes` is the peak the prediction aims at (None:
     no prediction). With `predict=False` the search is plain bisection from the start
     (the yardstick the planner is measured against)."""
-    known = _Known.of(grid, probes)
+    known = _Known.of(grid, _informative(probes, limit_bytes))
     bracket = known.bracket(grid)
     if known.unknown == 0:
         largest = grid.value(known.fit) if known.fit >= 0 else None
@@ -169,6 +169,21 @@ def next_step(
     # The prediction itself, or the value past it when it is proved to fit already.
     value = grid.value(max(predicted, known.fit + 1))
     return Step((value,), How.PREDICT, bracket, predicted=grid.value(max(predicted, 0)))
+
+
+def _informative(probes: list[Probe], limit_bytes: int | None) -> list[Probe]:
+    """`probes`, each refused one's peak forgotten where it is not above the limit: that
+    figure understates what the program needs (libtpu rounds its refusal to the limit
+    itself, "31.25G exceeds available HBM (31.25G)"), and a line drawn through it
+    predicts the refused value again and again."""
+    if limit_bytes is None:
+        return probes
+    return [
+        replace(p, peak_bytes=None)
+        if not p.fits and p.peak_bytes is not None and p.peak_bytes <= limit_bytes
+        else p
+        for p in probes
+    ]
 
 
 def _stalled(grid: Grid, probes: list[Probe], seeds: int) -> bool:

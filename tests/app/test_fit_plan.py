@@ -229,3 +229,37 @@ def test_a_grid_must_hold_its_ends() -> None:
     with pytest.raises(ValueError, match="not a grid"):
         Grid(1, 10, 4)
     assert Grid(8, 64, 8).index(12) is None and Grid(8, 64, 8).index(64) == 7
+
+
+def test_a_refusal_that_reports_only_the_limit_costs_no_more_compiles() -> None:
+    """libtpu may refuse a program just over the limit with the limit itself as its figure
+    ("31.25G exceeds available HBM (31.25G)"): that figure says nothing of the slope, and
+    the search takes at most one compile more than with the program's real peak (it took
+    up to five more, predicting the refused value again and again)."""
+    grid, limit, rounding = Grid(1, 65_536, 1), 33_554_432_000, 10 * 2**20
+    rng = random.Random(7)
+    extra: list[int] = []
+    for _ in range(60):
+        slope, where, curve = rng.randint(10**5, 10**8), rng.uniform(2, 60_000), rng.random() / 3
+
+        def peak(v: int, slope: int = slope, where: float = where, curve: float = curve) -> int:
+            return int(limit - slope * where * (1 + curve) + slope * v * (1 + curve * v / where))
+
+        def refused_at_limit(v: int, peak: Peak = peak) -> int:
+            return limit if limit < peak(v) < limit + rounding else peak(v)
+
+        real = search(grid, peak, limit)
+        shown = search_reported(grid, peak, refused_at_limit, limit)
+        assert shown[0] == real[0] == boundary(grid, peak, limit)
+        extra.append(shown[1] - real[1])
+    assert max(extra) <= 1, extra
+
+
+def search_reported(grid: Grid, peak: Peak, reported: Peak, limit: int) -> tuple[int | None, int]:
+    """`search`, where each compile's verdict comes from `peak` but its figure from
+    `reported`."""
+    probes: list[Probe] = []
+    while not (step := next_step(grid, probes, limit)).done:
+        probes += [Probe(v, peak(v) <= limit, reported(v)) for v in step.values]
+        assert len(probes) <= bound(grid), "past the bound on compiles"
+    return step.largest, len(probes)
