@@ -1,4 +1,4 @@
-"""Acceptance check of fit searches (issue 38) on exported programs with a symbolic
+"""Acceptance check of fit searches on exported programs with a symbolic
 dimension, yours or its own: the server's answer, confirmed outside Boundary.
 
     .venv/bin/python bench/fit_confirm.py [FILE.jaxexport ...] [--target v6e:1x1 ...]

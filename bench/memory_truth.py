@@ -1,4 +1,4 @@
-"""Acceptance check of the memory report (issue 36) on real exported programs, yours or
+"""Acceptance check of the memory report on real exported programs, yours or
 its own, through a real Boundary server, confirmed outside Boundary with plain JAX.
 
     .venv/bin/python bench/memory_truth.py [FILE.jaxexport ...] [--target v6e:1x1 --target b200:1]
