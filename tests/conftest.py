@@ -34,7 +34,6 @@ def anyio_backend() -> str:
 
 SERVERS = {"reader_server", "bench_server"}
 """The session's servers (below): a test that uses one is end-to-end."""
-SHARED_SCOPES = {"module", "class", "package"}
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 """Tests measured over 3 s in a full run (scripts/slow_tests.py writes it): marked `slow`."""
 
@@ -44,13 +43,11 @@ def measured_slow() -> set[str]:
     return {line for line in lines if line and not line.startswith("#")}
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks, and xdist groups
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Marks what a test needs from the fixtures it uses, so that `./scripts/test --quick`
-    leaves it out: `postgresql` for the cluster, `e2e` for a session's server. And a module
-    whose tests share a module-scoped fixture (a Chromium, a server, runs made for its
-    pages) runs in one pytest-xdist process (`--dist loadgroup`), which makes it once.
-    `slow` for the tests tests/slow_tests.txt lists."""
+    leaves it out: `postgresql` for the cluster, `e2e` for a session's server; and `slow`
+    for the tests tests/slow_tests.txt lists."""
     slow = measured_slow()
     for item in items:
         if item.nodeid in slow:
@@ -60,10 +57,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgresql)
         if names & SERVERS:
             item.add_marker(pytest.mark.e2e)
-        info = getattr(item, "_fixtureinfo", None)
-        scopes = {d[-1].scope for d in info.name2fixturedefs.values() if d} if info else set()
-        if scopes & SHARED_SCOPES:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 # --- the store's databases ------------------------------------------------------------------
