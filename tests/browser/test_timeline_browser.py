@@ -15,6 +15,7 @@ import re
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -104,11 +105,12 @@ def picture(visit: Visit) -> bytes:
 
 
 def alike(a: bytes, b: bytes) -> bool:
-    """Whether two pictures show the same view: all but a sliver of their bytes agree
-    (the viewer's title bar may redraw a few pixels between two screenshots)."""
+    """Whether two pictures show the same view: all but 0.05% of their bytes agree
+    (the title bar redrew 36 bytes of 2,166,261 between two screenshots; a zoom changes
+    about 0.6%)."""
     if len(a) != len(b):
         return False
-    return sum(x != y for x, y in zip(a, b, strict=True)) <= len(a) // 200
+    return sum(x != y for x, y in zip(a, b, strict=True)) <= len(a) // 2000
 
 
 def settled(visit: Visit, within_s: float = 10.0) -> bytes:
@@ -121,6 +123,16 @@ def settled(visit: Visit, within_s: float = 10.0) -> bytes:
             return now
         last = now
     raise AssertionError(f"the timeline kept changing for {within_s} s")
+
+
+def comes_to(visit: Visit, wanted: Callable[[bytes], bool], within_s: float = 15.0) -> bool:
+    """Whether the viewer's picture comes to one `wanted` accepts within `within_s` (a
+    zoom is drawn over several frames, later on a busy machine)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if wanted(picture(visit)):
+            return True
+    return False
 
 
 # Elements in the viewer a person sees whose text is only emoji: empty boxes where the
@@ -165,9 +177,9 @@ def test_the_timeline_opens_offline_on_the_xla_ops_with_buttons_for_a_phone(
     whole = settled(visit)
     click(visit, "In")
     click(visit, "Later")
-    assert not alike(settled(visit), whole)
+    assert comes_to(visit, lambda now: not alike(now, whole))
     click(visit, "Whole trace")
-    assert alike(settled(visit), whole)
+    assert comes_to(visit, lambda now: alike(now, whole))
     # The table by self time of the first thread holds the compiled program's op.
     click(visit, "Sandwich")
     expect(visit.page.get_by_role("button", name="Sandwich")).to_have_attribute(
