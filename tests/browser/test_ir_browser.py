@@ -20,6 +20,16 @@ from tests.servers import SERVER_WORKER_TOKEN
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 LONG_TASK_MS = 200
+CALIBRATION = """() => {
+  const t0 = performance.now();
+  const a = [];
+  for (let i = 0; i < 300000; i++) a.push((i * 7919) % 100003);
+  a.sort((x, y) => x - y);
+  return performance.now() - t0;
+}"""
+CALIBRATION_IDLE_MS = 100
+"""What CALIBRATION took in Chromium on an idle two-core test machine (90-110 ms, after
+one run that warms the JavaScript compiler)."""
 SHOTS = Path(os.environ.get("BOUNDARY_SCREENSHOTS", "/tmp/boundary-screenshots"))
 
 
@@ -187,7 +197,12 @@ def test_a_4mb_hlo_opens_scrolls_and_searches_without_long_tasks(
     expect(page.locator(".ir-view[data-artifact='hlo'] .l").first).to_be_visible(timeout=10000)
     drain("run page")
     worst = max((max(v, default=0), k) for k, v in tasks.items())
-    assert worst[0] < LONG_TASK_MS, f"a {worst[0]:.0f} ms task at {worst[1]!r}; all: {tasks}"
+    # The limit is for an idle machine; the suite runs beside other tests, so it stretches
+    # by how much slower a fixed piece of work runs in this page now (never below it).
+    page.evaluate(CALIBRATION)  # warms the JavaScript compiler
+    slowed = max(1.0, page.evaluate(CALIBRATION) / CALIBRATION_IDLE_MS)
+    limit = LONG_TASK_MS * slowed
+    assert worst[0] < limit, f"a {worst[0]:.0f} ms task at {worst[1]!r} (limit {limit:.0f} ms)"
 
 
 def test_the_source_is_what_the_worker_sent(page: Page, runs: dict[str, Any]) -> None:
