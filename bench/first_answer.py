@@ -100,20 +100,27 @@ def export_and_upload(url: str, folder: Path) -> tuple[float, dict[str, Any]]:
     args += ["--upload", url]
     for target in TARGETS:
         args += ["--target", target]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.time()
+    return started, export_fn(args, folder, timeout_s=600)
+
+
+def export_fn(args: list[str], folder: Path, *, timeout_s: float = 900) -> dict[str, Any]:
+    """`boundary export-fn ARGS` in its own process in `folder`, as a user runs it; the
+    summary it prints."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "app.cli", "export-fn", *args],
         cwd=folder,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout_s,
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    return started, json.loads(done.stdout)
+        raise RuntimeError(f"export-fn {args[0]} failed: {done.stderr[-3000:]}")
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
 
 
 def wait_for_memory(url: str, jobs: dict[str, str], since: float) -> dict[str, float]:

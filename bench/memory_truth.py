@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.deviceless import Outcome, compile_file, devices_of, environment  # noqa: E402
-from bench.first_answer import serve  # noqa: E402
+from bench.first_answer import export_fn, serve  # noqa: E402
 
 MODELS = ROOT / "bench" / "truth_models.py"
 PEAK_TOLERANCE = 0.01
@@ -81,24 +79,6 @@ class Program:
     """Paths of the user's files its source lines should name (empty: any but ours)."""
     padding: str | None = None
     """For the bfloat16 check: 'off' the tiles (padding > 0), 'on' them (padding 0)."""
-
-
-def export_fn(args: list[str], folder: Path) -> dict[str, Any]:
-    """`boundary export-fn ARGS` in its own process, as a user runs it; its summary."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "export-fn", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"export-fn {args[0]} failed: {done.stderr[-3000:]}")
-    summary: dict[str, Any] = json.loads(done.stdout)
-    return summary
 
 
 def own_programs(folder: Path, targets: list[str], dp_target: str) -> list[Program]:
