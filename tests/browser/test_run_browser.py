@@ -68,6 +68,9 @@ def test_the_reader_carries_a_run_panel(page: Page, bench_server: str) -> None:
     # A timed run needs a path a worker executes: jax-cpu clears the target.
     page.select_option("#f-path", "jax-cpu")
     expect(page.locator("#f-path option:checked")).to_have_text("jax-cpu")
+    # The form comes back for the new path (htmx swaps it in) without its target field;
+    # typing before it came back would type into the old form.
+    expect(page.locator("#f-target")).to_have_count(0)
     page.fill("#p-m", "32")
     page.fill("#m-samples", "5")
     page.get_by_role("button", name="Queue the run").click()
