@@ -5,7 +5,16 @@ only the PTX reaches the dump. Each PTX module is assembled again here, for the
 architecture its `.target` names (sm_90a, sm_100a), by `ptxas -v` from the
 nvidia-cuda-nvcc wheel (first on PATH: `workers.compiler.jaxenv`), which also reports
 each kernel's registers, spills, stack and static shared memory; `cuobjdump -sass` then
-prints the machine code. One ptxas and one cuobjdump per module, two modules at a time.
+prints the machine code.
+
+XLA writes a module per kernel (65 for a small transformer's train step), and each
+cuobjdump starts an nvdisasm that spends about 0.4 s of CPU before it reads a byte, so
+modules that hold nothing but kernel entries (and the same `.extern` declarations) are
+assembled together, one ptxas and one cuobjdump for all that share a `.target`: ptxas
+compiles each entry on its own, and every kernel's SASS and resources come out the same
+as from its module alone (tests/workers/test_gpu_sass.py compares them). A module with
+anything else at its top level (a `.func`, a `.global`), a kernel name seen before, or a
+batch ptxas refuses, is assembled alone, as before.
 
 This is our assembly of XLA's PTX, with the same ptxas version XLA's own build uses here:
 a real GPU's driver may assemble it differently (the page says so).
@@ -56,14 +65,102 @@ def _functions(listing: str) -> list[tuple[str, str]]:
     return [(parts[i], clean_sass(parts[i + 1])) for i in range(1, len(parts) - 1, 2)]
 
 
-def _module(
-    file: str, ptx: str, ptxas: str, cuobjdump: str
-) -> tuple[list[str], list[KernelResources], str | None]:
-    """(SASS sections, resources, a problem) of one PTX module."""
-    arch = ptx_target(ptx) or "sm_90a"
+@dataclass(frozen=True)
+class _Unit:
+    """PTX that one ptxas and one cuobjdump assemble: a module, or several joined."""
+
+    label: str
+    """The module file named in a problem: the module's, or a batch's first."""
+    ptx: str
+    files: dict[str, str]
+    """A batch's kernels, each with its own module file (empty for a module alone)."""
+
+
+@dataclass(frozen=True)
+class _Assembled:
+    """A unit's kernels as (module file, kernel, SASS section), their resources, or its
+    problem."""
+
+    sections: list[tuple[str, str, str]]
+    resources: list[KernelResources]
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class _Entries:
+    """A module made only of kernel entries: its header, its `.extern` lines, the rest."""
+
+    header: tuple[str, ...]
+    externs: tuple[str, ...]
+    body: str
+    kernels: tuple[str, ...]
+
+
+_HEADER = re.compile(r"^\s*\.(?:version|target|address_size)\b")
+_ENTRY = re.compile(r"^\s*\.visible\s+\.entry\s+([\w$]+)\s*\(")
+_ENTRY_DIRECTIVE = (".reqntid", ".maxntid", ".minnctapersm", ".maxnreg", ".param")
+"""What may stand at a module's top level between its entries: an entry's own parameters
+and launch bounds."""
+
+
+def _entries_only(ptx: str) -> _Entries | None:
+    """The module cut into header, declarations and entries; None when its top level holds
+    anything else, which joining could clash (a `.func`, a `.global`, a `.const`, an
+    `.extern` over several lines)."""
+    header: list[str] = []
+    externs: list[str] = []
+    body: list[str] = []
+    kernels: list[str] = []
+    depth = 0  # braces and parentheses open
+    for line in ptx.splitlines():
+        text = line.strip()
+        top = depth == 0 and text and not text.startswith("//")
+        entry = _ENTRY.match(line)
+        if top and not body and _HEADER.match(line):
+            header.append(text)
+            continue
+        if top and not body and text.startswith(".extern") and text.endswith(";"):
+            externs.append(text)
+            continue
+        if entry:
+            kernels.append(entry.group(1))
+        elif top and text[0] not in "{})" and not text.startswith(_ENTRY_DIRECTIVE):
+            return None
+        if body or entry:
+            body.append(line)
+        depth += line.count("{") + line.count("(") - line.count("}") - line.count(")")
+    if not kernels or depth != 0:
+        return None
+    return _Entries(tuple(header), tuple(externs), "\n".join(body), tuple(kernels))
+
+
+def _units(modules: dict[str, str]) -> list[_Unit]:
+    """The modules as assembly units: those made only of entries joined per header, each
+    kernel name once; every other module alone."""
+    units: list[_Unit] = []
+    batches: dict[tuple[str, ...], list[tuple[str, _Entries]]] = {}
+    names: dict[tuple[str, ...], set[str]] = {}
+    for file, ptx in modules.items():
+        parts = _entries_only(ptx)
+        if parts is None or names.setdefault(parts.header, set()) & set(parts.kernels):
+            units.append(_Unit(file, ptx, {}))
+            continue
+        names[parts.header].update(parts.kernels)
+        batches.setdefault(parts.header, []).append((file, parts))
+    for header, members in batches.items():
+        externs = list(dict.fromkeys(e for _, parts in members for e in parts.externs))
+        text = "\n".join([*header, "", *externs, "", *(parts.body for _, parts in members)])
+        files = {kernel: file for file, parts in members for kernel in parts.kernels}
+        units.append(_Unit(members[0][0], text + "\n", files))
+    return units
+
+
+def _assemble(unit: _Unit, ptxas: str, cuobjdump: str) -> _Assembled:
+    """One unit through ptxas and cuobjdump: its kernels' sections and resources."""
+    arch = ptx_target(unit.ptx) or "sm_90a"
     with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
         source, cubin = Path(folder) / "k.ptx", Path(folder) / "k.cubin"
-        source.write_text(ptx)
+        source.write_text(unit.ptx)
         try:
             done = subprocess.run(
                 [ptxas, "-v", f"-arch={arch}", "-o", str(cubin), str(source)],
@@ -73,7 +170,8 @@ def _module(
                 check=False,
             )
             if done.returncode != 0:
-                return [], [], f"{file}: ptxas refused it for {arch}: {done.stderr.strip()[-300:]}"
+                why = f"{unit.label}: ptxas refused it for {arch}: {done.stderr.strip()[-300:]}"
+                return _Assembled([], [], why)
             listing = subprocess.run(
                 [cuobjdump, "-sass", str(cubin)],
                 capture_output=True,
@@ -82,10 +180,10 @@ def _module(
                 check=True,
             ).stdout
         except (OSError, subprocess.SubprocessError) as exc:
-            return [], [], f"{file}: {exc}"
+            return _Assembled([], [], f"{unit.label}: {exc}")
     found = parse_ptxas_log(done.stdout + done.stderr, arch)
     by_name = {r.name: r for r in found}
-    parts = []
+    sections = []
     for name, body in _functions(listing):
         r = by_name.get(name)
         head = ""
@@ -95,12 +193,26 @@ def _module(
                 f"{r.spill_load_bytes} bytes spill loads, {r.stack_bytes} bytes stack, "
                 f"{r.shared_bytes} bytes static shared memory\n"
             )
-        parts.append(f"{SECTION.format(name=name, file=file)}\n{head}{body}")
-    return parts, found, None
+        file = unit.files.get(name, unit.label)
+        sections.append((file, name, f"{SECTION.format(name=name, file=file)}\n{head}{body}"))
+    return _Assembled(sections, found, None)
+
+
+def _assembled(
+    unit: _Unit, modules: dict[str, str], ptxas: str, cuobjdump: str
+) -> list[_Assembled]:
+    """A unit assembled; a batch that ptxas refuses, module by module instead, so that
+    the problem names the module."""
+    done = _assemble(unit, ptxas, cuobjdump)
+    if done.problem is None or not unit.files:
+        return [done]
+    files = dict.fromkeys(unit.files.values())
+    return [_assemble(_Unit(file, modules[file], {}), ptxas, cuobjdump) for file in files]
 
 
 def gpu_sass(modules: dict[str, str]) -> GpuSass:
-    """SASS and resources of every kernel in `modules` (PTX file name → its text)."""
+    """SASS and resources of every kernel in `modules` (PTX file name → its text), in the
+    modules' order."""
     out = GpuSass()
     ptxas, cuobjdump = find_tool("ptxas"), find_tool("cuobjdump")
     if ptxas is None or cuobjdump is None:
@@ -111,16 +223,19 @@ def gpu_sass(modules: dict[str, str]) -> GpuSass:
         return out
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2) as pool:  # ptxas and cuobjdump are processes
-        done = list(
-            pool.map(lambda item: _module(item[0], item[1], ptxas, cuobjdump), modules.items())
-        )
-    sections: list[str] = []
-    for parts, resources, problem in done:
-        sections += parts
-        out.resources += resources
-        if problem:
-            out.problems.append(problem)
-    out.text = "\n".join(sections) if sections else None
+        units = pool.map(lambda unit: _assembled(unit, modules, ptxas, cuobjdump), _units(modules))
+        done = [assembled for each in units for assembled in each]
+    place = {file: index for index, file in enumerate(modules)}
+    sections: list[tuple[str, str, str]] = []
+    for assembled in done:
+        sections += assembled.sections
+        out.resources += assembled.resources
+        if assembled.problem:
+            out.problems.append(assembled.problem)
+    sections.sort(key=lambda section: place.get(section[0], len(place)))  # stable
+    rank = {name: index for index, (_, name, _) in enumerate(sections)}
+    out.resources.sort(key=lambda r: rank.get(r.name, len(rank)))
+    out.text = "\n".join(text for _, _, text in sections) if sections else None
     out.seconds = time.perf_counter() - started
     return out
 

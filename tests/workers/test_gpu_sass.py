@@ -1,0 +1,89 @@
+"""SASS of a GPU compile's kernels, assembled a batch at a time: every kernel's SASS and
+resources as from its own module, in the modules' order, with a module that cannot join
+(or a batch ptxas refuses) assembled alone.
+
+The PTX is XLA's own, from a deviceless compile for B200 and H100 with a dump folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from workers.protocol import parse_target
+from workers.xla_targets.gpu_sass import GpuSass, _units, gpu_sass
+from workers.xla_targets.ptx_dump import ptx_modules
+from workers.xla_targets.topology import target_devices
+
+pytestmark = pytest.mark.slow
+
+
+def dumped_modules(target: str, folder: Path) -> dict[str, str]:
+    """The PTX modules XLA writes compiling a small layer (two matmuls, a softmax, a norm,
+    a cumulative sum, a sort) for `target`."""
+    mesh = Mesh(np.array(target_devices(parse_target(target))[:1]), ("x",))
+    whole = NamedSharding(mesh, PartitionSpec())
+    x = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=whole)
+    w = jax.ShapeDtypeStruct((128, 64), jnp.float32, sharding=whole)
+
+    def layer(x: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = jax.nn.softmax(x @ w, axis=-1)
+        h = (h - h.mean(axis=-1, keepdims=True)) * jax.lax.rsqrt(h.var(axis=-1) + 1e-5)[:, None]
+        gram = jnp.tanh(h).T @ h  # a second matmul, on what the first made
+        return jnp.cumsum(gram, axis=0) * 2.0, jnp.sort(h, axis=0)
+
+    jax.jit(layer).lower(x, w).compile(compiler_options={"xla_dump_to": str(folder)})
+    return ptx_modules(folder)
+
+
+def alone(modules: dict[str, str]) -> GpuSass:
+    """Each module assembled on its own, as one ptxas and one cuobjdump per module did."""
+    out = GpuSass(text="")
+    for file, ptx in modules.items():
+        one = gpu_sass({file: ptx})
+        assert one.text is not None and not one.problems, one.problems
+        out.text = (out.text + "\n" + one.text) if out.text else one.text
+        out.resources += one.resources
+    return out
+
+
+@pytest.fixture(scope="module", params=["b200:1", "h100:1"])
+def modules(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    found = dumped_modules(request.param, tmp_path_factory.mktemp("dump"))
+    assert len(found) >= 3, sorted(found)  # enough modules for a batch to mean something
+    return found
+
+
+def test_a_batch_gives_every_kernel_what_its_own_module_gives(modules: dict[str, str]) -> None:
+    assert len(_units(modules)) < len(modules)  # they were joined
+    joined = gpu_sass(modules)
+    assert joined.problems == []
+    reference = alone(modules)
+    assert joined.text == reference.text
+    assert joined.resources == reference.resources
+
+
+def test_a_module_with_more_than_entries_is_assembled_alone(modules: dict[str, str]) -> None:
+    first, *rest = modules
+    odd = modules[first].replace(".address_size 64", ".address_size 64\n\n.global .u32 tally;", 1)
+    changed = {first: odd, **{file: modules[file] for file in rest}}
+    units = _units(changed)
+    assert odd in [u.ptx for u in units if not u.files]
+    assert all(first not in u.files.values() for u in units)
+    assert gpu_sass(changed).text == gpu_sass(modules).text
+
+
+def test_a_batch_ptxas_refuses_is_assembled_module_by_module(modules: dict[str, str]) -> None:
+    broken, *rest = modules
+    # Still made of entries only, so it joins the batch; ptxas refuses the unknown register.
+    bad = modules[broken].replace("ret;", "mov.u32 %undeclared, 1;\n\tret;", 1)
+    assert bad != modules[broken]
+    out = gpu_sass({broken: bad, **{file: modules[file] for file in rest}})
+    assert len(out.problems) == 1 and out.problems[0].startswith(f"{broken}: ptxas refused it")
+    assert out.text == alone({file: modules[file] for file in rest}).text
