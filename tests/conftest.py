@@ -38,16 +38,39 @@ SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 """Tests measured over 3 s in a full run (scripts/slow_tests.py writes it): marked `slow`."""
 
 
+FILE_TIMES = Path(__file__).with_name("file_times.txt")
+"""Each test file's seconds in a full run (scripts/slow_tests.py writes it)."""
+
+
 def measured_slow() -> set[str]:
     lines = SLOW_LIST.read_text().splitlines() if SLOW_LIST.exists() else []
     return {line for line in lines if line and not line.startswith("#")}
 
 
+def measured_file_times() -> dict[str, float]:
+    lines = FILE_TIMES.read_text().splitlines() if FILE_TIMES.exists() else []
+    found = (line.split("\t", 1) for line in lines if line and not line.startswith("#"))
+    return {file: float(seconds) for seconds, file in found}
+
+
+def longest_files_first(items: list[pytest.Item]) -> None:
+    """Orders the items file by file, the longest-running files first (a file not yet
+    measured counts as long), each file's own tests in their order. With
+    `--no-loadscope-reorder` pytest-xdist hands files out in this order (else it sorts them
+    by their number of tests), so no long file is left to start last."""
+    times = measured_file_times()
+    unmeasured = max(times.values(), default=0.0)
+    items.sort(key=lambda item: -times.get(item.nodeid.split("::", 1)[0], unmeasured))
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks what a test needs from the fixtures it uses, so that `./scripts/test --quick`
     leaves it out: `postgresql` for the cluster, `e2e` for a session's server; and `slow`
-    for the tests tests/slow_tests.txt lists."""
+    for the tests tests/slow_tests.txt lists. In pytest-xdist's processes, orders the files
+    longest first."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist process: its scheduler takes this order
+        longest_files_first(items)
     slow = measured_slow()
     for item in items:
         if item.nodeid in slow:
