@@ -40,17 +40,6 @@ def dumped_modules(target: str, folder: Path) -> dict[str, str]:
     return ptx_modules(folder)
 
 
-def alone(modules: dict[str, str]) -> GpuSass:
-    """Each module assembled on its own, as one ptxas and one cuobjdump per module did."""
-    out = GpuSass(text="")
-    for file, ptx in modules.items():
-        one = gpu_sass({file: ptx})
-        assert one.text is not None and not one.problems, one.problems
-        out.text = (out.text + "\n" + one.text) if out.text else one.text
-        out.resources += one.resources
-    return out
-
-
 @pytest.fixture(scope="module", params=["b200:1", "h100:1"])
 def modules(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -60,11 +49,31 @@ def modules(
     return found
 
 
-def test_a_batch_gives_every_kernel_what_its_own_module_gives(modules: dict[str, str]) -> None:
+@pytest.fixture(scope="module")
+def each_alone(modules: dict[str, str]) -> dict[str, GpuSass]:
+    """Each module assembled on its own, as one ptxas and one cuobjdump per module did."""
+    found = {}
+    for file, ptx in modules.items():
+        found[file] = gpu_sass({file: ptx})
+        assert found[file].text is not None and not found[file].problems, found[file].problems
+    return found
+
+
+def alone(each: dict[str, GpuSass], files: list[str]) -> GpuSass:
+    """The modules `files` assembled one by one, their sections and resources in order."""
+    return GpuSass(
+        text="\n".join(each[file].text or "" for file in files),
+        resources=[r for file in files for r in each[file].resources],
+    )
+
+
+def test_a_batch_gives_every_kernel_what_its_own_module_gives(
+    modules: dict[str, str], each_alone: dict[str, GpuSass]
+) -> None:
     assert len(_units(modules)) < len(modules)  # they were joined
     joined = gpu_sass(modules)
     assert joined.problems == []
-    reference = alone(modules)
+    reference = alone(each_alone, list(modules))
     assert joined.text == reference.text
     assert joined.resources == reference.resources
 
@@ -79,11 +88,13 @@ def test_a_module_with_more_than_entries_is_assembled_alone(modules: dict[str, s
     assert gpu_sass(changed).text == gpu_sass(modules).text
 
 
-def test_a_batch_ptxas_refuses_is_assembled_module_by_module(modules: dict[str, str]) -> None:
+def test_a_batch_ptxas_refuses_is_assembled_module_by_module(
+    modules: dict[str, str], each_alone: dict[str, GpuSass]
+) -> None:
     broken, *rest = modules
     # Still made of entries only, so it joins the batch; ptxas refuses the unknown register.
     bad = modules[broken].replace("ret;", "mov.u32 %undeclared, 1;\n\tret;", 1)
     assert bad != modules[broken]
     out = gpu_sass({broken: bad, **{file: modules[file] for file in rest}})
     assert len(out.problems) == 1 and out.problems[0].startswith(f"{broken}: ptxas refused it")
-    assert out.text == alone({file: modules[file] for file in rest}).text
+    assert out.text == alone(each_alone, rest).text
