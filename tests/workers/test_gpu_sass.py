@@ -6,6 +6,7 @@ The PTX is XLA's own, from a deviceless compile for B200 and H100 with a dump fo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jax
@@ -98,3 +99,33 @@ def test_a_batch_ptxas_refuses_is_assembled_module_by_module(
     out = gpu_sass({broken: bad, **{file: modules[file] for file in rest}})
     assert len(out.problems) == 1 and out.problems[0].startswith(f"{broken}: ptxas refused it")
     assert out.text == alone(each_alone, rest).text
+
+
+def entry_module(kernel: str, extern: str = ".extern .shared .align 16 .b8 global_smem[];") -> str:
+    """A PTX module of one empty kernel entry, as XLA writes them."""
+    return (
+        f".version 9.0\n.target sm_100a\n.address_size 64\n\n{extern}\n\n"
+        f".visible .entry {kernel}(\n\t.param .u64 {kernel}_param_0\n)\n.reqntid 32, 1, 1\n"
+        "{\n\tret;\n\n}\n"
+    )
+
+
+def test_only_modules_that_cannot_clash_are_joined() -> None:
+    helper = ".address_size 64\n\n.func helper()\n{\n\tret;\n}\n"
+    modules = {
+        "a.ptx": entry_module("k_a"),
+        "b.ptx": entry_module("k_b"),
+        "c.ptx": entry_module("k_c", ".extern .shared .align 8 .b8 global_smem[];"),
+        "d.ptx": entry_module("k_a"),  # a kernel name the batch has
+        "e.ptx": entry_module("k_e").replace(".address_size 64\n", helper, 1),
+        "f.ptx": entry_module("k_f").replace("sm_100a", "sm_90a"),  # a batch of its own
+    }
+    units = _units(modules)
+    assert {u.label for u in units if not u.files} == {"c.ptx", "d.ptx", "e.ptx"}
+    batches = {tuple(sorted(set(u.files.values()))) for u in units if u.files}
+    assert batches == {("a.ptx", "b.ptx"), ("f.ptx",)}
+    out = gpu_sass(modules)
+    assert out.problems == []
+    found = re.findall(r"// ===== kernel (\w+) \((\S+)\) =====", out.text or "")
+    assert found == [("k_a", "a.ptx"), ("k_b", "b.ptx"), ("k_c", "c.ptx"), ("k_a", "d.ptx"),
+                     ("k_e", "e.ptx"), ("k_f", "f.ptx")]  # fmt: skip

@@ -128,10 +128,30 @@ def _entries_only(ptx: str) -> _Entries | None:
             return None
         if body or entry:
             body.append(line)
-        depth += line.count("{") + line.count("(") - line.count("}") - line.count(")")
+        code = line.split("//", 1)[0]
+        depth += code.count("{") + code.count("(") - code.count("}") - code.count(")")
     if not kernels or depth != 0:
         return None
     return _Entries(tuple(header), tuple(externs), "\n".join(body), tuple(kernels))
+
+
+def _extern_name(line: str) -> str:
+    """The symbol an `.extern` line declares (`global_smem` of `... .b8 global_smem[];`)."""
+    found = re.search(r"([\w$]+)\s*(?:\[[^\]]*\])?\s*;$", line)
+    return found.group(1) if found else line
+
+
+def _joins(
+    parts: _Entries,
+    names: dict[tuple[str, ...], set[str]],
+    declared: dict[tuple[str, ...], dict[str, str]],
+) -> bool:
+    """Whether a module of entries can join its header's batch: none of its kernels' names
+    taken, and each of its `.extern` symbols declared as the batch declares it, if at all."""
+    taken = names.setdefault(parts.header, set())
+    seen = declared.setdefault(parts.header, {})
+    same = all(seen.get(_extern_name(e), e) == e for e in parts.externs)
+    return same and not taken & set(parts.kernels)
 
 
 def _units(modules: dict[str, str]) -> list[_Unit]:
@@ -140,12 +160,14 @@ def _units(modules: dict[str, str]) -> list[_Unit]:
     units: list[_Unit] = []
     batches: dict[tuple[str, ...], list[tuple[str, _Entries]]] = {}
     names: dict[tuple[str, ...], set[str]] = {}
+    declared: dict[tuple[str, ...], dict[str, str]] = {}  # an extern's name → its line
     for file, ptx in modules.items():
         parts = _entries_only(ptx)
-        if parts is None or names.setdefault(parts.header, set()) & set(parts.kernels):
+        if parts is None or not _joins(parts, names, declared):
             units.append(_Unit(file, ptx, {}))
             continue
         names[parts.header].update(parts.kernels)
+        declared[parts.header].update((_extern_name(e), e) for e in parts.externs)
         batches.setdefault(parts.header, []).append((file, parts))
     for header, members in batches.items():
         externs = list(dict.fromkeys(e for _, parts in members for e in parts.externs))
