@@ -78,11 +78,11 @@ class _Unit:
 
 @dataclass(frozen=True)
 class _Assembled:
-    """A unit's kernels as (module file, kernel, SASS section), their resources, or its
-    problem."""
+    """A unit's kernels as (module file, SASS section), their resources as (module file,
+    resources), or its problem."""
 
-    sections: list[tuple[str, str, str]]
-    resources: list[KernelResources]
+    sections: list[tuple[str, str]]
+    resources: list[tuple[str, KernelResources]]
     problem: str | None
 
 
@@ -141,40 +141,45 @@ def _extern_name(line: str) -> str:
     return found.group(1) if found else line
 
 
-def _joins(
-    parts: _Entries,
-    names: dict[tuple[str, ...], set[str]],
-    declared: dict[tuple[str, ...], dict[str, str]],
-) -> bool:
-    """Whether a module of entries can join its header's batch: none of its kernels' names
-    taken, and each of its `.extern` symbols declared as the batch declares it, if at all."""
-    taken = names.setdefault(parts.header, set())
-    seen = declared.setdefault(parts.header, {})
-    same = all(seen.get(_extern_name(e), e) == e for e in parts.externs)
-    return same and not taken & set(parts.kernels)
+@dataclass
+class _Batch:
+    """The modules of entries joined for one header: each kernel name once, each `.extern`
+    symbol declared one way."""
+
+    members: list[tuple[str, _Entries]] = field(default_factory=list)
+    kernels: set[str] = field(default_factory=set)
+    externs: dict[str, str] = field(default_factory=dict)
+    """An `.extern` symbol's name → its declaration, in the order first declared."""
+
+    def admits(self, parts: _Entries) -> bool:
+        same = all(self.externs.get(_extern_name(e), e) == e for e in parts.externs)
+        return same and not self.kernels & set(parts.kernels)
+
+    def add(self, file: str, parts: _Entries) -> None:
+        self.members.append((file, parts))
+        self.kernels.update(parts.kernels)
+        self.externs.update((_extern_name(e), e) for e in parts.externs)
+
+    def unit(self, header: tuple[str, ...]) -> _Unit:
+        bodies = (parts.body for _, parts in self.members)
+        text = "\n".join([*header, "", *self.externs.values(), "", *bodies])
+        files = {kernel: file for file, parts in self.members for kernel in parts.kernels}
+        return _Unit(self.members[0][0], text + "\n", files)
 
 
 def _units(modules: dict[str, str]) -> list[_Unit]:
     """The modules as assembly units: those made only of entries joined per header, each
     kernel name once; every other module alone."""
     units: list[_Unit] = []
-    batches: dict[tuple[str, ...], list[tuple[str, _Entries]]] = {}
-    names: dict[tuple[str, ...], set[str]] = {}
-    declared: dict[tuple[str, ...], dict[str, str]] = {}  # an extern's name → its line
+    batches: dict[tuple[str, ...], _Batch] = {}
     for file, ptx in modules.items():
         parts = _entries_only(ptx)
-        if parts is None or not _joins(parts, names, declared):
+        batch = batches.setdefault(parts.header, _Batch()) if parts else None
+        if parts is None or batch is None or not batch.admits(parts):
             units.append(_Unit(file, ptx, {}))
-            continue
-        names[parts.header].update(parts.kernels)
-        declared[parts.header].update((_extern_name(e), e) for e in parts.externs)
-        batches.setdefault(parts.header, []).append((file, parts))
-    for header, members in batches.items():
-        externs = list(dict.fromkeys(e for _, parts in members for e in parts.externs))
-        text = "\n".join([*header, "", *externs, "", *(parts.body for _, parts in members)])
-        files = {kernel: file for file, parts in members for kernel in parts.kernels}
-        units.append(_Unit(members[0][0], text + "\n", files))
-    return units
+        else:
+            batch.add(file, parts)
+    return units + [batch.unit(header) for header, batch in batches.items() if batch.members]
 
 
 def _assemble(unit: _Unit, ptxas: str, cuobjdump: str) -> _Assembled:
@@ -216,8 +221,9 @@ def _assemble(unit: _Unit, ptxas: str, cuobjdump: str) -> _Assembled:
                 f"{r.shared_bytes} bytes static shared memory\n"
             )
         file = unit.files.get(name, unit.label)
-        sections.append((file, name, f"{SECTION.format(name=name, file=file)}\n{head}{body}"))
-    return _Assembled(sections, found, None)
+        sections.append((file, f"{SECTION.format(name=name, file=file)}\n{head}{body}"))
+    resources = [(unit.files.get(r.name, unit.label), r) for r in found]
+    return _Assembled(sections, resources, None)
 
 
 def _assembled(
@@ -248,16 +254,15 @@ def gpu_sass(modules: dict[str, str]) -> GpuSass:
         units = pool.map(lambda unit: _assembled(unit, modules, ptxas, cuobjdump), _units(modules))
         done = [assembled for each in units for assembled in each]
     place = {file: index for index, file in enumerate(modules)}
-    sections: list[tuple[str, str, str]] = []
-    for assembled in done:
-        sections += assembled.sections
-        out.resources += assembled.resources
-        if assembled.problem:
-            out.problems.append(assembled.problem)
-    sections.sort(key=lambda section: place.get(section[0], len(place)))  # stable
-    rank = {name: index for index, (_, name, _) in enumerate(sections)}
-    out.resources.sort(key=lambda r: rank.get(r.name, len(rank)))
-    out.text = "\n".join(text for _, _, text in sections) if sections else None
+
+    def in_place(item: tuple[str, object]) -> int:  # a stable sort's key: the module's place
+        return place.get(item[0], len(place))
+
+    sections = sorted((s for a in done for s in a.sections), key=in_place)
+    resources = sorted((r for a in done for r in a.resources), key=in_place)
+    out.resources = [r for _, r in resources]
+    out.problems += [a.problem for a in done if a.problem]
+    out.text = "\n".join(text for _, text in sections) if sections else None
     out.seconds = time.perf_counter() - started
     return out
 
