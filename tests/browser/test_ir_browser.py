@@ -167,7 +167,13 @@ def worst_task(browser: Browser, runs: dict[str, Any]) -> tuple[float, str]:
     """The 4 MB HLO opened, scrolled to its end, folded and wrapped, searched, and its run
     page opened, in a fresh page: the longest task and the step it came in."""
     context = browser.new_context()
-    page = context.new_page()
+    try:
+        return _read_worst_task(context.new_page(), runs)
+    finally:
+        context.close()
+
+
+def _read_worst_task(page: Page, runs: dict[str, Any]) -> tuple[float, str]:
     page.add_init_script(LONG_TASKS)
     tasks: dict[str, list[float]] = {}
 
@@ -199,7 +205,6 @@ def worst_task(browser: Browser, runs: dict[str, Any]) -> tuple[float, str]:
     page.goto(f"{runs['url']}/runs/{runs['big']}")
     expect(page.locator(".ir-view[data-artifact='hlo'] .l").first).to_be_visible(timeout=WAIT_MS)
     drain("run page")
-    context.close()
     return max((max(v, default=0), k) for k, v in tasks.items())
 
 
