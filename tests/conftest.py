@@ -18,11 +18,16 @@ from dependencies import require
 from pgcluster import Cluster, PostgresMissing, reset, running_cluster
 from servers import SERVER_WORKER_TOKEN, serve
 
+from workers.agent.runner import CEILINGS_ENV
 from workers.compiler.jaxenv import apply_jax_environment
 
 # Before any test imports jax, and inherited by every process a test starts: a machine
 # without a GPU or TPU runs JAX on the CPU, with libtpu quiet and shareable.
 apply_jax_environment()
+# Workers the tests start skip measuring their roofline ceilings (about 2.3 s of CPU each
+# time a worker starts, dozens of times in a full run): no test of a real process reads them;
+# tests/workers/test_ceilings.py measures them in-process with the setting back on.
+os.environ[CEILINGS_ENV] = "0"
 
 from app.settings import Settings  # noqa: E402
 

@@ -29,6 +29,7 @@ def test_copy_bandwidth_counts_read_and_write() -> None:
 
 
 def test_the_runner_reports_them_with_its_capabilities(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CEILINGS_ENV, "1")  # the default, which tests/conftest.py turns off
     caps = Capabilities.model_validate(_capabilities(0))
     assert caps.ceilings is not None
     assert caps.ceilings.device_kind == caps.device_kind
@@ -65,9 +66,10 @@ def test_rounds_keep_the_best_of_each_figure() -> None:
     assert "best of every round" in merged.method
 
 
-def test_the_runner_measures_another_round_on_request() -> None:
+def test_the_runner_measures_another_round_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     from workers.agent.runner import _remeasure
 
+    monkeypatch.setenv(CEILINGS_ENV, "1")
     once = _capabilities(0)["ceilings"]
     again = _remeasure(once)
     assert again is not None and again["rounds"] == 2 and again["updated_at"]
