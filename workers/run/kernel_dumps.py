@@ -93,7 +93,7 @@ def tpu_artifacts(program: Lowered, *, passes: bool, max_bytes: int) -> KernelAr
         own = dump.child.compile_s
         out.dump = (
             "bundles: libtpu's LLO dump from one more compile of the exported program in a "
-            f"child process (the process {dump.child.wall_s:.2f} s"
+            f"dump process kept between compiles (this request {dump.child.wall_s:.2f} s"
             + (f", its compile {own:.2f} s" if own is not None else "")
             + "), not part of the compile time reported"
         )

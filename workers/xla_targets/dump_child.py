@@ -86,15 +86,9 @@ def export_program(jitted: Any, abstract: list[Any], platform: str) -> bytes:
     return bytes(exported.serialize())
 
 
-def compile_in_child(
-    exported: bytes,
-    place: Placement,
-    folder: Path,
-    env: dict[str, str],
-    timeout_s: float = TIMEOUT_S,
-) -> ChildCompile:
-    """Compile `exported` for `place` in a fresh process whose environment adds `env`;
-    RuntimeError with the child's last words when it fails."""
+def write_request(exported: bytes, place: Placement, folder: Path) -> None:
+    """What a child compiles, as files in `folder`: the program and where it goes."""
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "program.bin").write_bytes(exported)
     (folder / "job.json").write_text(
         json.dumps(
@@ -107,14 +101,31 @@ def compile_in_child(
             }
         )
     )
+
+
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """A dump child's environment: this process's, JAX's settings, then `env`."""
     child_env = dict(os.environ)
     child_env.update(jax_environment(child_env))
     child_env.update(env)
+    return child_env
+
+
+def compile_in_child(
+    exported: bytes,
+    place: Placement,
+    folder: Path,
+    env: dict[str, str],
+    timeout_s: float = TIMEOUT_S,
+) -> ChildCompile:
+    """Compile `exported` for `place` in a fresh process whose environment adds `env`;
+    RuntimeError with the child's last words when it fails."""
+    write_request(exported, place, folder)
     started = time.perf_counter()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "workers.xla_targets.dump_child", str(folder)],
-            env=child_env,
+            env=child_environment(env),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -130,8 +141,9 @@ def compile_in_child(
     return ChildCompile(float(found.group(1)) if found else None, wall)
 
 
-def _child(folder: Path) -> None:
-    """The child's side: rebuild the placement, compile the export once, say how long."""
+def compile_request(folder: Path) -> float:
+    """The child's side: rebuild the placement, compile the export in `folder` once; the
+    compile's seconds."""
     import jax
     import numpy as np
     from jax.sharding import Mesh
@@ -162,10 +174,10 @@ def _child(folder: Path) -> None:
         lowered = jax.jit(exported.call).lower(*args)
     t0 = time.perf_counter()
     lowered.compile(compiler_options=job.get("options") or None)
-    print(f"compile_s={time.perf_counter() - t0:.4f}", flush=True)
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         raise SystemExit("usage: python -m workers.xla_targets.dump_child FOLDER")
-    _child(Path(sys.argv[1]))
+    print(f"compile_s={compile_request(Path(sys.argv[1])):.4f}", flush=True)

@@ -1,7 +1,9 @@
 """libtpu's own dumps of a TPU compile: each kernel's final VLIW bundles, its schedule
 summary, and (with `--pipeline`) Mosaic's and the LLO passes.
 
-The compile runs in a child process started with `LIBTPU_INIT_ARGS` (see `dump_child`):
+The compile runs in a child process started with `LIBTPU_INIT_ARGS` (see `dump_child`), kept
+between compiles (`dump_server`): libtpu dumps into the child's own folders, and each
+compile's files are moved to the folders of the request.
 
 - `--xla_jf_dump_to=D2 --xla_jf_dump_llo_text=true`: per program (XLA's own `TLP` and
   set-up programs, and one per kernel named by its HLO instruction: `boundary_matmul.1`,
@@ -24,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.protocol import KernelSchedule
-from workers.xla_targets.dump_child import ChildCompile, Placement, compile_in_child
+from workers.xla_targets.dump_child import ChildCompile, Placement
+from workers.xla_targets.dump_server import KeptChild
 from workers.xla_targets.kernel_ir import sections
 
 LIBTPU_DUMP_FLAGS = (
@@ -170,13 +173,21 @@ def read_mosaic(folder: Path, max_bytes: int) -> tuple[dict[str, list[PassStep]]
     return found, None
 
 
+def _libtpu_flags(dirs: dict[str, Path]) -> dict[str, str]:
+    return {"LIBTPU_INIT_ARGS": LIBTPU_DUMP_FLAGS.format(mosaic=dirs["mosaic"], llo=dirs["llo"])}
+
+
+_KEPT = KeptChild(("mosaic", "llo"), _libtpu_flags)
+"""This process's libtpu dump child, kept between compiles."""
+
+
 def tpu_dump(exported: bytes, place: Placement, max_bytes: int, passes: bool) -> TpuDump:
-    """libtpu's dumps of one compile of `exported` in a child process, read back."""
+    """libtpu's dumps of one compile of `exported` in the kept dump child, read back."""
     with tempfile.TemporaryDirectory(prefix="boundary-tpu-dump-") as name:
         folder = Path(name)
         mosaic_dir, llo_dir = folder / "mosaic", folder / "llo"
-        flags = LIBTPU_DUMP_FLAGS.format(mosaic=mosaic_dir, llo=llo_dir)
-        child = compile_in_child(exported, place, folder, {"LIBTPU_INIT_ARGS": flags})
+        dumps = {"mosaic": mosaic_dir, "llo": llo_dir}
+        child = _KEPT.compile(exported, place, folder, dumps)
         dump = read_llo(llo_dir, max_bytes, passes)
         if passes:
             dump.mosaic_passes, cut = read_mosaic(mosaic_dir, max_bytes - dump.kept)
