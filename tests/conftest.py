@@ -25,8 +25,9 @@ from workers.compiler.jaxenv import apply_jax_environment
 # without a GPU or TPU runs JAX on the CPU, with libtpu quiet and shareable.
 apply_jax_environment()
 # Workers the tests start skip measuring their roofline ceilings (about 2.3 s of CPU each
-# time a worker starts, dozens of times in a full run): no test of a real process reads them;
-# tests/workers/test_ceilings.py measures them in-process with the setting back on.
+# time a worker starts, dozens of times in a full run). The tests that read them turn the
+# setting back on: tests/workers/test_ceilings.py in-process, and the server of
+# tests/browser/test_every_page.py, whose profiled run's roofline is drawn against them.
 os.environ[CEILINGS_ENV] = "0"
 
 from app.settings import Settings  # noqa: E402

@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser import checks
 from tests.browser.conftest import serve
 from tests.browser.seed import WORKER_TOKEN, Site, seed
+from workers.agent.runner import CEILINGS_ENV
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -27,7 +28,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A server of its own, not the session's: a GPU worker played on it holds a job
     running until the module ends and a jax-tpu job stays queued, states that would change
     what other tests' jobs and pages meet on a shared server (and theirs its /runs)."""
-    env = {"BOUNDARY_WORKER_TOKEN": WORKER_TOKEN}
+    # Its local worker measures its ceilings (tests/conftest.py turns that off elsewhere):
+    # the profiled run's roofline is drawn against them.
+    env = {"BOUNDARY_WORKER_TOKEN": WORKER_TOKEN, CEILINGS_ENV: "1"}
     for url in serve(tmp_path_factory.mktemp("every-page"), workers=1, env=env):
         seeded = seed(url)
         try:
