@@ -78,8 +78,8 @@ def serve(root: Path, compile_one: Callable[[Path], float] = compile_request) ->
         try:
             seconds = compile_one(Path(request["folder"]))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            _move_dumps(root, {name: str(root / "dropped") for name in request["dumps"]})
-            shutil.rmtree(root / "dropped", ignore_errors=True)
+            for name in request["dumps"]:  # what a failed compile dumped is nobody's
+                shutil.rmtree(root / name, ignore_errors=True)
             _answer(out, error=f"{type(exc).__name__}: {exc}"[-1500:])
             continue
         _move_dumps(root, request["dumps"])
@@ -99,7 +99,9 @@ class KeptChild:
         self._env_for = env_for
         self._proc: subprocess.Popen[str] | None = None
         self._root: Path | None = None
-        self._stderr: IO[str] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._exit: int | None = None
+        """The exit status of the last child that ended."""
         self._env: dict[str, str] = {}
         """The environment the child started from (before its dump flags)."""
         self._lock = threading.Lock()
@@ -115,23 +117,26 @@ class KeptChild:
         with self._lock:
             started = time.perf_counter()
             answer = self._ask(request, timeout_s)
-            if answer is None:  # it had just left (idle, or its compiles used up): once more
+            if answer is None:  # it had left (idle, used up, or killed): once more, afresh
                 answer = self._ask(request, timeout_s)
             wall = time.perf_counter() - started
-        if answer is None:
-            raise RuntimeError(f"the dump compile's process ended: {self._last_words()}")
+        if answer is None:  # a fresh child died on it too
+            words = self._last_words()
+            raise RuntimeError(f"the dump compile failed (exit {self._exit}): {words}")
         if "error" in answer:
             raise RuntimeError(f"the dump compile failed: {answer['error']}")
         return ChildCompile(float(answer["compile_s"]), wall)
 
     def _ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """The child's answer to `request`; None when the child ended first (its exit
+        status kept); RuntimeError when it ran past `timeout_s`."""
         proc = self._running()
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps(request) + "\n")
             proc.stdin.flush()
         except BrokenPipeError:
-            self._forget()
+            self._exit = self._forget()
             return None
         deadline = time.monotonic() + timeout_s
         while True:
@@ -142,10 +147,11 @@ class KeptChild:
                 raise RuntimeError(f"the dump compile ran past {timeout_s:g} s and was stopped")
             line = proc.stdout.readline()
             if not line:
-                self._forget()
+                self._exit = self._forget()
                 return None
-            if line.startswith(ANSWER):
-                answer: dict[str, Any] = json.loads(line[len(ANSWER) :])
+            at = line.find(ANSWER)  # a library's unfinished line may come first
+            if at >= 0:
+                answer: dict[str, Any] = json.loads(line[at + len(ANSWER) :])
                 return answer
 
     def _running(self) -> subprocess.Popen[str]:
@@ -157,7 +163,7 @@ class KeptChild:
         self._env = env
         self._root = Path(tempfile.mkdtemp(prefix="boundary-kept-dumps-"))
         dirs = {name: self._root / name for name in self._names}
-        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - kept open with the child
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - kept open with the child
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "workers.xla_targets.dump_server", str(self._root)],
             env=child_environment(self._env_for(dirs)),
@@ -169,19 +175,21 @@ class KeptChild:
         return self._proc
 
     def _last_words(self) -> str:
+        """The end of what the child wrote to its stderr."""
         if self._stderr is None:
             return "no output"
-        self._stderr.seek(0)
-        return self._stderr.read().strip()[-1500:] or "no output"
+        size = self._stderr.seek(0, 2)
+        self._stderr.seek(max(0, size - 1500))
+        return self._stderr.read().decode(errors="replace").strip() or "no output"
 
-    def _forget(self) -> None:
-        """Drop a child that has ended (its folders and its output go too)."""
-        if self._proc is not None:
-            self._proc.wait()
+    def _forget(self) -> int | None:
+        """Drop a child that has ended, and its folders; its exit status."""
+        code = self._proc.wait() if self._proc is not None else None
         self._proc = None
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+        return code
 
     def close(self) -> None:
         """Stop the child, if any."""
