@@ -107,6 +107,7 @@ def _replaced(kept: KeptChild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     kept.compile(exported, place, tmp_path / "a", _dumps(tmp_path / "a"))
     killed = _pid(kept)
     os.kill(killed, 9)
+    kept._proc.wait()  # type: ignore[union-attr]  # died while idle, before the next request
     kept.compile(exported, place, tmp_path / "b", _dumps(tmp_path / "b"))
     assert _pid(kept) != killed and _bundles(tmp_path / "b")
     with pytest.raises(RuntimeError, match=r"ran past 0\.001 s and was stopped"):
@@ -146,3 +147,36 @@ def test_the_child_leaves_with_its_parent(tmp_path: Path) -> None:
     assert not status.exists() or "zombie" in status.read_text(), (
         "the kept child outlived its parent"
     )
+
+
+class _Chatty(KeptChild):
+    module = "tests.workers.chatty_dump_child"
+
+
+def test_what_a_library_prints_does_not_hide_the_answer(tmp_path: Path) -> None:
+    """The answer comes in the same read as a library's lines, after one it did not end:
+    it is found there, not waited for. A child that dies on a request is reported with its
+    exit status, not sent the request again, and the next request gets a fresh child."""
+    chatty = _Chatty(("llo",), lambda dirs: {"PYTHONPATH": str(ROOT)})
+    exported, place = b"not compiled", placement_of("v6e:1x1", None, _Device())
+
+    def compile_in(name: str) -> float | None:
+        folder = tmp_path / name
+        done = chatty.compile(exported, place, folder, {"llo": folder / "llo"}, timeout_s=60)
+        return done.compile_s
+
+    try:
+        assert compile_in("a") == 0.25
+        first = _pid(chatty)
+        assert compile_in("b") == 0.25 and _pid(chatty) == first
+        for name in "ab":
+            assert (tmp_path / name / "llo" / "made.txt").read_text() == name
+        with pytest.raises(RuntimeError, match=r"the dump compile failed \(exit 3\)"):
+            compile_in("crash")
+        assert compile_in("c") == 0.25 and _pid(chatty) != first
+    finally:
+        chatty.close()
+
+
+class _Device:
+    id = 0

@@ -8,14 +8,17 @@ compile, not a Python start, a JAX import and a libtpu start (about 2 s of CPU, 
 
 Requests go one at a time, as a JSON line on the child's stdin (`{"folder": ..., "dumps":
 {"llo": ...}}`, the program and placement written in `folder` by `write_request`); the
-answer is one line on its stdout starting with ANSWER. The child leaves when its stdin
-closes (its parent ended) or after IDLE_S without a request; a child that died, answered
-out of turn or ran past its time is killed and the next compile starts a fresh one.
+answer, with the request's number, is one line on its stdout starting with ANSWER. The
+child leaves, removing its folders, when its stdin closes (its parent ended), after IDLE_S
+without a request or after MAX_COMPILES; the next compile then starts a fresh one. A child
+that dies on a request, answers another request or runs past its time is reported and
+stopped, never asked again about that request.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import shutil
 import subprocess
@@ -49,41 +52,54 @@ memory does not pile up."""
 
 
 def _move_dumps(root: Path, dumps: Mapping[str, str]) -> None:
-    """Everything dumped under `root`/NAME goes to `dumps[NAME]`."""
+    """Everything dumped under `root`/NAME goes to `dumps[NAME]`; where that folder's parent
+    is gone (its request was given up), it is deleted instead."""
     for name, dest in dumps.items():
-        made = root / name
         target = Path(dest)
-        target.mkdir(parents=True, exist_ok=True)
+        wanted = target.parent.is_dir()
+        if wanted:
+            target.mkdir(exist_ok=True)
+        made = root / name
         for path in made.iterdir() if made.is_dir() else ():
-            shutil.move(str(path), str(target / path.name))
+            if wanted:
+                shutil.move(str(path), str(target / path.name))
+            elif path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
-def _answer(out: IO[str], **fields: Any) -> None:
-    out.write(ANSWER + json.dumps(fields) + "\n")
+def _answer(out: IO[str], request_id: object, **fields: Any) -> None:
+    out.write(ANSWER + json.dumps({"id": request_id, **fields}) + "\n")
     out.flush()
 
 
 def serve(root: Path, compile_one: Callable[[Path], float] = compile_request) -> None:
-    """The kept child's loop: compile each request's folder, move the dumps, answer.
+    """The kept child's loop: compile each request's folder, move the dumps, answer; its
+    folders go when it leaves.
 
     Run as `python -m workers.xla_targets.dump_server ROOT`."""
     out = sys.stdout
     sys.stdout = sys.stderr  # what libraries print stays off the answers' line
-    for _ in range(MAX_COMPILES):
-        ready, _, _ = select.select([sys.stdin], [], [], IDLE_S)
-        line = sys.stdin.readline() if ready else ""
-        if not line:
-            return  # idle too long, or the parent is gone
-        request = json.loads(line)
-        try:
-            seconds = compile_one(Path(request["folder"]))
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            for name in request["dumps"]:  # what a failed compile dumped is nobody's
-                shutil.rmtree(root / name, ignore_errors=True)
-            _answer(out, error=f"{type(exc).__name__}: {exc}"[-1500:])
-            continue
-        _move_dumps(root, request["dumps"])
-        _answer(out, compile_s=seconds)
+    try:
+        for _ in range(MAX_COMPILES):
+            ready, _, _ = select.select([sys.stdin], [], [], IDLE_S)
+            line = sys.stdin.readline() if ready else ""
+            if not line:
+                return  # idle too long, or the parent is gone
+            request = json.loads(line)
+            try:
+                seconds = compile_one(Path(request["folder"]))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+                # What a failed compile dumped is nobody's (the folders stay: libtpu
+                # may not make them again).
+                _move_dumps(root, {name: "/nonexistent/dropped" for name in request["dumps"]})
+                _answer(out, request["id"], error=f"{type(exc).__name__}: {exc}"[-1500:])
+                continue
+            _move_dumps(root, request["dumps"])
+            _answer(out, request["id"], compile_s=seconds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- the parent's side --------------------------------------------------------------------
@@ -92,16 +108,21 @@ def serve(root: Path, compile_one: Callable[[Path], float] = compile_request) ->
 class KeptChild:
     """A dump child started with `env_for(its own folders)` and kept between compiles."""
 
+    module = "workers.xla_targets.dump_server"
+    """What the child runs (`python -m MODULE ROOT`): `serve` over its folders."""
+
     def __init__(
         self, names: tuple[str, ...], env_for: Callable[[dict[str, Path]], dict[str, str]]
     ) -> None:
         self._names = names
         self._env_for = env_for
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._root: Path | None = None
         self._stderr: IO[bytes] | None = None
         self._exit: int | None = None
         """The exit status of the last child that ended."""
+        self._sent = 0
+        """Requests sent, each answered with its number."""
         self._env: dict[str, str] = {}
         """The environment the child started from (before its dump flags)."""
         self._lock = threading.Lock()
@@ -117,44 +138,68 @@ class KeptChild:
         with self._lock:
             started = time.perf_counter()
             answer = self._ask(request, timeout_s)
-            if answer is None:  # it had left (idle, used up, or killed): once more, afresh
+            if answer is None:  # it had left of itself (idle, or used up): once more, afresh
                 answer = self._ask(request, timeout_s)
             wall = time.perf_counter() - started
-        if answer is None:  # a fresh child died on it too
-            words = self._last_words()
-            raise RuntimeError(f"the dump compile failed (exit {self._exit}): {words}")
+            if answer is None:
+                words = self._last_words()
+                raise RuntimeError(f"the dump compile's process left twice: {words}")
         if "error" in answer:
             raise RuntimeError(f"the dump compile failed: {answer['error']}")
         return ChildCompile(float(answer["compile_s"]), wall)
 
     def _ask(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
-        """The child's answer to `request`; None when the child ended first (its exit
-        status kept); RuntimeError when it ran past `timeout_s`."""
+        """The child's answer to `request`; None when the child had left of itself (idle,
+        or its compiles used up) before taking it. RuntimeError when it died on it, ran
+        past `timeout_s`, or answered another request; the child is stopped then, and on
+        any other exception (no answer is ever left to be read by the next request)."""
         proc = self._running()
+        self._sent += 1
+        try:
+            return self._exchange(proc, {"id": self._sent, **request}, timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _exchange(
+        self, proc: subprocess.Popen[bytes], request: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any] | None:
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps(request) + "\n")
-            proc.stdin.flush()
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
         except BrokenPipeError:
-            self._exit = self._forget()
-            return None
+            return None if self._forget() == 0 else self._died()
+        # Raw reads, not readline(): a line kept in a reader's buffer is invisible to
+        # select(), which would then wait for bytes that have already come.
+        out, seen, marker = proc.stdout.fileno(), b"", ANSWER.encode()
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
-            ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
+            ready, _, _ = select.select([out], [], [], max(left, 0))
             if not ready:
-                self.close()
                 raise RuntimeError(f"the dump compile ran past {timeout_s:g} s and was stopped")
-            line = proc.stdout.readline()
-            if not line:
-                self._exit = self._forget()
-                return None
-            at = line.find(ANSWER)  # a library's unfinished line may come first
-            if at >= 0:
-                answer: dict[str, Any] = json.loads(line[at + len(ANSWER) :])
-                return answer
+            chunk = os.read(out, 65536)
+            if not chunk:  # it left before answering: of itself (0), or killed
+                return None if self._forget() == 0 else self._died()
+            seen += chunk
+            at = seen.find(marker)  # after what a library may have printed
+            if at < 0:
+                seen = seen[-len(marker) :]
+                continue
+            end = seen.find(b"\n", at)
+            if end < 0:
+                seen = seen[at:]
+                continue
+            answer: dict[str, Any] = json.loads(seen[at + len(marker) : end])
+            if answer.get("id") != request["id"]:
+                raise RuntimeError(f"the dump child answered request {answer.get('id')}, "
+                                   f"not {request['id']}")  # fmt: skip
+            return answer
 
-    def _running(self) -> subprocess.Popen[str]:
+    def _died(self) -> dict[str, Any]:
+        raise RuntimeError(f"the dump compile failed (exit {self._exit}): {self._last_words()}")
+
+    def _running(self) -> subprocess.Popen[bytes]:
         """The child, started now if there is none or this process's environment changed."""
         env = child_environment({})
         if self._proc is not None and self._proc.poll() is None and env == self._env:
@@ -165,12 +210,12 @@ class KeptChild:
         dirs = {name: self._root / name for name in self._names}
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - kept open with the child
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.xla_targets.dump_server", str(self._root)],
+            [sys.executable, "-m", self.module, str(self._root)],
             env=child_environment(self._env_for(dirs)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            text=True,
+            bufsize=0,  # each request reaches the child as it is written
         )
         return self._proc
 
@@ -185,6 +230,7 @@ class KeptChild:
     def _forget(self) -> int | None:
         """Drop a child that has ended, and its folders; its exit status."""
         code = self._proc.wait() if self._proc is not None else None
+        self._exit = code
         self._proc = None
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)

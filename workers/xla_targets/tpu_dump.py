@@ -20,6 +20,7 @@ bundles, then passes; what was cut is said.
 
 from __future__ import annotations
 
+import atexit
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -179,6 +180,7 @@ def _libtpu_flags(dirs: dict[str, Path]) -> dict[str, str]:
 
 _KEPT = KeptChild(("mosaic", "llo"), _libtpu_flags)
 """This process's libtpu dump child, kept between compiles."""
+atexit.register(_KEPT.close)
 
 
 def tpu_dump(exported: bytes, place: Placement, max_bytes: int, passes: bool) -> TpuDump:
