@@ -88,6 +88,8 @@ def read_big_view(page: Page, url: str, run_id: str) -> list[Step]:
         pane.evaluate("el => { el.scrollTop = el.scrollHeight; }")
         shown = page.locator(".ir-lines .l")
         expect(shown).not_to_have_count(steps[-1].lines, timeout=WAIT_MS)
+        # A part lands a chunk per task: wait until none is still coming.
+        expect(page.locator(".ir-more[data-loading]")).to_have_count(0, timeout=WAIT_MS)
         steps.append(_step(page, f"scroll {i + 1}"))
     for toggle in ("#ir-unfold", "#ir-wrap"):
         page.locator(toggle).check()
