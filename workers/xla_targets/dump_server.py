@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from workers.xla_targets.dump_child import (
     TIMEOUT_S,
@@ -196,7 +196,8 @@ class KeptChild:
                                    f"not {request['id']}")  # fmt: skip
             return answer
 
-    def _died(self) -> dict[str, Any]:
+    def _died(self) -> NoReturn:
+        """Report a child that ended, killed or failing, before it answered."""
         raise RuntimeError(f"the dump compile failed (exit {self._exit}): {self._last_words()}")
 
     def _running(self) -> subprocess.Popen[bytes]:
