@@ -129,10 +129,9 @@ def test_a_4mb_hlo_opens_scrolls_and_searches_in_bounded_steps(
     """What keeps a 4 MB view responsive, step by step: a page of lines to open, a part
     per scroll inserted a chunk per task, toggles that restyle without adding an element,
     a search that shows its first hits only (a chunk per task), and at most a part on the
-    run page through htmx. These hold
-    whatever the machine's load; the main-thread tasks they keep short are timed by
-    bench/ir_view.py on a quiet machine (a timed test failed beside the suite: a 78 ms
-    task read 257-682 ms)."""
+    run page through htmx. These hold whatever the machine's load; the main-thread tasks
+    they keep short are timed by bench/ir_view.py on a quiet machine (a timed test failed
+    beside the suite: a 78 ms task read 257-682 ms)."""
     context = browser.new_context()
     try:
         steps = {s.name: s for s in read_big_view(context.new_page(), runs["url"], runs["big"])}

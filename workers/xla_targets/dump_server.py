@@ -51,22 +51,26 @@ memory does not pile up."""
 # --- the child's side ---------------------------------------------------------------------
 
 
+def _empty(folder: Path) -> None:
+    """Remove what `folder` holds, keeping the folder (libtpu may not make it again)."""
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _move_dumps(root: Path, dumps: Mapping[str, str]) -> None:
     """Everything dumped under `root`/NAME goes to `dumps[NAME]`; where that folder's parent
-    is gone (its request was given up), it is deleted instead."""
+    is gone (its request was given up), it is removed instead."""
     for name, dest in dumps.items():
-        target = Path(dest)
-        wanted = target.parent.is_dir()
-        if wanted:
-            target.mkdir(exist_ok=True)
-        made = root / name
+        made, target = root / name, Path(dest)
+        if not target.parent.is_dir():
+            _empty(made)
+            continue
+        target.mkdir(exist_ok=True)
         for path in made.iterdir() if made.is_dir() else ():
-            if wanted:
-                shutil.move(str(path), str(target / path.name))
-            elif path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            shutil.move(str(path), str(target / path.name))
 
 
 def _answer(out: IO[str], request_id: object, **fields: Any) -> None:
@@ -91,9 +95,8 @@ def serve(root: Path, compile_one: Callable[[Path], float] = compile_request) ->
             try:
                 seconds = compile_one(Path(request["folder"]))
             except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-                # What a failed compile dumped is nobody's (the folders stay: libtpu
-                # may not make them again).
-                _move_dumps(root, {name: "/nonexistent/dropped" for name in request["dumps"]})
+                for name in request["dumps"]:  # what a failed compile dumped is nobody's
+                    _empty(root / name)
                 _answer(out, request["id"], error=f"{type(exc).__name__}: {exc}"[-1500:])
                 continue
             _move_dumps(root, request["dumps"])
