@@ -115,6 +115,9 @@ def _replaced(kept: KeptChild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert kept._proc is None  # stopped, not left compiling
     before = kept.compile(exported, place, tmp_path / "d", _dumps(tmp_path / "d"))
     pid = _pid(kept)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # bookkeeping: the child stays
+    kept.compile(exported, place, tmp_path / "d2", _dumps(tmp_path / "d2"))
+    assert _pid(kept) == pid and _bundles(tmp_path / "d2")
     monkeypatch.setenv("BOUNDARY_TEST_SOMETHING_NEW", "1")  # a child starts from the new one
     kept.compile(exported, place, tmp_path / "e", _dumps(tmp_path / "e"))
     assert _pid(kept) != pid and before.compile_s is not None

@@ -46,6 +46,15 @@ IDLE_S = 300.0
 MAX_COMPILES = 200
 """A kept child leaves after this many compiles, so what a compile leaves behind in its
 memory does not pile up."""
+BOOKKEEPING = frozenset({"PYTEST_CURRENT_TEST"})
+"""Variables a running process rewrites as it goes, which no compile reads: a change of
+these alone keeps the child. (pytest names the running test there, a new value for each
+test, so an engine called from a test suite started a child for every test.)"""
+
+
+def _settings(env: dict[str, str]) -> dict[str, str]:
+    """What of an environment a child depends on: all of it but BOOKKEEPING."""
+    return {name: value for name, value in env.items() if name not in BOOKKEEPING}
 
 
 # --- the child's side ---------------------------------------------------------------------
@@ -205,7 +214,7 @@ class KeptChild:
 
     def _running(self) -> subprocess.Popen[bytes]:
         """The child, started now if there is none or this process's environment changed."""
-        env = child_environment({})
+        env = _settings(child_environment({}))
         if self._proc is not None and self._proc.poll() is None and env == self._env:
             return self._proc
         self.close()
