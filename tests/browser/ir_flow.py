@@ -61,26 +61,33 @@ class Step:
     """The most IR lines one batch of DOM changes inserted since the previous step."""
     long_tasks: tuple[float, ...]
     """The durations (ms) of the long tasks since the previous step."""
+    parts: int = 0
+    """The parts of lines (`part=lines` with a start) the page asked for since the previous
+    step."""
 
 
-def _step(page: Page, name: str) -> Step:
+def _step(page: Page, name: str, asked: list[str]) -> Step:
     page.wait_for_timeout(SETTLE_MS)
     lines = page.locator(".ir-lines .l").count()
     elements = int(page.evaluate("document.querySelectorAll('.ir-lines *').length"))
     inserted = max(page.evaluate("window.__inserted.splice(0)"), default=0)
     tasks = tuple(float(t) for t in page.evaluate("window.__longTasks.splice(0)"))
-    return Step(name, lines, elements, int(inserted), tasks)
+    parts = sum(1 for url in asked if "part=lines" in url and "start=" in url)
+    asked.clear()
+    return Step(name, lines, elements, int(inserted), tasks, parts)
 
 
 def read_big_view(page: Page, url: str, run_id: str) -> list[Step]:
     """Open run `run_id`'s HLO view (a 4 MB module), scroll to its end, fold and wrap,
     search, then open its run page (the view comes through htmx there)."""
     page.add_init_script(LONG_TASKS)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
     steps: list[Step] = []
     page.goto(f"{url}/runs/{run_id}/ir/hlo")
     expect(page.locator(".ir-lines .l").first).to_be_visible(timeout=WAIT_MS)
     assert "of 4" in (page.locator(".ir-status").text_content() or "")  # 4x,xxx lines
-    steps.append(_step(page, "open"))
+    steps.append(_step(page, "open", asked))
     pane = page.locator(".ir-text .ir-scroll")
     for i in range(3):  # scroll to the end: the next pages load as they come into view
         pane.evaluate("el => { el.scrollTop = el.scrollHeight; }")
@@ -88,20 +95,20 @@ def read_big_view(page: Page, url: str, run_id: str) -> list[Step]:
         expect(shown).not_to_have_count(steps[-1].lines, timeout=WAIT_MS)
         # A part lands a chunk per task: wait until none is still coming.
         expect(page.locator(".ir-more[data-loading]")).to_have_count(0, timeout=WAIT_MS)
-        steps.append(_step(page, f"scroll {i + 1}"))
+        steps.append(_step(page, f"scroll {i + 1}", asked))
     for toggle in ("#ir-unfold", "#ir-wrap"):
         page.locator(toggle).check()
-        steps.append(_step(page, f"{toggle} on"))
+        steps.append(_step(page, f"{toggle} on", asked))
         page.locator(toggle).uncheck()
-        steps.append(_step(page, f"{toggle} off"))
+        steps.append(_step(page, f"{toggle} off", asked))
     page.fill(".ir-q", "exponential")
     expect(page.locator(".ir-status")).to_contain_text("matching lines", timeout=WAIT_MS)
     assert page.locator(".l.hit").count() == MAX_HITS  # of many more matching lines
-    steps.append(_step(page, "search"))
+    steps.append(_step(page, "search", asked))
     page.goto(f"{url}/runs/{run_id}")
     view = page.locator(".ir-view[data-artifact='hlo'] .l")
     expect(view.first).to_be_visible(timeout=WAIT_MS)
-    steps.append(_step(page, "run page"))
+    steps.append(_step(page, "run page", asked))
     return steps
 
 
