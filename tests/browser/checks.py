@@ -124,42 +124,24 @@ def picture_text_count(page: Page) -> int:
     return len(page.evaluate(_FONT_SIZES, PICTURES))
 
 
-# axe-core's own script (the copy axe-playwright-python ships), read once per test process.
-_AXE_SCRIPT: list[str] = []
-
-# Runs axe-core on the document and keeps, in the page, what the tests read: the serious and
-# critical violations, one line each with up to four of the nodes where they are. Sending
-# axe's whole result object back (every node's HTML, every check) cost as much CPU as the run.
-_AXE_RUN = """async () => {
-  const found = await axe.run(document, {resultTypes: ['violations']});
-  return found.violations
-    .filter(v => v.impact === 'serious' || v.impact === 'critical')
-    .map(v => `${v.id} (${v.impact}, ${v.nodes.length}): ` +
-              JSON.stringify(v.nodes.slice(0, 4).map(n => n.target.join(' '))));
-}"""
-
-
 def axe_faults(page: Page) -> list[str]:
-    """Serious and critical axe-core violations, one line each with where they are. axe-core
-    is put into the document only when the document lacks it: each injection parsed its
-    half-megabyte script again."""
-    if not _AXE_SCRIPT:
-        from axe_playwright_python.sync_playwright import Axe
+    """Serious and critical axe-core violations, one line each with where they are."""
+    from axe_playwright_python.sync_playwright import Axe
 
-        _AXE_SCRIPT.append(Axe().axe_script)
-    if not page.evaluate("typeof window.axe !== 'undefined'"):
-        page.evaluate(_AXE_SCRIPT[0])
-    lines: list[str] = page.evaluate(_AXE_RUN)
+    results = Axe().run(page)
+    lines = []
+    for v in results.response["violations"]:
+        if v["impact"] in ("serious", "critical"):
+            targets = [" ".join(map(str, n["target"])) for n in v["nodes"][:4]]
+            lines.append(f"{v['id']} ({v['impact']}, {len(v['nodes'])}): {targets}")
     return lines
 
 
 def shot(page: Page, name: str) -> Path:
-    """A JPEG of the page in test-results/browser/: the whole page where it is of a readable
-    length, else its first screen (the guide is slow to capture whole on a small machine).
-    JPEG, not PNG: encoding and carrying a megabyte PNG through Playwright cost about twice
-    the CPU, and these pictures are for people to look at, not to compare by pixel."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
-    target = OUTPUT / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".jpg")
+    target = OUTPUT / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png")
+    # The whole page where it is of a readable length; the first screen of a very long
+    # one (the guide), which is slow to capture whole on a small machine.
     whole = page.evaluate("document.documentElement.scrollHeight") <= 6000
-    page.screenshot(path=str(target), full_page=whole, type="jpeg", quality=70, timeout=60000)
+    page.screenshot(path=str(target), full_page=whole, timeout=60000)
     return target
