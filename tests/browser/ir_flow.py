@@ -68,6 +68,8 @@ class Step:
 
 def _step(page: Page, name: str, asked: list[str]) -> Step:
     page.wait_for_timeout(SETTLE_MS)
+    # A part asked for while the observer settled lands before the step is read.
+    expect(page.locator(".ir-more[data-loading]")).to_have_count(0, timeout=WAIT_MS)
     lines = page.locator(".ir-lines .l").count()
     elements = int(page.evaluate("document.querySelectorAll('.ir-lines *').length"))
     inserted = max(page.evaluate("window.__inserted.splice(0)"), default=0)
