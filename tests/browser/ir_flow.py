@@ -66,10 +66,15 @@ class Step:
     step."""
 
 
-def _step(page: Page, name: str, asked: list[str]) -> Step:
-    page.wait_for_timeout(SETTLE_MS)
-    # A part asked for while the observer settled lands before the step is read.
+def _landed(page: Page) -> None:
+    """Wait until no part of lines is still coming (a part lands a chunk per task)."""
     expect(page.locator(".ir-more[data-loading]")).to_have_count(0, timeout=WAIT_MS)
+
+
+def _step(page: Page, name: str, asked: list[str]) -> Step:
+    _landed(page)
+    page.wait_for_timeout(SETTLE_MS)
+    _landed(page)  # a part asked for while the observer settled lands before the step is read
     lines = page.locator(".ir-lines .l").count()
     elements = int(page.evaluate("document.querySelectorAll('.ir-lines *').length"))
     inserted = max(page.evaluate("window.__inserted.splice(0)"), default=0)
@@ -95,8 +100,6 @@ def read_big_view(page: Page, url: str, run_id: str) -> list[Step]:
         pane.evaluate("el => { el.scrollTop = el.scrollHeight; }")
         shown = page.locator(".ir-lines .l")
         expect(shown).not_to_have_count(steps[-1].lines, timeout=WAIT_MS)
-        # A part lands a chunk per task: wait until none is still coming.
-        expect(page.locator(".ir-more[data-loading]")).to_have_count(0, timeout=WAIT_MS)
         steps.append(_step(page, f"scroll {i + 1}", asked))
     for toggle in ("#ir-unfold", "#ir-wrap"):
         page.locator(toggle).check()
