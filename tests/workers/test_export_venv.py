@@ -53,8 +53,11 @@ def test_export_fn_runs_in_a_model_environment_without_the_server(tmp_path: Path
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, checkout / name)
     venv = tmp_path / "model-env"
-    run([sys.executable, "-m", "venv", str(venv)], tmp_path)
-    pip = [str(venv / "bin/python"), "-m", "pip", "install", "--quiet"]
+    # The test's own pip installs into it (`--python`), and leaves the byte-compiling of
+    # jaxlib and scipy to the imports that need it: the same packages, a third of the CPU.
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install"]
+    pip += ["--quiet", "--no-compile"]
     run([*pip, f"jax=={jax.__version__}"], tmp_path)  # the model's own jax, first
     run([*pip, f"{checkout}[export]"], tmp_path)
     python = str(venv / "bin/python")
