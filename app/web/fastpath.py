@@ -24,6 +24,27 @@ VARY = b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Reques
 MIN_COMPRESS = 512  # below this, compression costs more than it saves
 
 
+_COMPRESSED: dict[tuple[str, str], bytes] = {}
+KEEP_COMPRESSED = 512
+"""Compressed bodies kept for the whole process, by digest: an app made again from the same
+content (the tests make hundreds) does not compress its pages again (brotli at quality 11
+takes about 80 ms for a reader page)."""
+
+
+def _compressed(body: bytes, digest: str, encoding: str) -> bytes:
+    key = (digest, encoding)
+    done = _COMPRESSED.get(key)
+    if done is None:
+        if encoding == "br":
+            done = brotli.compress(body, quality=11)
+        else:
+            done = gzip.compress(body, compresslevel=9, mtime=0)
+        if len(_COMPRESSED) >= KEEP_COMPRESSED:
+            _COMPRESSED.pop(next(iter(_COMPRESSED)), None)  # the oldest
+        _COMPRESSED[key] = done
+    return done
+
+
 @dataclass
 class Entry:
     """One representation of a resource, with its encodings made on demand."""
@@ -42,12 +63,7 @@ class Entry:
         """The body in `encoding` ('br', 'gzip' or '')."""
         body = self._encoded.get(encoding)
         if body is None:
-            if encoding == "br":
-                body = brotli.compress(self.body, quality=11)
-            elif encoding == "gzip":
-                body = gzip.compress(self.body, compresslevel=9, mtime=0)
-            else:
-                body = self.body
+            body = _compressed(self.body, self.etag, encoding) if encoding else self.body
             self._encoded[encoding] = body
         return body
 
