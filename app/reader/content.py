@@ -7,6 +7,7 @@ server with a ContentError naming the file and the field.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import tomllib
@@ -245,8 +246,16 @@ def _load_cards(
 
 def load_content(directory: Path = CONTENT_DIR) -> Content:
     """Read and check every content file under `directory`, in the order each needs the
-    others (sources before the guide, hardware and cards that cite them)."""
-    version = _version(directory)
+    others (sources before the guide, hardware and cards that cite them).
+
+    The content is immutable and follows from the files' names and bytes alone (their
+    digest, `version`), so a process that builds many apps from the same files (the
+    tests build hundreds) parses them once; any edit changes the digest and is read."""
+    return _checked(directory, _version(directory))
+
+
+@functools.lru_cache(maxsize=8)
+def _checked(directory: Path, version: str) -> Content:
     site = _parse(Site, _read(directory / "site.toml"), directory / "site.toml")
     sources = _load_sources(directory / "sources.toml")
     paths = _load_paths(directory / "paths.toml")
