@@ -115,3 +115,30 @@ def exported_once(folder: Path) -> dict[str, Exported]:
                 made[name] = export_program(name, folder)
                 said.write_text(json.dumps(made[name].summary))
         return made
+
+
+def plain_peak(artifact: Path, target_id: str) -> int:
+    """What a user would write: `jax.jit(exp.call).lower(*args, **kwargs).compile()` on
+    the target's devices, and the compiler's own peak per device: the yardstick a
+    worker's deviceless compile of the same artifact is held to."""
+    import jax
+
+    from workers.export.meshes import argument_shardings
+    from workers.protocol import parse_target
+    from workers.xla_targets.topology import target_devices
+
+    exp = jax.export.deserialize(bytearray(artifact.read_bytes()))
+    devices = target_devices(parse_target(target_id))
+    structs = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+        for a, s in zip(exp.in_avals, argument_shardings(exp, devices), strict=True)
+    ]
+    args, kwargs = jax.tree.unflatten(exp.in_tree, structs)
+    compiled = jax.jit(exp.call).lower(*args, **kwargs).compile()
+    return int(compiled.memory_analysis().peak_memory_in_bytes)
+
+
+def assert_peak_as_plain_jax(exported: Exported, target_id: str, peak: int) -> None:
+    """A worker's peak for `exported` on `target_id` within 10 % of plain JAX's."""
+    plain = plain_peak(exported.artifact, target_id)
+    assert abs(peak - plain) <= 0.1 * plain, (exported.name, target_id, peak, plain)
