@@ -13,7 +13,14 @@ import pytest
 
 from tests.servers import free_port, serve, upload_exported, wait_for_target, wait_until_up
 
-CHROMIUM = os.environ.get("BOUNDARY_CHROMIUM", "/usr/bin/chromium")
+HEADLESS_SHELL = "/usr/bin/chromium-headless-shell"
+CHROMIUM = os.environ.get(
+    "BOUNDARY_CHROMIUM", HEADLESS_SHELL if Path(HEADLESS_SHELL).exists() else "/usr/bin/chromium"
+)
+"""Debian's Chromium headless shell where it is installed (./scripts/test installs it), the
+build of the same Chromium that Playwright itself runs headless: the same Blink and V8 as
+the full browser without its windowing, and about 18 % less CPU over the page checks
+(docs/testing.md). BOUNDARY_CHROMIUM names another; the full browser serves otherwise."""
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
