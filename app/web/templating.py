@@ -238,9 +238,11 @@ def _readable(hex_colour: str, bg: str = CODE_BACKGROUND) -> str:
     return out
 
 
+@lru_cache(maxsize=1)
 def pygments_css() -> str:
     """The stylesheet for highlighted code, scoped to `.hl`; every colour is darkened where
-    needed to meet 4.5:1 on the code background (the style's comments are lighter)."""
+    needed to meet 4.5:1 on the code background (the style's comments are lighter). Made
+    once per process: it depends on the installed Pygments alone."""
     css: str = HtmlFormatter(style="friendly").get_style_defs(".hl")  # type: ignore[no-untyped-call]
     return re.sub(
         r"(?<![-\w])color: (#[0-9A-Fa-f]{6}|#[0-9A-Fa-f]{3})\b",
