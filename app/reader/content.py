@@ -7,7 +7,6 @@ server with a ContentError naming the file and the field.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import tomllib
@@ -244,17 +243,32 @@ def _load_cards(
     }
 
 
+_LOADED: dict[tuple[Path, str], Content] = {}
+KEEP_LOADED = 8
+
+
 def load_content(directory: Path = CONTENT_DIR) -> Content:
     """Read and check every content file under `directory`, in the order each needs the
     others (sources before the guide, hardware and cards that cite them).
 
-    The content is immutable and follows from the files' names and bytes alone (their
-    digest, `version`), so a process that builds many apps from the same files (the
-    tests build hundreds) parses them once; any edit changes the digest and is read."""
-    return _checked(directory, _version(directory))
+    What it returns follows from the files' names and bytes alone (their digest, `version`)
+    and is never changed after, so a process that builds many apps from the same files (the
+    tests build hundreds) parses them once and every app shares the result; any edit
+    changes the digest and is read. A result is kept only when the digest is the same after
+    the parse as before it (a file edited during the parse is not kept under either)."""
+    version = _version(directory)
+    key = (directory, version)
+    kept = _LOADED.get(key)
+    if kept is not None:
+        return kept
+    content = _checked(directory, version)
+    if _version(directory) == version:
+        if len(_LOADED) >= KEEP_LOADED:
+            _LOADED.pop(next(iter(_LOADED)), None)  # the oldest
+        _LOADED[key] = content
+    return content
 
 
-@functools.lru_cache(maxsize=8)
 def _checked(directory: Path, version: str) -> Content:
     site = _parse(Site, _read(directory / "site.toml"), directory / "site.toml")
     sources = _load_sources(directory / "sources.toml")

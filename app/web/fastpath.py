@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -24,24 +25,27 @@ VARY = b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Reques
 MIN_COMPRESS = 512  # below this, compression costs more than it saves
 
 
-_COMPRESSED: dict[tuple[str, str], bytes] = {}
 KEEP_COMPRESSED = 512
-"""Compressed bodies kept for the whole process, by digest: an app made again from the same
-content (the tests make hundreds) does not compress its pages again (brotli at quality 11
-takes about 80 ms for a reader page)."""
+_COMPRESSED: dict[tuple[str, str], bytes] = {}
+"""Compressed bodies kept for the whole process, by digest and encoding: an app made again
+from the same content (the tests make hundreds) does not compress its pages again (brotli
+at quality 11 takes about 80 ms for a reader page). At most KEEP_COMPRESSED, oldest out."""
+_COMPRESSED_LOCK = threading.Lock()
 
 
 def _compressed(body: bytes, digest: str, encoding: str) -> bytes:
     key = (digest, encoding)
-    done = _COMPRESSED.get(key)
+    with _COMPRESSED_LOCK:
+        done = _COMPRESSED.get(key)
     if done is None:
         if encoding == "br":
             done = brotli.compress(body, quality=11)
         else:
             done = gzip.compress(body, compresslevel=9, mtime=0)
-        if len(_COMPRESSED) >= KEEP_COMPRESSED:
-            _COMPRESSED.pop(next(iter(_COMPRESSED)), None)  # the oldest
-        _COMPRESSED[key] = done
+        with _COMPRESSED_LOCK:
+            if len(_COMPRESSED) >= KEEP_COMPRESSED:
+                _COMPRESSED.pop(next(iter(_COMPRESSED)))  # the oldest
+            _COMPRESSED[key] = done
     return done
 
 

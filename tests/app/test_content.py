@@ -40,6 +40,35 @@ def test_version_changes_with_any_text(content_copy: Path) -> None:
     assert load_content(content_copy).version != before
 
 
+def test_an_edit_is_read_though_the_last_parse_is_kept(content_copy: Path) -> None:
+    first = load_content(content_copy)
+    assert load_content(content_copy) is first  # the same files: parsed once
+    edit(content_copy / "site.toml", 'headline = "Follow', 'headline = "Trace')
+    edited = load_content(content_copy)
+    assert edited.site.headline.startswith("Trace the execution boundary")
+    edit(content_copy / "site.toml", 'headline = "Trace', 'headline = "Follow')
+    assert load_content(content_copy).site.headline == first.site.headline
+
+
+def test_templates_are_compiled_again_when_their_source_changes(tmp_path: Path) -> None:
+    from jinja2 import Environment, FileSystemLoader
+
+    from app.web.templating import CompiledTemplates
+
+    shared = CompiledTemplates()
+    page = tmp_path / "page.html"
+
+    def render() -> str:
+        env = Environment(loader=FileSystemLoader(tmp_path), bytecode_cache=shared)
+        return env.get_template("page.html").render(name="v6e")
+
+    page.write_text("compiled for {{ name }}")
+    assert render() == "compiled for v6e"
+    assert render() == "compiled for v6e"  # a second environment, from the shared code
+    page.write_text("compiled again for {{ name }}")
+    assert render() == "compiled again for v6e"
+
+
 def _drop_line(field: str) -> Callable[[Path], None]:
     def change(d: Path) -> None:
         f = d / "cards" / "jax-tpu.execute.toml"
