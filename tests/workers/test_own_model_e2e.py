@@ -31,7 +31,12 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
 ) -> None:
     c = cluster(JOB_TIMEOUT_S="280")
     c.start_server()
-    _refuses_fewer_devices(c, own_exports["dp"])  # before a worker could take a job
+    # The train step and its 8-device twin, uploaded through the API.
+    digests = {
+        name: upload(c.client, own_exports[name].artifact.read_bytes(), "exported")
+        for name in ("train", "dp")
+    }
+    _refuses_fewer_devices(c, own_exports["dp"], digests["dp"])  # before a worker is there
     c.start_worker("w1")
     c.wait_worker("w1", timeout=120)
 
@@ -63,10 +68,9 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
     }
     assert set(jobs) == {("forward", None), *(("forward", t) for t in TARGETS)}
 
-    # The train step and its 8-device twin, uploaded and run through the API.
-    for name in ("train", "dp"):
+    # The train step and its 8-device twin, run through the API.
+    for name, sha in digests.items():
         exported = own_exports[name]
-        sha = upload(c.client, exported.artifact.read_bytes(), "exported")
         reference = upload(c.client, exported.sample.read_bytes(), "npz")
         params = {"artifact": sha, "input_rules": exported.rules}
         jobs[(name, None)] = c.submit(
@@ -107,11 +111,10 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
     assert page["one_click"] == ["v6e:2x4", "h100:8", "b200:8"]
 
 
-def _refuses_fewer_devices(c: Cluster, exported: Any) -> None:
-    """The 8-device step, asked for on a target with fewer devices: refused at once,
-    naming both counts; on those with 8 it is accepted (and cancelled while queued: the
-    browser's test compiles it)."""
-    sha = upload(c.client, exported.artifact.read_bytes(), "exported")
+def _refuses_fewer_devices(c: Cluster, exported: Any, sha: str) -> None:
+    """The 8-device step (uploaded as `sha`), asked for on a target with fewer devices:
+    refused at once, naming both counts; on those with 8 it is accepted (and cancelled
+    while queued: the browser's test compiles it)."""
     for target in TARGETS:
         body = {
             "workload": "exported",
