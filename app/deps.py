@@ -9,12 +9,11 @@ from fastapi import Depends, HTTPException, Request
 from app.dispatch import Dispatcher
 from app.queue.admission import Admission
 from app.settings import Settings
-from app.state import AppState
+from app.state import AppState, state_of_scope
 
 
 def get_state(request: Request) -> AppState:
-    state: AppState = request.app.state.boundary
-    return state
+    return state_of_scope(request.scope)
 
 
 def get_app_settings(request: Request) -> Settings:

@@ -3,21 +3,24 @@
 Layers, outermost first: FastPath (pre-rendered reader pages and static files from
 memory), SecurityHeaders (CSP and framing for everything else), then FastAPI routes,
 which `boundary serve` builds in the background (app.web.deferred) so it answers sooner.
+The FastAPI app is built once per process and shared by every app the process builds,
+each putting its own state in the requests it passes on (app.state.Bound).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from app.reader.content import load_content
 from app.reader.site import Deferred, names_origin, render_site
 from app.settings import Settings, get_settings
-from app.state import AppState
+from app.state import AppState, Bound, state_of_scope
 from app.web.assets import build_assets
 from app.web.deferred import Built, DeferredApp
 from app.web.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
@@ -29,6 +32,8 @@ if TYPE_CHECKING:  # the API side is imported when it is built (see build_api)
 
     from app.dispatch import Dispatcher
     from app.store import Store
+    from app.web.bodylimit import BodyRules
+    from app.web.streams import StreamLedger
 
 __all__ = ["AppState", "build_api", "create_app"]
 
@@ -90,17 +95,11 @@ def _open_store(settings: Settings) -> Store:
     )
 
 
-def _fastapi(dispatcher: Dispatcher) -> FastAPI:
-    """The FastAPI app as documented, no route yet; `dispatcher` runs for its lifespan."""
+def _fastapi() -> FastAPI:
+    """The FastAPI app as documented, no route yet (each app runs its own lifespan)."""
     from fastapi import FastAPI
 
     from app.routes.schemas import ValidationErrorPublic
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        dispatcher.start()  # the reaper, and the news from other replicas
-        yield
-        await dispatcher.stop()  # (the store stays open: a lifespan may run again)
 
     return FastAPI(
         title="Boundary",
@@ -109,7 +108,6 @@ def _fastapi(dispatcher: Dispatcher) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
-        lifespan=lifespan,
         # Every route answers a bad request with the server's own 422 body (each problem
         # naming its field); saying so here also keeps FastAPI from documenting its
         # {loc, msg, type} body, which this server never sends.
@@ -160,34 +158,76 @@ def _routers() -> tuple[APIRouter, ...]:
     )
 
 
+def _body_rules(scope: Scope) -> BodyRules:
+    rules = state_of_scope(scope).body_rules
+    assert rules is not None, "build_api sets them"
+    return rules
+
+
+def _streams(scope: Scope) -> StreamLedger:
+    ledger = state_of_scope(scope).streams
+    assert ledger is not None, "build_api sets it"
+    return ledger
+
+
+@cache
+def _api() -> FastAPI:
+    from app.routes import pages
+    from app.web.bodylimit import BodyLimit
+    from app.web.streams import StreamCap
+
+    api = _fastapi()
+    pages.install(api)
+    for router in _routers():
+        api.include_router(router)
+    api.add_middleware(BodyLimit, rules_of=_body_rules)  # every body through one cap
+    api.add_middleware(StreamCap, ledger_of=_streams)
+    return api
+
+
+_API_LOCK = threading.Lock()
+
+
+def shared_api() -> FastAPI:
+    """The process's API app: every route, handler and cap, built on first use (about 0.2
+    s of CPU) and served to every app the process builds, each with its own state
+    (app.state.Bound)."""
+    with _API_LOCK:  # `serve` builds it in a thread, and a request may want it meanwhile
+        return _api()
+
+
+@asynccontextmanager
+async def _dispatching(dispatcher: Dispatcher) -> AsyncIterator[None]:
+    """An app's lifespan: its dispatcher runs (the reaper, the news from other replicas)."""
+    dispatcher.start()
+    yield
+    await dispatcher.stop()  # (the store stays open: a lifespan may run again)
+
+
 def build_api(state: AppState) -> Built:
-    """The FastAPI app with every route, and the function that opens its lifespan."""
+    """The API side of one app: its dispatcher, admission and caps, served by the
+    process's shared API app, and the function that opens its lifespan."""
     from app.dispatch import Dispatcher
     from app.queue.admission import Admission
     from app.queue.fits import FitSearches
-    from app.routes import pages
-    from app.web.bodylimit import BodyLimit
+    from app.web.bodylimit import BodyRules
     from app.web.clients import parse_networks
-    from app.web.streams import StreamCap
+    from app.web.streams import StreamLedger
 
     settings = state.settings
+    api = shared_api()
     dispatcher = Dispatcher(_open_store(settings), settings)
     state.dispatcher = dispatcher
     state.admission = Admission(dispatcher, settings)
     FitSearches(state.admission).watch()  # probes' ends move their searches on
-    api = _fastapi(dispatcher)
-    api.state.boundary = state
-    pages.install(api)
-    for router in _routers():
-        api.include_router(router)
-    api.add_middleware(BodyLimit, settings=settings)  # every body through one cap
-    api.add_middleware(
-        StreamCap,
-        per_client=settings.MAX_STREAMS_PER_CLIENT,
-        total=settings.MAX_STREAMS,
-        trusted=parse_networks(settings.FORWARDED_ALLOW_IPS),
+    state.body_rules = BodyRules.from_settings(settings)
+    state.streams = StreamLedger(
+        settings.MAX_STREAMS_PER_CLIENT,
+        settings.MAX_STREAMS,
+        parse_networks(settings.FORWARDED_ALLOW_IPS),
     )
-    return SecurityHeaders(api, settings.FRAME_ANCESTORS), lambda: api.router.lifespan_context(api)
+    lifespan = partial(_dispatching, dispatcher)
+    return SecurityHeaders(Bound(api, state, lifespan), settings.FRAME_ANCESTORS), lifespan
 
 
 def create_app(

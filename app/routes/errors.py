@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.routes.common import render
+from app.state import state_of_scope
 from app.web.diskfull import DISK_FULL, is_disk_full
 from app.web.diskfull import KINDS as DISK_KINDS
 
@@ -134,7 +135,7 @@ def error_page(
         "what": what,
         "section": section,
     }
-    return render(request.app.state.boundary, "error.html", ctx, status_code)
+    return render(state_of_scope(request.scope), "error.html", ctx, status_code)
 
 
 def bad_address_page(request: Request, problems: list[dict[str, str | None]]) -> HTMLResponse:

@@ -14,6 +14,7 @@ from app.reader.content import READER_PATHS, READER_STAGES
 from app.reader.views import embed_url, not_found_context
 from app.routes import errors
 from app.routes.schemas import MessagePublic
+from app.state import state_of_scope
 from app.web.problems import request_problems
 from app.web.templating import server_linker
 from workers.protocol import PathId, StageId
@@ -26,7 +27,7 @@ _READER_URL = re.compile(r"^/(?:read|embed)/([a-z-]+)/([a-z-]+)/?$")
 
 
 def _state(request: Request) -> Any:
-    return request.app.state.boundary
+    return state_of_scope(request.scope)
 
 
 def not_found_page(request: Request, what: str) -> Response:

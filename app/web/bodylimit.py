@@ -25,6 +25,7 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
@@ -77,26 +78,45 @@ class Caps:
         return self.default
 
 
-class BodyLimit:
-    """ASGI middleware capping request bodies per route (see the module's docstring)."""
+@dataclass(frozen=True)
+class BodyRules:
+    """One app's body rules, from its settings: the caps, the worker token, the timeouts."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    caps: Caps
+    worker_token: str | None
+    body_timeout_s: float
+    min_rate: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BodyRules:
+        return cls(
+            Caps.from_settings(settings),
+            settings.WORKER_TOKEN,
+            settings.BODY_TIMEOUT_S,
+            settings.BODY_MIN_RATE,
+        )
+
+
+class BodyLimit:
+    """ASGI middleware capping request bodies per route (see the module's docstring).
+    `rules_of` finds the rules of the app a request is for: one BodyLimit serves every
+    app of a process (app.main.shared_api)."""
+
+    def __init__(self, app: ASGIApp, rules_of: Callable[[Scope], BodyRules]) -> None:
         self.app = app
-        self.caps = Caps.from_settings(settings)
-        self.worker_token = settings.WORKER_TOKEN
-        self.body_timeout_s = settings.BODY_TIMEOUT_S
-        self.min_rate = settings.BODY_MIN_RATE
+        self.rules_of = rules_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        rules = self.rules_of(scope)
         path: str = scope["path"]
         headers = dict(scope["headers"])
-        if path.startswith(WORKER_PREFIX) and not self._worker_token_ok(headers):
+        if path.startswith(WORKER_PREFIX) and not _worker_token_ok(headers, rules.worker_token):
             await _answer(send, 401, "worker endpoints: missing or wrong bearer token")
             return
-        limit = self.caps.for_path(path)
+        limit = rules.caps.for_path(path)
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             await _answer(send, 413, f"the body is over {limit:,} bytes")
@@ -104,10 +124,10 @@ class BodyLimit:
         seen = 0
         started = False
         body_done = False
-        late = f"the request body stopped arriving for {self.body_timeout_s:g} s"
+        late = f"the request body stopped arriving for {rules.body_timeout_s:g} s"
         slow = (
-            f"the request body arrived slower than {self.min_rate:,} bytes a second "
-            f"(BOUNDARY_BODY_MIN_RATE, after its first {self.body_timeout_s:g} s)"
+            f"the request body arrived slower than {rules.min_rate:,} bytes a second "
+            f"(BOUNDARY_BODY_MIN_RATE, after its first {rules.body_timeout_s:g} s)"
         )
         began: float | None = None
 
@@ -118,14 +138,14 @@ class BodyLimit:
             now = time.monotonic()
             began = now if began is None else began
             # By then the body must have arrived at the minimum rate, after a grace.
-            due = began + self.body_timeout_s + seen / self.min_rate
-            wait = min(self.body_timeout_s, due - now)
+            due = began + rules.body_timeout_s + seen / rules.min_rate
+            wait = min(rules.body_timeout_s, due - now)
             try:
                 if wait <= 0:
                     raise TimeoutError
                 message = await asyncio.wait_for(receive(), wait)
             except TimeoutError:
-                why = late if wait >= self.body_timeout_s else slow
+                why = late if wait >= rules.body_timeout_s else slow
                 raise HTTPException(408, why, headers={"Connection": "close"}) from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
@@ -147,9 +167,10 @@ class BodyLimit:
                 raise
             await _answer(send, exc.status_code, str(exc.detail))
 
-    def _worker_token_ok(self, headers: dict[bytes, bytes]) -> bool:
-        authorization = headers.get(b"authorization", b"").decode("latin-1")
-        return token_matches(bearer_of(authorization), self.worker_token)
+
+def _worker_token_ok(headers: dict[bytes, bytes], token: str | None) -> bool:
+    authorization = headers.get(b"authorization", b"").decode("latin-1")
+    return token_matches(bearer_of(authorization), token)
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:

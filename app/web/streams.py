@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -27,44 +29,55 @@ def is_stream(scope: Scope) -> bool:
     return scope["method"] == "GET" and STREAMS.fullmatch(scope["path"]) is not None
 
 
-class StreamCap:
-    """ASGI middleware: the caps above (see the module's docstring)."""
+@dataclass
+class StreamLedger:
+    """One app's caps and the streams it holds open, by client."""
 
-    def __init__(self, app: ASGIApp, per_client: int, total: int, trusted: Networks) -> None:
-        self.app = app
-        self.per_client = per_client
-        self.total = total
-        self.trusted = trusted
-        self.open: dict[str, int] = {}
+    per_client: int
+    total: int
+    trusted: Networks
+    open: dict[str, int] = field(default_factory=dict)
 
     def count(self) -> int:
         return sum(self.open.values())
+
+
+class StreamCap:
+    """ASGI middleware: the caps above (see the module's docstring). `ledger_of` finds the
+    ledger of the app a request is for: one StreamCap serves every app of a process
+    (app.main.shared_api)."""
+
+    def __init__(self, app: ASGIApp, ledger_of: Callable[[Scope], StreamLedger]) -> None:
+        self.app = app
+        self.ledger_of = ledger_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_stream(scope):
             await self.app(scope, receive, send)
             return
-        client = client_of(scope, self.trusted)
-        held = self.open.get(client, 0)
-        if held >= self.per_client:
+        ledger = self.ledger_of(scope)
+        client = client_of(scope, ledger.trusted)
+        held = ledger.open.get(client, 0)
+        if held >= ledger.per_client:
             detail = (
                 f"this client has {held} live streams open, the most one client may have; "
                 "close a run's page and try again"
             )
             await _answer(send, 429, detail)
             return
-        if self.count() >= self.total:
-            await _answer(send, 503, f"the server holds its maximum of {self.total:,} live streams")
+        if ledger.count() >= ledger.total:
+            detail = f"the server holds its maximum of {ledger.total:,} live streams"
+            await _answer(send, 503, detail)
             return
-        self.open[client] = held + 1
+        ledger.open[client] = held + 1
         try:
             await self.app(scope, receive, send)
         finally:
-            left = self.open[client] - 1
+            left = ledger.open[client] - 1
             if left:
-                self.open[client] = left
+                ledger.open[client] = left
             else:
-                del self.open[client]
+                del ledger.open[client]
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:

@@ -100,6 +100,7 @@ async def test_every_job_the_store_inserts_went_through_admission(
     """Observe every statement that inserts a job, at the store's backend, while every
     route that queues work is driven: each must run inside `Admission.queue`, and
     admission must account for each."""
+    from app.main import shared_api
     from app.queue.admission import Admission
     from tests.app.test_artifacts import export
 
@@ -136,8 +137,8 @@ async def test_every_job_the_store_inserts_went_through_admission(
         monkeypatch.setattr(_SQLiteTx, "execute", counting(_SQLiteTx.execute))
         monkeypatch.setattr(SQLiteBackend, "execute", counting(SQLiteBackend.execute))
         worker = FakeWorker(client)
-        await worker.register()  # the first request: the app's routes are built by now
-        posted = list(post_paths(app.app.app.routes))
+        await worker.register()
+        posted = list(post_paths(shared_api().routes))  # every app's routes
         assert sorted(p for p in posted if "/worker/" not in p) == sorted(
             QUEUEING_ROUTES + OTHER_POSTS
         ), "a new POST route: drive it here if it queues work"
