@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import loopback
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_WORKER_TOKEN = "test-server-worker-token"
 """The worker token of the session's servers: a test may play a worker on them."""
@@ -48,7 +50,7 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0
         if proc.poll() is not None:
             raise ServerExited(f"server exited with {proc.returncode}")
         try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+            if loopback.get(url + "/healthz", timeout=1.0).status_code == 200:
                 return
         except httpx.TransportError:
             time.sleep(0.05)
@@ -115,7 +117,7 @@ def wait_for_target(url: str, target: str) -> None:
     detects what it compiles for only after it started."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        workers = httpx.get(url + "/api/v1/workers", timeout=5).json()["data"]
+        workers = loopback.get(url + "/api/v1/workers", timeout=5).json()["data"]
         if any(target in (w.get("targets") or []) for w in workers):
             return
         time.sleep(0.25)
@@ -124,7 +126,7 @@ def wait_for_target(url: str, target: str) -> None:
 
 def upload_exported(url: str, data: bytes) -> str:
     """Upload a `boundary export-fn` artifact as the CLI does; its sha256."""
-    r = httpx.post(
+    r = loopback.post(
         f"{url}/api/v1/artifacts",
         params={"kind": "exported"},
         content=data,

@@ -38,6 +38,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
+from tests import loopback
+
 pytestmark = pytest.mark.slow
 
 TOKEN = "conformance-worker-token-0123456789"
@@ -230,7 +232,7 @@ def live_server(tmp_path: Path) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{base}/openapi.json", timeout=2).status_code == 200:
+                if loopback.get(f"{base}/openapi.json", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

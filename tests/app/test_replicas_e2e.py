@@ -29,6 +29,7 @@ import psycopg
 import pytest
 from pgcluster import running_cluster
 
+from tests import loopback
 from tests.app.test_serve_e2e import wait_for as waited
 from tests.browser.conftest import free_port, wait_until_up
 from workers.cli.export_fn import export_function
@@ -75,7 +76,7 @@ class Replica:
         self.env = env
         self.log = tmp / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(base_url=self.url, timeout=30)
+        self.client = loopback.Client(base_url=self.url, timeout=30)
 
     def start(self, workers: int | None = None) -> Replica:
         command = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port)]

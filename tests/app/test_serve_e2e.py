@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests import loopback
 from tests.browser.conftest import free_port, wait_until_up
 
 pytestmark = pytest.mark.e2e
@@ -51,8 +51,8 @@ def test_local_workers_start_with_the_server_and_stop_with_it(
     try:
         wait_until_up(url, proc)
         # A token was generated and shared: the local worker registers with the server.
-        assert wait_for(lambda: httpx.get(url + "/api/v1/workers").json()["count"] == 1, 60)
-        workers = httpx.get(url + "/api/v1/workers").json()["data"]
+        assert wait_for(lambda: loopback.get(url + "/api/v1/workers").json()["count"] == 1, 60)
+        workers = loopback.get(url + "/api/v1/workers").json()["data"]
         assert workers[0]["name"] == "local-1" and "jax-cpu" in workers[0]["paths"]
         assert len(worker_pids(port)) == 1
         proc.send_signal(how)
@@ -84,14 +84,14 @@ def test_serve_does_not_log_every_request_its_worker_makes(tmp_path: Path) -> No
         url = f"http://127.0.0.1:{port}"
         try:
             wait_until_up(url, proc)
-            assert wait_for(lambda: httpx.get(url + "/api/v1/workers").json()["count"] == 1, 60)
+            assert wait_for(lambda: loopback.get(url + "/api/v1/workers").json()["count"] == 1, 60)
             body = {
                 "workload": "matmul",
                 "params": {"m": 16, "n": 16, "k": 16},
                 "stages": ["compile"],
             }
-            job = httpx.post(url + "/api/v1/jobs", json=body).json()["id"]
-            done = lambda: httpx.get(f"{url}/api/v1/jobs/{job}").json()["status"] == "done"  # noqa: E731
+            job = loopback.post(url + "/api/v1/jobs", json=body).json()["id"]
+            done = lambda: loopback.get(f"{url}/api/v1/jobs/{job}").json()["status"] == "done"  # noqa: E731
             assert wait_for(done, 60)
         finally:
             proc.terminate()

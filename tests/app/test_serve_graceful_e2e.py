@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from tests import loopback
 from tests.app.test_serve_e2e import wait_for, worker_pids
 from tests.browser.conftest import free_port, wait_until_up
 
@@ -38,7 +38,7 @@ def job_row(db: Path, job_id: str) -> tuple[str, int]:
 
 
 def running(url: str, job_id: str) -> bool:
-    return bool(httpx.get(f"{url}/api/v1/jobs/{job_id}").json()["status"] == "running")
+    return bool(loopback.get(f"{url}/api/v1/jobs/{job_id}").json()["status"] == "running")
 
 
 def test_a_job_in_hand_is_finished_and_reported_when_stopping(tmp_path: Path) -> None:
@@ -53,12 +53,12 @@ def test_a_job_in_hand_is_finished_and_reported_when_stopping(tmp_path: Path) ->
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url, proc)
-        assert wait_for(lambda: httpx.get(url + "/api/v1/workers").json()["count"] >= 1, 90)
+        assert wait_for(lambda: loopback.get(url + "/api/v1/workers").json()["count"] >= 1, 90)
 
         # 1. The worker gets a burst of SIGTERMs (as the parent-death signal used to send,
         #    or a process-group kill): it finishes the job, reports it, and exits; serve
         #    starts a new one.
-        first = httpx.post(url + "/api/v1/jobs", json=LONG).json()["id"]
+        first = loopback.post(url + "/api/v1/jobs", json=LONG).json()["id"]
         assert wait_for(lambda: running(url, first), 90)
         (pid,) = worker_pids(port)
         for _ in range(5):
@@ -69,7 +69,7 @@ def test_a_job_in_hand_is_finished_and_reported_when_stopping(tmp_path: Path) ->
 
         # 2. SIGTERM to serve: no new lease, the job in hand finishes and is reported,
         #    then the server closes.
-        second = httpx.post(url + "/api/v1/jobs", json=LONG).json()["id"]
+        second = loopback.post(url + "/api/v1/jobs", json=LONG).json()["id"]
         assert wait_for(lambda: running(url, second), 120)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=150) == 0

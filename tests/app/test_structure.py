@@ -20,6 +20,7 @@ reading of the code:
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import os
 import subprocess
@@ -86,11 +87,23 @@ def _loaded(tree: ast.Module) -> set[int]:
     return found
 
 
+@functools.cache
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def parsed(path: Path) -> ast.Module:
+    """The file's tree, parsed once for each version of the file: the tests here walk
+    every module several times. (Nothing here changes a tree.)"""
+    stat = path.stat()
+    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+
+
 def imports(root: Path, path: Path) -> list[Import]:
     """Every import in the file at `path`, relative ones resolved."""
     name = module_name(root, path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     loaded = _loaded(tree)
     found: list[Import] = []
     for node in ast.walk(tree):
@@ -211,7 +224,7 @@ def long_functions(root: Path, packages: Sequence[str]) -> list[str]:
     'module:line name (n lines)'."""
     found = []
     for name, path in modules_of(root, packages).items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 # lineno is the `def` line: decorators come before it.
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1

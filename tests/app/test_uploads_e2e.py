@@ -18,11 +18,11 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from bench.netload import connect, free_port, read_response, serve
+from tests import loopback
 from tests.app.test_multipart import BOUNDARY, CONTENT_TYPE, reset_peak, vm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -73,7 +73,7 @@ def test_a_large_upload_and_its_download_by_a_worker_leave_memory_flat(tmp_path:
     data.mkdir()
     settings = {"UPLOAD_MAX_BYTES": str(256 * MiB), "WORKER_TOKEN": WORKER_TOKEN}
     with serve(port, data, **settings) as proc:
-        small = httpx.post(
+        small = loopback.post(
             f"http://127.0.0.1:{port}/api/v1/artifacts?kind=npz",
             content=_small_npz(),
             headers={"Content-Type": "application/octet-stream"},
@@ -90,7 +90,7 @@ def test_a_large_upload_and_its_download_by_a_worker_leave_memory_flat(tmp_path:
         got = 0
         url = f"http://127.0.0.1:{port}/api/v1/worker/files/{sha}"
         auth = {"Authorization": f"Bearer {WORKER_TOKEN}"}
-        with httpx.stream("GET", url, headers=auth, timeout=60) as response:
+        with loopback.stream("GET", url, headers=auth, timeout=60) as response:
             assert response.status_code == 200
             for piece in response.iter_bytes():
                 got += len(piece)

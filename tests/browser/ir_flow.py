@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from playwright.sync_api import Page, expect
 
 from app.ir.view import MAX_HITS
+from tests import loopback
 from tests.app.bench_fakes import capabilities
 from tests.servers import SERVER_WORKER_TOKEN
 
@@ -121,7 +121,7 @@ def post_run(url: str, result: dict[str, Any]) -> str:
     """Queue `result`'s job on the server at `url`, lease it as a worker (SERVER_WORKER_TOKEN),
     post the result; the job's id."""
     auth = {"Authorization": f"Bearer {SERVER_WORKER_TOKEN}"}
-    with httpx.Client(base_url=url, timeout=60) as client:
+    with loopback.Client(base_url=url, timeout=60) as client:
         assert client.post("/api/v1/jobs", json=result["job"]).status_code == 202
         registered = client.post(
             "/api/v1/worker/register",

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests import loopback
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 
@@ -38,7 +39,7 @@ class PlayedWorker:
     """A GPU worker played through the worker API: it leases, heartbeats and fails jobs."""
 
     def __init__(self, url: str) -> None:
-        self.http = httpx.Client(
+        self.http = loopback.Client(
             base_url=url + "/api/v1/worker",
             headers={"Authorization": f"Bearer {WORKER_TOKEN}"},
             timeout=30.0,
@@ -147,7 +148,7 @@ def _wait_final(http: httpx.Client, job_ids: list[str], timeout: float = 120.0) 
 def seed(url: str) -> Site:
     """Queue and drive every run state, a comparison and a matrix on the server at `url`."""
     site = Site(url=url)
-    with httpx.Client(base_url=url, timeout=30.0) as http:
+    with loopback.Client(base_url=url, timeout=30.0) as http:
         done = _submit(http, _job("jax-cpu"))
         again = _submit(http, _job("jax-cpu"))
         compile_only = _submit(http, _job("jax-cpu", stages=["compile"]))

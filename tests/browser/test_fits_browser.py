@@ -10,12 +10,13 @@ import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 from checks import axe_faults, overflow, shot
 from conftest import wait_for_target
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, expect
+
+from tests import loopback
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -75,7 +76,7 @@ def test_a_search_from_the_catalog_to_its_proved_answer(
     assert any("Search" in s for s in seen), seen
 
     fit_id = page.url.rsplit("/", 1)[1]
-    api: dict[str, Any] = httpx.get(f"{gpu_server}/api/v1/fits/{fit_id}", timeout=10).json()
+    api: dict[str, Any] = loopback.get(f"{gpu_server}/api/v1/fits/{fit_id}", timeout=10).json()
     (target,) = api["targets"]
     largest, usable = target["largest_fitting"], target["usable_bytes"]
     assert target["status"] == "found" and not target["largest_is_hi"]
@@ -98,9 +99,9 @@ def test_a_search_from_the_catalog_to_its_proved_answer(
     for cell, run in (("td.largest a", "run_at_largest"), ("td.above a", "run_above")):
         href = page.locator(f'tr[data-target="h100:1"] {cell}').get_attribute("href")
         assert href == f"/runs/{target[run]}"  # the proof: each compile's own run
-        job = httpx.get(f"{gpu_server}/api/v1/jobs/{target[run]}", timeout=30).json()
+        job = loopback.get(f"{gpu_server}/api/v1/jobs/{target[run]}", timeout=30).json()
         assert job["status"] == "done" and job["run"]["job"]["dumps"] == "none"
-    json_twin = httpx.get(f"{gpu_server}/fits/{fit_id}.json", timeout=10)
+    json_twin = loopback.get(f"{gpu_server}/fits/{fit_id}.json", timeout=10)
     assert (
         json_twin.status_code == 200
         and json_twin.json()["targets"][0]["largest_fitting"] == largest

@@ -8,11 +8,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from app.ir.view import CHUNK_ROWS, MAX_HITS, PAGE_LINES, PART_LINES
+from tests import loopback
 from tests.app.ir_runs import ATTENTION, attention_result, attention_with_pipeline, big_hlo
 from tests.browser import checks
 from tests.browser.ir_flow import post_run, read_big_view
@@ -222,7 +222,7 @@ def test_a_source_link_reaches_ir_lines_past_the_first_page(
         box = marked.first.bounding_box()
         assert box is not None and box["x"] >= 0, box
         assert page.evaluate("document.documentElement.scrollWidth") <= size["width"]
-        assert httpx.get(page.url.split("#")[0], timeout=30).status_code == 200
+        assert loopback.get(page.url.split("#")[0], timeout=30).status_code == 200
         checks.shot(page, f"ir-late-line-{viewport}-{'js' if javascript else 'nojs'}")
     finally:
         context.close()

@@ -12,10 +12,10 @@ import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests import loopback
 from tests.browser import checks
 from tests.browser.conftest import wait_for_target
 
@@ -30,7 +30,7 @@ def memory_run(bench_server: str) -> tuple[str, str]:
     """The server, and a finished compile of a bf16 matmul for one v6e chip."""
     wait_for_target(bench_server, "v6e:1x1")
     body = {"workload": "matmul", "path": "jax-tpu", "target": "v6e:1x1", "params": BF16}
-    r = httpx.post(bench_server + "/api/v1/jobs", json=body, timeout=10)
+    r = loopback.post(bench_server + "/api/v1/jobs", json=body, timeout=10)
     assert r.status_code == 202, r.text
     job = str(r.json()["id"])
     deadline = time.monotonic() + 240
@@ -41,7 +41,7 @@ def memory_run(bench_server: str) -> tuple[str, str]:
         found["status"] in ("queued", "running") or (found.get("dumps") or {}).get("pending")
     ):
         time.sleep(0.5)
-        found = httpx.get(f"{bench_server}/api/v1/jobs/{job}", timeout=10).json()
+        found = loopback.get(f"{bench_server}/api/v1/jobs/{job}", timeout=10).json()
     assert found["status"] == "done", found["status"]
     return bench_server, job
 

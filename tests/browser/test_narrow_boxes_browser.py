@@ -15,10 +15,10 @@ import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests import loopback
 from tests.browser import checks
 from tests.browser.conftest import upload_exported, wait_for_target
 
@@ -37,14 +37,14 @@ def server(bench_server: str) -> str:
 
 
 def _done(server: str, body: dict[str, Any]) -> str:
-    r = httpx.post(server + "/api/v1/jobs", json=body, timeout=10)
+    r = loopback.post(server + "/api/v1/jobs", json=body, timeout=10)
     assert r.status_code == 202, r.text
     job = str(r.json()["id"])
     deadline = time.monotonic() + 240
     status = "queued"
     while status in ("queued", "running") and time.monotonic() < deadline:
         time.sleep(0.5)
-        status = httpx.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
+        status = loopback.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
     assert status == "done", status
     return job
 

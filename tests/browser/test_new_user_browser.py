@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, expect
+
+from tests import loopback
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -75,14 +76,14 @@ def watched(browser: Browser) -> Iterator[Any]:
 def server(bench_server: str) -> str:
     """The bench server once its local worker has registered (it first starts JAX)."""
     for _ in range(600):
-        if httpx.get(bench_server + "/api/v1/workers", timeout=10).json()["count"]:
+        if loopback.get(bench_server + "/api/v1/workers", timeout=10).json()["count"]:
             return bench_server
         threading.Event().wait(0.1)
     raise AssertionError("the local worker never registered")
 
 
 def submit(base: str, spec: dict[str, Any]) -> str:
-    r = httpx.post(base + "/api/v1/jobs", json=spec, timeout=10)
+    r = loopback.post(base + "/api/v1/jobs", json=spec, timeout=10)
     assert r.status_code == 202, r.text
     job_id: str = r.json()["id"]
     return job_id
@@ -90,7 +91,7 @@ def submit(base: str, spec: dict[str, Any]) -> str:
 
 def wait_done(base: str, job_id: str) -> None:
     for _ in range(600):
-        status = httpx.get(f"{base}/api/v1/jobs/{job_id}", timeout=10).json()["status"]
+        status = loopback.get(f"{base}/api/v1/jobs/{job_id}", timeout=10).json()["status"]
         if status in ("done", "failed", "expired", "cancelled"):
             assert status == "done"
             return
@@ -102,7 +103,7 @@ def wait_done(base: str, job_id: str) -> None:
 def test_broken_pages_are_site_pages(watched: Any, server: str, js: bool) -> None:
     w = watched(js)
     page = w.page
-    created = httpx.post(
+    created = loopback.post(
         server + "/api/v1/matrices",
         json={
             "workload": "matmul",
@@ -235,7 +236,7 @@ def test_a_queued_run_can_be_cancelled_from_its_page(watched: Any, server: str, 
     expect(page.locator("#verdict")).to_contain_text("cancelled on request")
     expect(page.get_by_role("button", name="Cancel this run")).to_have_count(0)
     assert page.url == url
-    job = httpx.get(url + ".json", timeout=10).json()
+    job = loopback.get(url + ".json", timeout=10).json()
     assert job["status"] == "cancelled"
 
 

@@ -17,10 +17,10 @@ import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests import loopback
 from tests.browser import checks
 from tests.browser.conftest import upload_exported, wait_for_target
 from tests.workers.own_exports import TARGETS, assert_peak_as_plain_jax
@@ -48,12 +48,12 @@ def wait_compiled(page: Page, server: str, sha: str, count: int, js: bool) -> li
     else:  # the page refreshes itself (<noscript> meta refresh); read it when it is done
         deadline = time.monotonic() + DONE_S
         while time.monotonic() < deadline:
-            rows = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
+            rows = loopback.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
             if len(rows) == count and all(r["final"] for r in rows):
                 break
             time.sleep(1)
         page.reload()
-    rows: list[dict[str, Any]] = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()[
+    rows: list[dict[str, Any]] = loopback.get(f"{server}/artifacts/{sha}.json", timeout=10).json()[
         "fit"
     ]
     return rows
@@ -64,7 +64,7 @@ def compiled_as_plain_jax(server: str, exported: Any, row: dict[str, Any]) -> No
     hardware for the row's target, on a mesh the report names, with a peak per device
     within 10 % of plain JAX's compile of the same artifact for the same target."""
     assert row["status"] == "done" and row["fits"], row
-    job = httpx.get(f"{server}/api/v1/jobs/{row['job']}", timeout=30).json()
+    job = loopback.get(f"{server}/api/v1/jobs/{row['job']}", timeout=30).json()
     assert job["status"] == "done", job["reason"]
     report = job["run"]["target"]
     assert report["deviceless"] and report["id"] == row["target"], report
@@ -186,7 +186,7 @@ def forward_compiled(browser: Browser, server: str, own_exports: dict[str, Any])
     """The forward pass uploaded and compiled for every target from its artifact page's own
     form, as a person does it (or as the test above left it); its SHA-256."""
     sha = upload_exported(server, own_exports["forward"].artifact.read_bytes())
-    fit = httpx.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
+    fit = loopback.get(f"{server}/artifacts/{sha}.json", timeout=10).json()["fit"]
     if len(fit) < len(TARGETS):
         page = browser.new_page(viewport=checks.VIEWPORTS["desktop"])  # type: ignore[arg-type]
         page.goto(f"{server}/artifacts/{sha}")
@@ -234,7 +234,7 @@ def test_from_the_fit_table_to_a_comparison_and_through_a_run_pages_sections(
     row = table.locator(f"tr[data-target='{TARGETS[1]}']")
     link = row.get_by_role("link", name=re.compile("^diff with"))
     href = link.get_attribute("href")
-    assert href and httpx.get(server + href, timeout=60).status_code == 200, href
+    assert href and loopback.get(server + href, timeout=60).status_code == 200, href
     link.click()
     main = page.locator("main")
     expect(main).to_contain_text("Both sides only compiled")

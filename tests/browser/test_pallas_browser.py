@@ -18,12 +18,13 @@ import re
 import time
 from typing import Any
 
-import httpx
 import pytest
 from checks import VIEWPORTS, axe_faults, overflow, shot
 from conftest import wait_for_target
 from playwright.sync_api import Page, expect
 from seed import complete
+
+from tests import loopback
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -62,7 +63,7 @@ def _submit(
     if target:
         body.update(target=target, stages=["compile"])
     body["measure"] = {"pipeline": pipeline, "samples": 5}
-    r = httpx.post(url + "/api/v1/jobs", json=body, timeout=10)
+    r = loopback.post(url + "/api/v1/jobs", json=body, timeout=10)
     assert r.status_code == 202, r.text
     return str(r.json()["id"])
 
@@ -70,7 +71,7 @@ def _submit(
 def _wait(url: str, job: str) -> None:
     deadline = time.monotonic() + DONE_S
     while time.monotonic() < deadline:
-        if complete(httpx.get(f"{url}/api/v1/jobs/{job}", timeout=10).json()):
+        if complete(loopback.get(f"{url}/api/v1/jobs/{job}", timeout=10).json()):
             return  # its dumps too: the page is read down to its machine code
         time.sleep(0.5)
     pytest.fail(f"job {job} did not finish in {DONE_S} s")

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from conftest import wait_for_target
 from playwright.sync_api import Page, expect
+
+from tests import loopback
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
@@ -48,7 +49,7 @@ def _wait_run_done(page: Page, server: str) -> None:
     page.goto("about:blank")
     deadline = time.monotonic() + RUN_DONE_MS / 1000
     while time.monotonic() < deadline:
-        status = httpx.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
+        status = loopback.get(f"{server}/api/v1/jobs/{job}", timeout=10).json()["status"]
         if status in ("done", "failed", "expired", "cancelled"):
             break
         time.sleep(0.5)
@@ -118,7 +119,7 @@ def _matrix(page: Page, server: str, targets: list[str], shape: str) -> dict[str
     expect(page.locator("#matrix-table")).to_have_attribute(
         "data-complete", "true", timeout=RUN_DONE_MS
     )
-    data: dict[str, Any] = httpx.get(page.url + ".json", timeout=10).json()
+    data: dict[str, Any] = loopback.get(page.url + ".json", timeout=10).json()
     return data
 
 
@@ -143,7 +144,7 @@ def test_a_cpu_v6e_b200_matmul_matrix_fills_in(any_page: Page, target_server: st
     expect(table).to_contain_text("of 180 GB")
     expect(table).not_to_contain_text("median")
     _shots(page, "matrix", "#matrix-table")
-    csv = httpx.get(target_server + data["links"]["csv"], timeout=10).text.splitlines()
+    csv = loopback.get(target_server + data["links"]["csv"], timeout=10).text.splitlines()
     assert "memory_needed_bytes" in csv[0] and len(csv) == 4
 
 
@@ -182,7 +183,7 @@ def fit_jobs() -> dict[bool, str]:
 
 
 def _submit(server: str, body: dict[str, Any]) -> str:
-    r = httpx.post(server + "/api/v1/jobs", json=body, timeout=10)
+    r = loopback.post(server + "/api/v1/jobs", json=body, timeout=10)
     assert r.status_code == 202, r.text
     return str(r.json()["id"])
 
@@ -222,7 +223,7 @@ def test_memory_fit_bars(
     job = fit_jobs[fits]
     page.goto(f"{target_server}/runs/{job}")
     _wait_run_done(page, target_server)
-    run = httpx.get(f"{target_server}/runs/{job}.json", timeout=10).json()["run"]
+    run = loopback.get(f"{target_server}/runs/{job}.json", timeout=10).json()["run"]
     memory = run["target"]["memory"]
     needed = memory["peak_bytes"] + (memory["generated_code_bytes"] or 0)
     hbm = memory["hbm_bytes"]

@@ -18,10 +18,10 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect
 
+from tests import loopback
 from tests.browser import checks
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
@@ -37,12 +37,12 @@ def profiled(bench_server: str) -> tuple[str, str]:
         "params": {"m": 128, "n": 128, "k": 128},
         "measure": {"samples": 6, "profile": True},
     }
-    job_id = httpx.post(bench_server + "/api/v1/jobs", json=body).json()["id"]
+    job_id = loopback.post(bench_server + "/api/v1/jobs", json=body).json()["id"]
     deadline = time.monotonic() + 180
     status = "queued"
     while status in ("queued", "running") and time.monotonic() < deadline:
         time.sleep(0.5)
-        status = httpx.get(f"{bench_server}/api/v1/jobs/{job_id}").json()["status"]
+        status = loopback.get(f"{bench_server}/api/v1/jobs/{job_id}").json()["status"]
     assert status == "done", status
     return bench_server, job_id
 
@@ -252,7 +252,7 @@ def test_without_javascript_the_timeline_says_why_and_offers_the_downloads(
         link = note.get_by_role("link", name=name)
         expect(link).to_be_visible()
         href = link.get_attribute("href")
-        assert href and httpx.get(base + href, timeout=30).status_code == 200, href
+        assert href and loopback.get(base + href, timeout=30).status_code == 200, href
     # No blank box where the viewer would be.
     expect(page.locator("iframe.timeline")).to_be_hidden()
     checks.shot(page, f"timeline-nojs-{viewport}")

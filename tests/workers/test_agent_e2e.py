@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import loopback
 from workers.agent.agent import ESCALATE_AFTER_S
 from workers.cli.submit import submit_to_server
 from workers.protocol import JobSpec
@@ -85,7 +86,7 @@ class Cluster:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.servers: list[subprocess.Popen[bytes]] = []
         self.server: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(base_url=self.url, timeout=10.0)
+        self.client = loopback.Client(base_url=self.url, timeout=10.0)
 
     def _spawn(
         self, args: list[str], env: dict[str, str], log: str, session: bool = False

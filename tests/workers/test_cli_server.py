@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests import loopback
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ def test_ir_with_a_server_prints_the_artifact_the_server_keeps(server: str) -> N
     assert "matmul on jax-cpu" not in done.stdout  # the IR, not the report
     job_id = re.search(r"queued: \S+/runs/(\w+)", done.stderr)
     assert job_id is not None, done.stderr
-    stored = httpx.get(f"{server}/api/v1/jobs/{job_id[1]}/artifacts/stablehlo").text
+    stored = loopback.get(f"{server}/api/v1/jobs/{job_id[1]}/artifacts/stablehlo").text
     assert done.stdout.rstrip("\n") == stored.rstrip("\n")
     missing = boundary_run(*SMALL, "--ir", "ptx", "--server", server)
     assert missing.returncode == 1 and "no ptx artifact: path jax-cpu" in missing.stderr
@@ -53,9 +54,9 @@ def test_profile_with_a_server_says_where_the_trace_is(server: str, tmp_path: Pa
     line = re.search(r"^profile   .*kept by the server: (\S+) ", done.stdout, re.M)
     assert line is not None, done.stdout
     assert line[1] == f"{page[1]}/profile"
-    trace = httpx.get(line[1])
+    trace = loopback.get(line[1])
     assert trace.status_code == 200 and trace.content[:2] == b"\x1f\x8b"  # the .tar.gz
-    assert httpx.get(f"{page[1]}/profile/timeline").status_code == 200
+    assert loopback.get(f"{page[1]}/profile/timeline").status_code == 200
     assert list(tmp_path.iterdir()) == []  # nothing claimed to be written here
 
 
@@ -67,7 +68,7 @@ def test_a_compile_only_target_run_reports_its_page_and_the_target(server: str) 
     job_id = re.search(r"queued: (\S+)/runs/(\w+)", done.stderr)
     assert job_id is not None and "/api/v1/jobs/" not in done.stderr, done.stderr
     assert f"run page  {server}/runs/{job_id[2]}\n" in out
-    assert httpx.get(f"{server}/runs/{job_id[2]}").status_code == 200
+    assert loopback.get(f"{server}/runs/{job_id[2]}").status_code == 200
     assert "device    none: compiled for v6e:2x4 without the hardware" in out
     assert "device    cpu" not in out
     assert not re.search(r"^rates ", out, re.M), out  # nothing ran: no rates line
