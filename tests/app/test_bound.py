@@ -4,6 +4,7 @@ serve their own state: their own store, settings and body caps."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.anyio
 TOKEN = "a-submission-token-of-ours"
 
 
-def _client(app: object) -> httpx.AsyncClient:
+def _client(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
 
 
@@ -25,7 +26,6 @@ async def test_two_apps_share_the_routes_and_keep_their_own_state(tmp_path: Path
         Settings(DB=str(tmp_path / "a.sqlite3"), SUBMIT_TOKEN=TOKEN, MAX_BODY_BYTES=4096)
     )
     open_app = build_app(Settings(DB=str(tmp_path / "b.sqlite3")))
-    assert shared_api() is shared_api()
     job = {"workload": "matmul", "path": "jax-cpu", "stages": ["compile"]}
     async with _client(guarded) as a, _client(open_app) as b:
         refused = await a.post("/api/v1/jobs", json=job)
@@ -41,3 +41,20 @@ async def test_two_apps_share_the_routes_and_keep_their_own_state(tmp_path: Path
         over = await a.post("/api/v1/jobs", json=big, headers={"authorization": f"Bearer {TOKEN}"})
         assert over.status_code == 413, over.text  # its own cap, 4 KiB
         assert (await b.post("/api/v1/jobs", json=big)).status_code != 413
+
+
+def test_a_new_app_builds_no_routes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.main
+
+    shared_api()  # this process's, built at most once
+    built: list[object] = []
+    real = app.main._fastapi
+
+    def counted() -> Any:
+        built.append(real())
+        return built[-1]
+
+    monkeypatch.setattr(app.main, "_fastapi", counted)
+    for name in ("a", "b"):
+        build_app(Settings(DB=str(tmp_path / f"{name}.sqlite3")))
+    assert built == []
