@@ -320,7 +320,7 @@ def test_every_function_is_a_screen_long() -> None:
 
 def _defines_routes(path: Path) -> bool:
     """Whether a module makes an APIRouter of its own (a module of routes)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     return any(
         isinstance(node, ast.Call) and getattr(node.func, "id", None) == "APIRouter"
         for node in ast.walk(tree)
