@@ -23,7 +23,7 @@ from app.settings import Settings, get_settings
 from app.state import AppState, Bound, state_of_scope
 from app.web.assets import build_assets
 from app.web.deferred import Built, DeferredApp
-from app.web.fastpath import Entry, FastPath, PerOrigin, Resource, Resources
+from app.web.fastpath import ASSET_QUALITY, Entry, FastPath, PerOrigin, Resource, Resources
 from app.web.security import SecurityHeaders, security_headers
 from app.web.templating import make_environment, server_linker
 
@@ -74,7 +74,8 @@ def build_resources(state: AppState) -> Resources:
     for asset in state.assets.values():
         url = f"/static/{asset.name}"
         headers = [ASSET_CACHE, *security_headers(url, settings.FRAME_ANCESTORS)]
-        resources[url] = Resource(Entry(asset.body, asset.content_type, headers))
+        entry = Entry(asset.body, asset.content_type, headers, quality=ASSET_QUALITY)
+        resources[url] = Resource(entry)
     return resources
 
 

@@ -25,21 +25,30 @@ VARY = b"Accept-Encoding, HX-Request, HX-Request-Type, HX-History-Restore-Reques
 MIN_COMPRESS = 512  # below this, compression costs more than it saves
 
 
+PAGE_QUALITY = 5
+"""Brotli quality for pages. A body is compressed when a client first asks for it, so the
+first reader of each page waits: over the home page and what it links (13 bodies, 582
+KB), quality 11 makes 98 KB in about 63 ms of CPU per body, quality 5 112 KB in about 1
+ms. Pages are revalidated (no-cache), so the larger body is sent once per reader and
+version (docs/design/layout.md)."""
+ASSET_QUALITY = 11
+"""Brotli quality for static files: few, cached a year by every browser (immutable), and
+held to the first view's budget; the smallest body is worth its one slow compression."""
 KEEP_COMPRESSED = 512
-_COMPRESSED: dict[tuple[str, str], bytes] = {}
-"""Compressed bodies kept for the whole process, by digest and encoding: an app made again
-from the same content (the tests make hundreds) does not compress its pages again (brotli
-at quality 11 takes about 80 ms for a reader page). At most KEEP_COMPRESSED, oldest out."""
+_COMPRESSED: dict[tuple[str, str, int], bytes] = {}
+"""Compressed bodies kept for the whole process, by digest, encoding and quality: an app
+made again from the same content (the tests make hundreds) does not compress its pages
+again. At most KEEP_COMPRESSED, oldest out."""
 _COMPRESSED_LOCK = threading.Lock()
 
 
-def _compressed(body: bytes, digest: str, encoding: str) -> bytes:
-    key = (digest, encoding)
+def _compressed(body: bytes, digest: str, encoding: str, quality: int) -> bytes:
+    key = (digest, encoding, quality)
     with _COMPRESSED_LOCK:
         done = _COMPRESSED.get(key)
     if done is None:
         if encoding == "br":
-            done = brotli.compress(body, quality=11)
+            done = brotli.compress(body, quality=quality)
         else:
             done = gzip.compress(body, compresslevel=9, mtime=0)
         with _COMPRESSED_LOCK:
@@ -57,6 +66,8 @@ class Entry:
     content_type: str
     extra_headers: Headers
     etag: str = ""
+    quality: int = PAGE_QUALITY
+    """Brotli quality: PAGE_QUALITY, or ASSET_QUALITY for a static file."""
     _encoded: dict[str, bytes] = field(default_factory=dict)
     _headers: dict[str, Headers] = field(default_factory=dict)
 
@@ -67,7 +78,10 @@ class Entry:
         """The body in `encoding` ('br', 'gzip' or '')."""
         body = self._encoded.get(encoding)
         if body is None:
-            body = _compressed(self.body, self.etag, encoding) if encoding else self.body
+            if encoding:
+                body = _compressed(self.body, self.etag, encoding, self.quality)
+            else:
+                body = self.body
             self._encoded[encoding] = body
         return body
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from workers.xla_targets.dump_child import compile_in_child, export_program, placement_of
-from workers.xla_targets.dump_server import KeptChild
+from workers.xla_targets.dump_server import SET_ON_IMPORT, KeptChild
 from workers.xla_targets.tpu_dump import LIBTPU_DUMP_FLAGS, _libtpu_flags, read_llo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,9 +113,17 @@ def _replaced(kept: KeptChild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(RuntimeError, match=r"ran past 0\.001 s and was stopped"):
         kept.compile(exported, place, tmp_path / "c", _dumps(tmp_path / "c"), timeout_s=0.001)
     assert kept._proc is None  # stopped, not left compiling
+    import jax.experimental.mosaic.gpu  # noqa: F401 - sets SET_ON_IMPORT here, as a GPU compile does
+
+    made = {name: os.environ[name] for name in SET_ON_IMPORT if name in os.environ}
+    assert made, "importing Mosaic GPU set none of SET_ON_IMPORT"
+    for name in made:
+        monkeypatch.delenv(name)
     before = kept.compile(exported, place, tmp_path / "d", _dumps(tmp_path / "d"))
     pid = _pid(kept)
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # bookkeeping: the child stays
+    for name, value in made.items():  # as if Mosaic GPU were imported only now: it stays too
+        monkeypatch.setenv(name, value)
     kept.compile(exported, place, tmp_path / "d2", _dumps(tmp_path / "d2"))
     assert _pid(kept) == pid and _bundles(tmp_path / "d2")
     monkeypatch.setenv("BOUNDARY_TEST_SOMETHING_NEW", "1")  # a child starts from the new one

@@ -50,11 +50,17 @@ BOOKKEEPING = frozenset({"PYTEST_CURRENT_TEST"})
 """Variables a running process rewrites as it goes, which no compile reads: a change of
 these alone keeps the child. (pytest names the running test there, a new value for each
 test, so an engine called from a test suite started a child for every test.)"""
+SET_ON_IMPORT = frozenset({"MOSAIC_GPU_CUDA_ROOT", "MOSAIC_GPU_RUNTIME_LIB_PATH"})
+"""Variables that importing Mosaic GPU (`jax.experimental.mosaic.gpu`, as a GPU compile of a
+Pallas kernel does) sets in the importing process, to paths of the installed jaxlib and
+CUDA wheels. A child that imports it sets the same values itself, and one that does not
+never reads them, so a parent's import alone keeps the child."""
 
 
 def _settings(env: dict[str, str]) -> dict[str, str]:
-    """What of an environment a child depends on: all of it but BOOKKEEPING."""
-    return {name: value for name, value in env.items() if name not in BOOKKEEPING}
+    """What of an environment a child depends on: all of it but BOOKKEEPING and
+    SET_ON_IMPORT."""
+    return {name: value for name, value in env.items() if name not in BOOKKEEPING | SET_ON_IMPORT}
 
 
 # --- the child's side ---------------------------------------------------------------------
