@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import httpx
 
@@ -60,27 +59,23 @@ def serve(port: int, data: Path, **settings: str) -> Iterator[subprocess.Popen[b
         stderr=subprocess.STDOUT,
     )
     try:
-        _wait_ready(proc, port, data / "server.log", log)
+        deadline = time.monotonic() + 60
+        # One client for the whole wait: httpx loads the CA bundle into every client it
+        # builds (about 22 ms of CPU), and a start takes some twenty polls.
+        with httpx.Client(timeout=2) as client:
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if client.get(f"http://{HOST}:{port}/readyz").status_code == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.flush()
+                    tail = (data / "server.log").read_bytes()[-2000:]
+                    raise RuntimeError(f"the server did not start: {tail!r}")
+                time.sleep(0.1)
         yield proc
     finally:
         stop(proc)
         log.close()
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, log_path: Path, log: IO[bytes]) -> None:
-    """Poll /readyz until the server answers 200; raise with its log's end if it exits or
-    takes over a minute. One client for the whole wait: httpx loads the CA bundle into
-    every client it builds (about 22 ms of CPU), and a start takes some twenty polls."""
-    deadline = time.monotonic() + 60
-    with httpx.Client(timeout=2) as client:
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if client.get(f"http://{HOST}:{port}/readyz").status_code == 200:
-                    return
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                raise RuntimeError(f"the server did not start: {log_path.read_bytes()[-2000:]!r}")
-            time.sleep(0.1)
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, wait_s: float = 15) -> None:

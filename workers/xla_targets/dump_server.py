@@ -55,12 +55,13 @@ SET_ON_IMPORT = frozenset({"MOSAIC_GPU_CUDA_ROOT", "MOSAIC_GPU_RUNTIME_LIB_PATH"
 Pallas kernel does) sets in the importing process, to paths of the installed jaxlib and
 CUDA wheels. A child that imports it sets the same values itself, and one that does not
 never reads them, so a parent's import alone keeps the child."""
+_IGNORED = BOOKKEEPING | SET_ON_IMPORT
 
 
 def _settings(env: dict[str, str]) -> dict[str, str]:
     """What of an environment a child depends on: all of it but BOOKKEEPING and
     SET_ON_IMPORT."""
-    return {name: value for name, value in env.items() if name not in BOOKKEEPING | SET_ON_IMPORT}
+    return {name: value for name, value in env.items() if name not in _IGNORED}
 
 
 # --- the child's side ---------------------------------------------------------------------
