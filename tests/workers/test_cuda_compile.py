@@ -7,9 +7,12 @@ jobs that execute are refused at once where no GPU is present.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
+import re
+import subprocess
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.dependencies import require
+from tests.workers.counted import counted, runs
 from workers.catalog import CatalogError, parse_params
 from workers.cli.run import run_command
 from workers.cuda import env
@@ -92,8 +96,6 @@ def test_cuobjdump_resource_usage_agrees_with_ptxas(cuda_cache: Path) -> None:
     if TOOLS.cuobjdump is None:
         require("cuobjdump", "cuobjdump not found: pip install nvidia-cuda-cuobjdump")
     built = build("matmul.cu", ARCH, cache_dir=cuda_cache)
-    import subprocess
-
     listing = subprocess.run(
         [TOOLS.cuobjdump, "-res-usage", str(built.cubin)],
         capture_output=True,
@@ -121,6 +123,42 @@ def test_builds_are_cached_by_source_and_arch(tmp_path: Path) -> None:
     assert not fresh.cached and fresh.cubin.is_file()
     other = build("elementwise.cu", "sm_100", cache_dir=tmp_path)
     assert other.key != first.key and not other.cached and ".target sm_100" in other.ptx
+
+
+def instructions(sass: str | None) -> list[str]:
+    """The instructions of a SASS text, spacing folded (listings differ in column width)."""
+    found = re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]+);", sass or "")
+    return [" ".join(each.split()) for each in found]
+
+
+def test_a_cubin_is_listed_once_and_each_kernel_cut_from_it(
+    cuda_cache: Path, tmp_path: Path
+) -> None:
+    if TOOLS.cuobjdump is None:
+        require("cuobjdump", "cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    built = build("matmul.cu", ARCH, cache_dir=cuda_cache)
+    log = tmp_path / "runs.log"
+    tools = dataclasses.replace(TOOLS, cuobjdump=counted(TOOLS.cuobjdump, log))
+    names = source_kernels("matmul.cu")
+    cut = {name: disassemble(built.cubin, name, tools) for name in names}
+    assert len(names) > 1 and runs(log) == ["cuobjdump"]
+    for name in names:  # each kernel as cuobjdump lists that kernel alone
+        alone = subprocess.run(
+            [TOOLS.cuobjdump, "-sass", "-fun", name, str(built.cubin)],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert instructions(cut[name].text) == instructions(alone) != []
+        assert f"Function : {name}" in (cut[name].text or "")
+    copy = tmp_path / "copy.cubin"  # the same bytes elsewhere: the listing is kept
+    copy.write_bytes(built.cubin.read_bytes())
+    assert disassemble(copy, names[0], tools).text == cut[names[0]].text
+    assert runs(log) == ["cuobjdump"]
+    broken = tmp_path / "broken.cubin"  # a failure is never kept: each call runs again
+    broken.write_bytes(b"not a cubin")
+    for _ in range(2):
+        failed = disassemble(broken, names[0], tools)
+        assert failed.text is None and "cuobjdump -sass failed" in (failed.note or "")
+    assert runs(log) == ["cuobjdump"] * 3
 
 
 def test_unknown_kernels_and_architectures_are_named(cuda_cache: Path) -> None:

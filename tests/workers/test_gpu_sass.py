@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from tests.workers.counted import counted, runs
+from workers.cuda.env import find_tool
 from workers.protocol import parse_target
 from workers.xla_targets.gpu_sass import GpuSass, _units, gpu_sass
 from workers.xla_targets.ptx_dump import ptx_modules
@@ -99,6 +101,23 @@ def test_a_batch_ptxas_refuses_is_assembled_module_by_module(
     out = gpu_sass({broken: bad, **{file: modules[file] for file in rest}})
     assert len(out.problems) == 1 and out.problems[0].startswith(f"{broken}: ptxas refused it")
     assert out.text == alone(each_alone, rest).text
+
+
+def test_the_same_modules_again_start_no_tool(
+    modules: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "runs.log"
+    for tool in ("ptxas", "cuobjdump"):
+        real = find_tool(tool)
+        assert real is not None
+        monkeypatch.setenv(f"BOUNDARY_{tool.upper()}", counted(real, log))
+    first = gpu_sass(modules)  # the tools' paths are new: every unit is assembled
+    assert first.text is not None and first.problems == []
+    assembled = runs(log)
+    assert assembled.count("ptxas") == len(_units(modules)) == assembled.count("cuobjdump")
+    again = gpu_sass(modules)
+    assert runs(log) == assembled
+    assert (again.text, again.resources) == (first.text, first.resources)
 
 
 def entry_module(kernel: str, extern: str = ".extern .shared .align 16 .b8 global_smem[];") -> str:

@@ -3,7 +3,8 @@
 - `ptx_for(ptx, name)`: the PTX module cut down to one kernel (its header, the module's
   global declarations, the helper functions it calls and the kernel itself).
 - `disassemble(cubin, name)`: SASS from the cubin through cuobjdump (or nvdisasm),
-  with the hexadecimal encodings stripped so the instructions read easily.
+  with the hexadecimal encodings stripped so the instructions read easily; a process
+  lists a cubin once and cuts each kernel from that listing.
 - `parse_ptxas_log` / `parse_res_usage`: the resource report per kernel (registers,
   shared memory, stack, spills) from `ptxas -v`, or from `cuobjdump -res-usage`.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.cuda.env import CudaTools, detect_tools
+from workers.cuda.listings import Listings
 from workers.protocol import KernelResources
 
 TIMEOUT_S = 120
@@ -113,17 +115,52 @@ def _nvdisasm_function(text: str, name: str) -> str | None:
     return text[start.start() : end]
 
 
+_LISTINGS = Listings()
+"""Whole listings of the cubins this process disassembled (`workers/cuda/listings.py`)."""
+
+
+class _ToolFailed(Exception):
+    """The disassembler ran and refused; the message is the end of what it said."""
+
+
+def _listing(command: list[str], cubin: Path) -> str:
+    """What `command` prints for the whole of `cubin`: run once per cubin content."""
+    key = Listings.key(*command, cubin.read_bytes())
+    kept = _LISTINGS.get(key)
+    if kept is not None:
+        return kept[0]
+    done = subprocess.run(
+        [*command, str(cubin)], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+    if done.returncode != 0:
+        raise _ToolFailed(done.stderr.strip()[-500:])
+    _LISTINGS.put(key, (done.stdout,))
+    return done.stdout
+
+
+def cuobjdump_functions(listing: str) -> list[tuple[str, str]]:
+    """(kernel name, its section) of a `cuobjdump -sass` listing, in the listing's order."""
+    parts = re.split(r"^\s*Function : ([\w$]+)\s*$", listing, flags=re.MULTILINE)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+def _cuobjdump_function(text: str, name: str) -> str | None:
+    """One function's section of a cuobjdump listing, under the listing's `code for` line."""
+    section = dict(cuobjdump_functions(text)).get(name)
+    if section is None:
+        return None
+    code = re.search(r"^\s*code for \w+\s*$", text, flags=re.MULTILINE)
+    return (code.group(0) + "\n" if code else "") + f"\t\tFunction : {name}\n{section}"
+
+
 def disassemble(cubin: Path, name: str | None, tools: CudaTools | None = None) -> Disassembly:
-    """SASS of kernel `name` (every kernel when None) in `cubin`."""
+    """SASS of kernel `name` (every kernel when None) in `cubin`, cut from the cubin's
+    whole listing, which a process makes once per cubin content."""
     tools = tools or detect_tools()
     if tools.cuobjdump is not None:
-        command = [tools.cuobjdump, "-sass"]
-        if name is not None:
-            command += ["-fun", name]
-        tool = "cuobjdump -sass"
+        command, tool, cut = [tools.cuobjdump, "-sass"], "cuobjdump -sass", _cuobjdump_function
     elif tools.nvdisasm is not None:
-        command = [tools.nvdisasm, "-c"]
-        tool = "nvdisasm -c"
+        command, tool, cut = [tools.nvdisasm, "-c"], "nvdisasm -c", _nvdisasm_function
     else:
         return Disassembly(
             None,
@@ -132,22 +169,17 @@ def disassemble(cubin: Path, name: str | None, tools: CudaTools | None = None) -
             "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)",
         )
     try:
-        done = subprocess.run(
-            [*command, str(cubin)], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-        )
+        listing = _listing(command, cubin)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Disassembly(None, tool, f"no SASS: {tool} could not run ({exc})")
-    if done.returncode != 0:
-        return Disassembly(None, tool, f"no SASS: {tool} failed: {done.stderr.strip()[-500:]}")
-    text = done.stdout
-    if name is not None and tool.startswith("nvdisasm"):
-        section = _nvdisasm_function(text, name)
-        if section is None:
-            return Disassembly(None, tool, f"no SASS: {name} is not in the cubin")
-        text = section
-    if name is not None and tool.startswith("cuobjdump") and f"Function : {name}" not in text:
+    except _ToolFailed as exc:
+        return Disassembly(None, tool, f"no SASS: {tool} failed: {exc}")
+    if name is None:
+        return Disassembly(clean_sass(listing), tool)
+    section = cut(listing, name)
+    if section is None:
         return Disassembly(None, tool, f"no SASS: {name} is not in the cubin")
-    return Disassembly(clean_sass(text), tool)
+    return Disassembly(clean_sass(section), tool)
 
 
 # --- resources ---------------------------------------------------------------------------

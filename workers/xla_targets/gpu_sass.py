@@ -14,7 +14,9 @@ assembled together, one ptxas and one cuobjdump for all that share a `.target`: 
 compiles each entry on its own, and every kernel's SASS and resources come out the same
 as from its module alone (tests/workers/test_gpu_sass.py compares them). A module with
 anything else at its top level (a `.func`, a `.global`), a kernel name seen before, or a
-batch ptxas refuses, is assembled alone, as before.
+batch ptxas refuses, is assembled alone, as before. A unit this process already assembled
+(the same PTX, architecture and tools) is read from what the tools printed then
+(`workers/cuda/listings.py`).
 
 This is our assembly of XLA's PTX, with the same ptxas version XLA's own build uses here:
 a real GPU's driver may assemble it differently (the page says so).
@@ -31,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.cuda.env import find_tool
-from workers.cuda.sass import clean_sass, parse_ptxas_log
+from workers.cuda.listings import Listings
+from workers.cuda.sass import clean_sass, cuobjdump_functions, parse_ptxas_log
 from workers.protocol import KernelResources
 
 TIMEOUT_S = 120
@@ -57,12 +60,6 @@ def ptx_target(ptx: str) -> str | None:
     """The `.target` of a PTX module (sm_90a, sm_100a)."""
     found = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.MULTILINE)
     return found.group(1) if found else None
-
-
-def _functions(listing: str) -> list[tuple[str, str]]:
-    """(kernel name, its SASS) from `cuobjdump -sass`."""
-    parts = re.split(r"^\s*Function : ([\w$]+)\s*$", listing, flags=re.MULTILINE)
-    return [(parts[i], clean_sass(parts[i + 1])) for i in range(1, len(parts) - 1, 2)]
 
 
 @dataclass(frozen=True)
@@ -182,36 +179,60 @@ def _units(modules: dict[str, str]) -> list[_Unit]:
     return units + [batch.unit(header) for header, batch in batches.items() if batch.members]
 
 
+_LISTINGS = Listings()
+"""What ptxas reported and cuobjdump listed for the units this process assembled
+(`workers/cuda/listings.py`)."""
+
+
+class _Refused(Exception):
+    """ptxas refused a unit; the message is the end of what it said."""
+
+
+def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str]:
+    """ptxas's report and cuobjdump's listing for `ptx` assembled for `arch`: run once
+    per process for the same PTX and tools."""
+    key = Listings.key(ptxas, cuobjdump, arch, ptx)
+    kept = _LISTINGS.get(key)
+    if kept is not None:
+        return kept[0], kept[1]
+    with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
+        source, cubin = Path(folder) / "k.ptx", Path(folder) / "k.cubin"
+        source.write_text(ptx)
+        done = subprocess.run(
+            [ptxas, "-v", f"-arch={arch}", "-o", str(cubin), str(source)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise _Refused(done.stderr.strip()[-300:])
+        listing = subprocess.run(
+            [cuobjdump, "-sass", str(cubin)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=True,
+        ).stdout
+    report = done.stdout + done.stderr
+    _LISTINGS.put(key, (report, listing))
+    return report, listing
+
+
 def _assemble(unit: _Unit, ptxas: str, cuobjdump: str) -> _Assembled:
     """One unit through ptxas and cuobjdump: its kernels' sections and resources."""
     arch = ptx_target(unit.ptx) or "sm_90a"
-    with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
-        source, cubin = Path(folder) / "k.ptx", Path(folder) / "k.cubin"
-        source.write_text(unit.ptx)
-        try:
-            done = subprocess.run(
-                [ptxas, "-v", f"-arch={arch}", "-o", str(cubin), str(source)],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=False,
-            )
-            if done.returncode != 0:
-                why = f"{unit.label}: ptxas refused it for {arch}: {done.stderr.strip()[-300:]}"
-                return _Assembled([], [], why)
-            listing = subprocess.run(
-                [cuobjdump, "-sass", str(cubin)],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            return _Assembled([], [], f"{unit.label}: {exc}")
-    found = parse_ptxas_log(done.stdout + done.stderr, arch)
+    try:
+        report, listing = _tools_on(unit.ptx, arch, ptxas, cuobjdump)
+    except _Refused as exc:
+        return _Assembled([], [], f"{unit.label}: ptxas refused it for {arch}: {exc}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return _Assembled([], [], f"{unit.label}: {exc}")
+    found = parse_ptxas_log(report, arch)
     by_name = {r.name: r for r in found}
     sections = []
-    for name, body in _functions(listing):
+    for name, section in cuobjdump_functions(listing):
+        body = clean_sass(section)
         r = by_name.get(name)
         head = ""
         if r is not None:

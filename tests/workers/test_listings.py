@@ -1,0 +1,29 @@
+"""The tool outputs a process keeps: found by what produced them, bounded in size."""
+
+from __future__ import annotations
+
+from workers.cuda.listings import Listings
+
+
+def test_outputs_are_found_by_command_and_input_alone() -> None:
+    kept = Listings()
+    key = Listings.key("cuobjdump", "-sass", b"\x7fELF cubin")
+    kept.put(key, ("listing",))
+    assert kept.get(Listings.key("cuobjdump", "-sass", b"\x7fELF cubin")) == ("listing",)
+    assert kept.get(Listings.key("cuobjdump", "-sass", b"\x7fELF other")) is None
+    # Parts are kept apart: moving a byte from one part to the next is another key.
+    assert Listings.key("ab", "c") != Listings.key("a", "bc")
+
+
+def test_the_least_recently_read_go_first_and_oversize_is_not_kept() -> None:
+    kept = Listings(limit=10)
+    kept.put("a", ("aaaa",))
+    kept.put("b", ("bbbb",))
+    assert kept.get("a") == ("aaaa",)  # read: now the most recent
+    kept.put("c", ("cc", "cc"))  # 12 characters in all: the least recent, b, goes
+    assert kept.get("b") is None and kept.get("a") and kept.get("c")
+    kept.put("a", ("a",))  # replacing an entry counts its new size, not both
+    kept.put("d", ("dddd",))
+    assert kept.get("a") == ("a",) and kept.get("c") and kept.get("d")
+    kept.put("e", ("e" * 11,))  # larger than the whole limit: never kept, nothing evicted
+    assert kept.get("e") is None and kept.get("d")

@@ -1,0 +1,60 @@
+"""What the CUDA tools printed, kept by the process for input it sees again.
+
+ptxas and cuobjdump are deterministic: the same PTX (or cubin bytes) through the same
+binary with the same arguments prints the same report and the same SASS. A process that
+meets that input again (a second job with the same program, the other side of a
+comparison, a kernel cut from a cubin already listed) reads what it kept instead of
+starting them again; nvdisasm, which cuobjdump starts, spends about 0.4 s of CPU before
+it reads a byte. Only what a tool printed on success is kept, never a failure.
+
+A job's cache policy does not reach here: it governs the compile, which is timed; these
+listings are read from the compile's output afterwards, outside every timed stage, and
+cannot differ from a fresh run of the tool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+KEPT_CHARS = 64 * 1024 * 1024
+"""The most characters a process keeps in all; the least recently read go first."""
+
+
+class Listings:
+    """Tool outputs by a digest of what produced them, up to `limit` characters."""
+
+    def __init__(self, limit: int = KEPT_CHARS) -> None:
+        self._limit = limit
+        self._kept: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(*parts: str | bytes) -> str:
+        """One digest of a tool's command and input, each part kept apart from the next."""
+        digest = hashlib.sha256()
+        for part in parts:
+            data = part.encode() if isinstance(part, str) else part
+            digest.update(len(data).to_bytes(8, "little") + data)
+        return digest.hexdigest()
+
+    def get(self, key: str) -> tuple[str, ...] | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
+
+    def put(self, key: str, outputs: tuple[str, ...]) -> None:
+        size = sum(len(text) for text in outputs)
+        if size > self._limit:
+            return
+        with self._lock:
+            old = self._kept.pop(key, None)
+            self._size += size - (sum(len(text) for text in old) if old else 0)
+            self._kept[key] = outputs
+            while self._size > self._limit:
+                _, gone = self._kept.popitem(last=False)
+                self._size -= sum(len(text) for text in gone)
