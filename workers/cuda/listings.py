@@ -58,3 +58,8 @@ class Listings:
             while self._size > self._limit:
                 _, gone = self._kept.popitem(last=False)
                 self._size -= sum(len(text) for text in gone)
+
+
+KEPT = Listings()
+"""What this process keeps: the CUDA path's cubin listings and the GPU targets' assembled
+PTX alike (their keys never meet: each starts with its own command)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.cuda.env import CudaTools, detect_tools
-from workers.cuda.listings import Listings
+from workers.cuda.listings import KEPT, Listings
 from workers.protocol import KernelResources
 
 TIMEOUT_S = 120
@@ -115,10 +115,6 @@ def _nvdisasm_function(text: str, name: str) -> str | None:
     return text[start.start() : end]
 
 
-_LISTINGS = Listings()
-"""Whole listings of the cubins this process disassembled (`workers/cuda/listings.py`)."""
-
-
 class _ToolFailed(Exception):
     """The disassembler ran and refused; the message is the end of what it said."""
 
@@ -126,7 +122,7 @@ class _ToolFailed(Exception):
 def _listing(command: list[str], cubin: Path) -> str:
     """What `command` prints for the whole of `cubin`: run once per cubin content."""
     key = Listings.key(*command, cubin.read_bytes())
-    kept = _LISTINGS.get(key)
+    kept = KEPT.get(key)
     if kept is not None:
         return kept[0]
     done = subprocess.run(
@@ -134,7 +130,7 @@ def _listing(command: list[str], cubin: Path) -> str:
     )
     if done.returncode != 0:
         raise _ToolFailed(done.stderr.strip()[-500:])
-    _LISTINGS.put(key, (done.stdout,))
+    KEPT.put(key, (done.stdout,))
     return done.stdout
 
 

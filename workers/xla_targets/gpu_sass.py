@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.cuda.env import find_tool
-from workers.cuda.listings import Listings
+from workers.cuda.listings import KEPT, Listings
 from workers.cuda.sass import clean_sass, cuobjdump_functions, parse_ptxas_log
 from workers.protocol import KernelResources
 
@@ -179,11 +179,6 @@ def _units(modules: dict[str, str]) -> list[_Unit]:
     return units + [batch.unit(header) for header, batch in batches.items() if batch.members]
 
 
-_LISTINGS = Listings()
-"""What ptxas reported and cuobjdump listed for the units this process assembled
-(`workers/cuda/listings.py`)."""
-
-
 class _Refused(Exception):
     """ptxas refused a unit; the message is the end of what it said."""
 
@@ -192,7 +187,7 @@ def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str
     """ptxas's report and cuobjdump's listing for `ptx` assembled for `arch`: run once
     per process for the same PTX and tools."""
     key = Listings.key(ptxas, cuobjdump, arch, ptx)
-    kept = _LISTINGS.get(key)
+    kept = KEPT.get(key)
     if kept is not None:
         return kept[0], kept[1]
     with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
@@ -215,7 +210,7 @@ def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str
             check=True,
         ).stdout
     report = done.stdout + done.stderr
-    _LISTINGS.put(key, (report, listing))
+    KEPT.put(key, (report, listing))
     return report, listing
 
 
