@@ -127,7 +127,7 @@ def test_builds_are_cached_by_source_and_arch(tmp_path: Path) -> None:
 
 def instructions(sass: str | None) -> list[str]:
     """The instructions of a SASS text, spacing folded (listings differ in column width)."""
-    found = re.findall(r"/\*[0-9a-f]{4}\*/\s+([^;]+);", sass or "")
+    found = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]+);", sass or "")
     return [" ".join(each.split()) for each in found]
 
 

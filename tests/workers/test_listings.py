@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workers.cuda.listings import Listings
 
 
@@ -27,3 +29,22 @@ def test_the_least_recently_read_go_first_and_oversize_is_not_kept() -> None:
     assert kept.get("a") == ("a",) and kept.get("c") and kept.get("d")
     kept.put("e", ("e" * 11,))  # larger than the whole limit: never kept, nothing evicted
     assert kept.get("e") is None and kept.get("d")
+
+
+def test_made_keeps_what_it_made_and_never_a_failure() -> None:
+    kept, calls = Listings(), []
+
+    def make() -> tuple[str, ...]:
+        calls.append(1)
+        return ("listing",)
+
+    def fail() -> tuple[str, ...]:
+        calls.append(1)
+        raise RuntimeError("the tool refused")
+
+    assert kept.made("k", make) == kept.made("k", make) == ("listing",)
+    assert len(calls) == 1
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="the tool refused"):  # passed through
+            kept.made("bad", fail)
+    assert len(calls) == 3 and kept.get("bad") is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 KEPT_CHARS = 64 * 1024 * 1024
 """The most characters a process keeps in all; the least recently read go first."""
@@ -46,6 +47,15 @@ class Listings:
             if found is not None:
                 self._kept.move_to_end(key)
             return found
+
+    def made(self, key: str, make: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """What is kept under `key`, else what `make()` returns, kept from then on; an
+        exception from `make` (a tool that failed) passes through and nothing is kept."""
+        found = self.get(key)
+        if found is None:
+            found = make()
+            self.put(key, found)
+        return found
 
     def put(self, key: str, outputs: tuple[str, ...]) -> None:
         size = sum(len(text) for text in outputs)

@@ -121,17 +121,16 @@ class _ToolFailed(Exception):
 
 def _listing(command: list[str], cubin: Path) -> str:
     """What `command` prints for the whole of `cubin`: run once per cubin content."""
-    key = Listings.key(*command, cubin.read_bytes())
-    kept = KEPT.get(key)
-    if kept is not None:
-        return kept[0]
-    done = subprocess.run(
-        [*command, str(cubin)], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
-    if done.returncode != 0:
-        raise _ToolFailed(done.stderr.strip()[-500:])
-    KEPT.put(key, (done.stdout,))
-    return done.stdout
+
+    def run() -> tuple[str]:
+        done = subprocess.run(
+            [*command, str(cubin)], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            raise _ToolFailed(done.stderr.strip()[-500:])
+        return (done.stdout,)
+
+    return KEPT.made(Listings.key(*command, cubin.read_bytes()), run)[0]
 
 
 def cuobjdump_functions(listing: str) -> list[tuple[str, str]]:

@@ -186,31 +186,30 @@ class _Refused(Exception):
 def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str]:
     """ptxas's report and cuobjdump's listing for `ptx` assembled for `arch`: run once
     per process for the same PTX and tools."""
-    key = Listings.key(ptxas, cuobjdump, arch, ptx)
-    kept = KEPT.get(key)
-    if kept is not None:
-        return kept[0], kept[1]
-    with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
-        source, cubin = Path(folder) / "k.ptx", Path(folder) / "k.cubin"
-        source.write_text(ptx)
-        done = subprocess.run(
-            [ptxas, "-v", f"-arch={arch}", "-o", str(cubin), str(source)],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise _Refused(done.stderr.strip()[-300:])
-        listing = subprocess.run(
-            [cuobjdump, "-sass", str(cubin)],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=True,
-        ).stdout
-    report = done.stdout + done.stderr
-    KEPT.put(key, (report, listing))
+
+    def run() -> tuple[str, str]:
+        with tempfile.TemporaryDirectory(prefix="boundary-sass-") as folder:
+            source, cubin = Path(folder) / "k.ptx", Path(folder) / "k.cubin"
+            source.write_text(ptx)
+            done = subprocess.run(
+                [ptxas, "-v", f"-arch={arch}", "-o", str(cubin), str(source)],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise _Refused(done.stderr.strip()[-300:])
+            listing = subprocess.run(
+                [cuobjdump, "-sass", str(cubin)],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                check=True,
+            ).stdout
+        return done.stdout + done.stderr, listing
+
+    report, listing = KEPT.made(Listings.key(ptxas, cuobjdump, arch, ptx), run)
     return report, listing
 
 
