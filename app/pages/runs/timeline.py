@@ -92,6 +92,13 @@ def _after(event: dict[str, Any], moment: float | None) -> bool:
     )
 
 
+def _program_work(event: dict[str, Any]) -> bool:
+    """A call of the jitted function, or one of its XLA ops: XLA may run a call's last op
+    after the call has returned (dispatch is asynchronous), so both mark the program's end."""
+    args = event.get("args")
+    return str(event.get("name")).startswith(CALL) or (isinstance(args, dict) and "hlo_op" in args)
+
+
 def viewer_trace(stored: bytes, max_bytes: int = VIEWER_MAX_BYTES) -> bytes:
     """The profiler's gzip Chrome trace as the viewer reads it, gzip again.
 
@@ -99,10 +106,11 @@ def viewer_trace(stored: bytes, max_bytes: int = VIEWER_MAX_BYTES) -> bytes:
     ends its list with an empty `{}`, and the viewer refuses a trace with one: "Unrecognized
     format"); complete events lose the arguments in NOISY_ARGS; processes and threads are
     numbered so that the one that ran the most of the program opens first
-    (`trace_threads.viewer_numbers`); and events that begin after the last call of
-    the jitted function ended are left out: they are the profiler stopping (hundreds of
-    milliseconds, which would shrink the calls to a sliver of the first view). Every other
-    event, its times and names stay.
+    (`trace_threads.viewer_numbers`); and events that begin after the program's work
+    ended (its last call, or its last XLA op, which may begin after that call returned)
+    are left out: they are the profiler stopping (hundreds of milliseconds, which would
+    shrink the calls to a sliver of the first view). Every other event, its times and
+    names stay, so the thread numbered first is the busiest in the copy too.
     Raises TraceTooLarge past `max_bytes` inflated, ValueError for what is no Chrome trace.
     """
     try:
@@ -120,11 +128,11 @@ def viewer_trace(stored: bytes, max_bytes: int = VIEWER_MAX_BYTES) -> bytes:
     if not isinstance(events, list):
         raise ValueError("not a Chrome trace: it has no traceEvents list")
     pids, tids = viewer_numbers(events)
-    ends = [_end(e) for e in events if isinstance(e, dict) and str(e.get("name")).startswith(CALL)]
-    last_call = max((t for t in ends if t is not None), default=None)
+    ends = [_end(e) for e in events if isinstance(e, dict) and _program_work(e)]
+    last_work = max((t for t in ends if t is not None), default=None)
     trace["traceEvents"] = [
         _for_viewer(e, pids, tids)
         for e in events
-        if isinstance(e, dict) and "ph" in e and not _after(e, last_call)
+        if isinstance(e, dict) and "ph" in e and not _after(e, last_work)
     ]
     return gzip.compress(json.dumps(trace, separators=(",", ":")).encode(), compresslevel=6)
