@@ -106,11 +106,12 @@ def test_a_batch_ptxas_refuses_is_assembled_module_by_module(
 def test_the_same_modules_again_start_no_tool(
     modules: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = tmp_path / "runs.log"
+    log, scripts = tmp_path / "runs.log", {}
     for tool in ("ptxas", "cuobjdump"):
         real = find_tool(tool)
         assert real is not None
-        monkeypatch.setenv(f"BOUNDARY_{tool.upper()}", counted(real, log))
+        scripts[tool] = Path(counted(real, log))
+        monkeypatch.setenv(f"BOUNDARY_{tool.upper()}", str(scripts[tool]))
     first = gpu_sass(modules)  # the tools' paths are new: every unit is assembled
     assert first.text is not None and first.problems == []
     assembled = runs(log)
@@ -118,6 +119,11 @@ def test_the_same_modules_again_start_no_tool(
     again = gpu_sass(modules)
     assert runs(log) == assembled
     assert (again.text, again.resources) == (first.text, first.resources)
+    upgraded = scripts["cuobjdump"]  # the same path, another file there: upgraded in place
+    upgraded.write_text(upgraded.read_text() + "# upgraded\n")
+    after = gpu_sass(modules)
+    assert sorted(runs(log)) == sorted(assembled * 2)  # no listing outlives its tool
+    assert (after.text, after.resources) == (first.text, first.resources)
 
 
 def entry_module(kernel: str, extern: str = ".extern .shared .align 16 .b8 global_smem[];") -> str:

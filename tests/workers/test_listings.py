@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workers.cuda.listings import Listings
@@ -48,3 +50,18 @@ def test_made_keeps_what_it_made_and_never_a_failure() -> None:
         with pytest.raises(RuntimeError, match="the tool refused"):  # passed through
             kept.made("bad", fail)
     assert len(calls) == 3 and kept.get("bad") is None
+
+
+def test_a_tool_is_its_path_and_the_files_there(tmp_path: Path) -> None:
+    cuobjdump, nvdisasm = tmp_path / "cuobjdump", tmp_path / "nvdisasm"
+    for tool in (cuobjdump, nvdisasm):
+        tool.write_text("#!/bin/sh\n")
+    first = Listings.tool(str(cuobjdump), "nvdisasm")
+    assert Listings.tool(str(cuobjdump), "nvdisasm") == first  # nothing changed: one key
+    nvdisasm.write_text("#!/bin/sh\n# upgraded in place\n")  # the tool it starts, alone
+    second = Listings.tool(str(cuobjdump), "nvdisasm")
+    assert second != first
+    cuobjdump.write_text("#!/bin/sh\n# upgraded in place\n")
+    assert Listings.tool(str(cuobjdump), "nvdisasm") not in (first, second)
+    missing = str(tmp_path / "nothing-here")
+    assert Listings.tool(missing) == missing  # no file: the path stands for itself

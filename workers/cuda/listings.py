@@ -15,9 +15,12 @@ cannot differ from a fresh run of the tool.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 
 KEPT_CHARS = 64 * 1024 * 1024
 """The most characters a process keeps in all; the least recently read go first."""
@@ -40,6 +43,16 @@ class Listings:
             data = part.encode() if isinstance(part, str) else part
             digest.update(len(data).to_bytes(8, "little") + data)
         return digest.hexdigest()
+
+    @staticmethod
+    def tool(path: str, *beside: str) -> str:
+        """A tool by its path and by the file found there now, so one upgraded in place
+        gives other keys; `beside` names the tools it starts from its own folder, which
+        count the same way (cuobjdump starts the nvdisasm next to it, from another wheel)."""
+        found = shutil.which(path) or path
+        return "\0".join(
+            _file(file) for file in [found, *(str(Path(found).with_name(b)) for b in beside)]
+        )
 
     def get(self, key: str) -> tuple[str, ...] | None:
         with self._lock:
@@ -68,6 +81,16 @@ class Listings:
             while self._size > self._limit:
                 _, gone = self._kept.popitem(last=False)
                 self._size -= sum(len(text) for text in gone)
+
+
+def _file(path: str) -> str:
+    """A path and the file there now (inode, size, modification time); a path that names
+    no file stands for itself."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return path
+    return f"{path}:{found.st_ino}:{found.st_size}:{found.st_mtime_ns}"
 
 
 KEPT = Listings()

@@ -120,7 +120,8 @@ class _ToolFailed(Exception):
 
 
 def _listing(command: list[str], cubin: Path) -> str:
-    """What `command` prints for the whole of `cubin`: run once per cubin content."""
+    """What `command` prints for the whole of `cubin`: run once per cubin content and
+    disassembler."""
 
     def run() -> tuple[str]:
         done = subprocess.run(
@@ -130,7 +131,8 @@ def _listing(command: list[str], cubin: Path) -> str:
             raise _ToolFailed(done.stderr.strip()[-500:])
         return (done.stdout,)
 
-    return KEPT.made(Listings.key(*command, cubin.read_bytes()), run)[0]
+    key = Listings.key(Listings.tool(command[0], "nvdisasm"), *command[1:], cubin.read_bytes())
+    return KEPT.made(key, run)[0]
 
 
 def cuobjdump_functions(listing: str) -> list[tuple[str, str]]:

@@ -209,7 +209,8 @@ def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str
             ).stdout
         return done.stdout + done.stderr, listing
 
-    report, listing = KEPT.made(Listings.key(ptxas, cuobjdump, arch, ptx), run)
+    key = Listings.key(Listings.tool(ptxas), Listings.tool(cuobjdump, "nvdisasm"), arch, ptx)
+    report, listing = KEPT.made(key, run)
     return report, listing
 
 
