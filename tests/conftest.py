@@ -187,7 +187,7 @@ def bench_settings(tmp_path: Path, bench_db: str) -> Settings:
 @pytest.fixture
 def bench_app(bench_settings: Settings) -> Any:
     """A fresh app built from `bench_settings` (its lifespan, hence the reaper, not run)."""
-    from built import build_app
+    from tests.app.built import build_app
 
     return build_app(bench_settings)
 
@@ -203,7 +203,7 @@ async def bench_client(bench_app: Any) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 def bench_dispatcher(bench_app: Any) -> Any:
     """The `app.dispatch.Dispatcher` inside `bench_app`."""
-    from built import state_of
+    from tests.app.built import state_of
 
     return state_of(bench_app).dispatcher
 

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 from bench_fakes import MATMUL, FakeWorker
-from built import build_app, state_of
 
 from app.settings import Settings
+from tests.app.built import build_app, state_of
 from workers.catalog.exported import EXPORT_MEDIA_TYPE
 
 pytestmark = pytest.mark.anyio

@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
-from built import build_app
 
 from app.main import shared_api
 from app.settings import Settings
+from tests.app.built import build_app
 
 pytestmark = pytest.mark.anyio
 TOKEN = "a-submission-token-of-ours"

@@ -8,11 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
-from built import build_app, state_of
 
 from app.main import create_app
 from app.settings import Settings
 from app.web.deferred import DeferredApp
+from tests.app.built import build_app, state_of
 
 pytestmark = pytest.mark.anyio
 

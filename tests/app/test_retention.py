@@ -13,10 +13,10 @@ import httpx
 import numpy as np
 import pytest
 from bench_fakes import MATMUL, FakeWorker
-from built import build_app, state_of
 
 from app.settings import Settings
 from app.store.profiles import PROFILE_FILE, PROFILE_MEDIA
+from tests.app.built import build_app, state_of
 from workers.files import FileCache
 
 pytestmark = pytest.mark.anyio

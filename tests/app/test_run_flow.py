@@ -175,7 +175,7 @@ async def test_cancel_needs_the_token_where_submission_does(bench_settings: Sett
 async def test_a_server_fault_is_a_site_page_and_json_for_clients(
     bench_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from built import state_of
+    from tests.app.built import state_of
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a template bug")

@@ -18,12 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
-from built import build_app, state_of
 
 from app.ir.sent import SentLines
 from app.ir.view import NONE_SENT, build_view
 from app.main import create_app
 from app.settings import Settings
+from tests.app.built import build_app, state_of
 from tests.workers.own_exports import MODEL, ROOT, Exported, export_program
 from workers.export.sources import SOURCES_FORMAT, SOURCES_MEDIA_TYPE
 
