@@ -95,19 +95,24 @@ class MemoryPolicy:
     def from_env(cls, env: Mapping[str, str], max_job_bytes: int) -> MemoryPolicy:
         """From BOUNDARY_RUNNER_MAX_MEMORY and BOUNDARY_RUNNER_KEEP_BYTES (ValueError
         naming the variable when one is not a positive whole number)."""
-        found: dict[str, int] = {}
-        for name in (MAX_MEMORY_ENV, KEEP_BYTES_ENV):
-            raw = env.get(name, "").strip()
-            if raw and (not raw.isascii() or not raw.isdigit() or int(raw) <= 0):
-                raise ValueError(f"{name}: expected a positive number of bytes, got {raw[:40]!r}")
-            if raw:
-                found[name] = int(raw)
+        max_memory, keep_bytes = env_bytes(env, MAX_MEMORY_ENV), env_bytes(env, KEEP_BYTES_ENV)
         platforms = env.get("JAX_PLATFORMS", "cpu")
         return cls(
-            max_memory=found.get(MAX_MEMORY_ENV, default_max_memory(max_job_bytes)),
-            keep_bytes=found.get(KEEP_BYTES_ENV, DEFAULT_KEEP_BYTES),
+            max_memory=default_max_memory(max_job_bytes) if max_memory is None else max_memory,
+            keep_bytes=DEFAULT_KEEP_BYTES if keep_bytes is None else keep_bytes,
             limit_data=platforms in ("", "cpu"),
         )
+
+
+def env_bytes(env: Mapping[str, str], name: str) -> int | None:
+    """The positive whole number of bytes `name` holds in `env`, None when it is unset or
+    empty (ValueError naming the variable when it holds anything else, such as "2GiB")."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"{name}: expected a positive number of bytes, got {raw[:40]!r}")
+    return int(raw)
 
 
 def read_status(pid: int) -> dict[str, int]:

@@ -12,13 +12,15 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from workers.agent.agent import PARENT_ENV, Agent, AgentConfig
-from workers.agent.memory import MemoryPolicy
+from workers.agent.memory import MemoryPolicy, env_bytes
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.compiler.jaxenv import apply_jax_environment
+from workers.files import FILES_DIR_ENV, FILES_MAX_ENV
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
@@ -43,6 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def agent_config(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig:
+    """The worker's configuration from its options and environment; ValueError naming
+    what is missing or unreadable (a size such as "2GiB" stops the worker, not ignored)."""
+    token = args.token or env.get(TOKEN_ENV)
+    if not token:
+        raise ValueError(f"give --token or set {TOKEN_ENV}")
+    if not args.server.startswith(("http://", "https://")):
+        raise ValueError("--server must be an http:// or https:// URL")
+    max_job_bytes = env_bytes(env, MAX_BYTES_ENV)
+    env_bytes(env, FILES_MAX_ENV)  # read again by each job's file cache
+    cache_dir, files_dir = env.get(CACHE_DIR_ENV), env.get(FILES_DIR_ENV)
+    return AgentConfig(
+        server=args.server,
+        token=token,
+        name=args.name,
+        max_virtual_devices=max(0, args.max_virtual_devices),
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
+        files_dir=Path(files_dir).expanduser() if files_dir else None,  # before cache_dir's
+        max_job_bytes=max_job_bytes,
+        memory=MemoryPolicy.from_env(env, max_job_bytes or DEFAULT_MAX_BYTES),
+    )
+
+
 def worker_command(argv: list[str]) -> int:
     """Run the worker until SIGTERM or Ctrl-C; the exit status."""
     args = build_parser().parse_args(argv)
@@ -61,30 +86,11 @@ def worker_command(argv: list[str]) -> int:
         # httpx logs every request at INFO: a worker's lease polls and heartbeats would
         # fill `serve`'s log. Its warnings and errors still show.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    token = args.token or os.environ.get(TOKEN_ENV)
-    if not token:
-        print(f"boundary worker: give --token or set {TOKEN_ENV}", file=sys.stderr)
-        return 2
-    if not args.server.startswith(("http://", "https://")):
-        print("boundary worker: --server must be an http:// or https:// URL", file=sys.stderr)
-        return 2
-    cache_dir = os.environ.get(CACHE_DIR_ENV)
-    max_bytes = os.environ.get(MAX_BYTES_ENV, "")
-    max_job_bytes = int(max_bytes) if max_bytes.isascii() and max_bytes.isdigit() else None
     try:
-        memory = MemoryPolicy.from_env(os.environ, max_job_bytes or DEFAULT_MAX_BYTES)
+        config = agent_config(args, os.environ)
     except ValueError as exc:
         print(f"boundary worker: {exc}", file=sys.stderr)
         return 2
-    config = AgentConfig(
-        server=args.server,
-        token=token,
-        name=args.name,
-        max_virtual_devices=max(0, args.max_virtual_devices),
-        cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
-        max_job_bytes=max_job_bytes,
-        memory=memory,
-    )
     return asyncio.run(Agent(config).run())
 
 
