@@ -113,6 +113,21 @@ def test_the_manual_has_its_pages_and_design_notes() -> None:
     assert len(notes) >= 5, [p.name for p in notes]
 
 
+def test_the_manuals_index_links_every_page_and_the_readme_every_design_note() -> None:
+    def linked(index: Path) -> set[Path]:
+        return {
+            (index.parent / link.target.partition("#")[0]).resolve()
+            for link in relative_links(index)
+        }
+
+    in_index, in_readme = linked(DOCS / "index.md"), linked(README)
+    for page in PAGES:
+        if page.name != "index.md":
+            assert page.resolve() in in_index, f"docs/index.md does not link {page.name}"
+        if page.parent == DOCS / "design":
+            assert page.resolve() in in_readme, f"README.md does not link design/{page.name}"
+
+
 @pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_internal_issue_numbers(path: Path) -> None:
     text = path.read_text(encoding="utf-8")  # code and all
