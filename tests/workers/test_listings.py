@@ -52,7 +52,10 @@ def test_made_keeps_what_it_made_and_never_a_failure() -> None:
     assert len(calls) == 3 and kept.get("bad") is None
 
 
-def test_a_tool_is_its_path_and_the_files_there(tmp_path: Path) -> None:
+def test_a_tool_is_its_path_and_the_files_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NVDISASM_PATH", raising=False)
     cuobjdump, nvdisasm = tmp_path / "cuobjdump", tmp_path / "nvdisasm"
     for tool in (cuobjdump, nvdisasm):
         tool.write_text("#!/bin/sh\n")
@@ -63,5 +66,11 @@ def test_a_tool_is_its_path_and_the_files_there(tmp_path: Path) -> None:
     assert second != first
     cuobjdump.write_text("#!/bin/sh\n# upgraded in place\n")
     assert Listings.tool(str(cuobjdump), "nvdisasm") not in (first, second)
+    third = Listings.tool(str(cuobjdump), "nvdisasm")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "nvdisasm").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("NVDISASM_PATH", str(elsewhere))  # cuobjdump starts that one instead
+    assert Listings.tool(str(cuobjdump), "nvdisasm") != third
     missing = str(tmp_path / "nothing-here")
     assert Listings.tool(missing) == missing  # no file: the path stands for itself

@@ -48,11 +48,13 @@ class Listings:
     def tool(path: str, *beside: str) -> str:
         """A tool by its path and by the file found there now, so one upgraded in place
         gives other keys; `beside` names the tools it starts from its own folder, which
-        count the same way (cuobjdump starts the nvdisasm next to it, from another wheel)."""
+        count the same way (cuobjdump starts the nvdisasm next to it, from another wheel,
+        or the one in the folder NVDISASM_PATH names)."""
         found = shutil.which(path) or path
-        return "\0".join(
-            _file(file) for file in [found, *(str(Path(found).with_name(b)) for b in beside)]
-        )
+        files = [found, *(str(Path(found).with_name(b)) for b in beside)]
+        if "nvdisasm" in beside and os.environ.get("NVDISASM_PATH"):
+            files.append(str(Path(os.environ["NVDISASM_PATH"]) / "nvdisasm"))
+        return "\0".join(_file(file) for file in files)
 
     def get(self, key: str) -> tuple[str, ...] | None:
         with self._lock:
@@ -84,13 +86,14 @@ class Listings:
 
 
 def _file(path: str) -> str:
-    """A path and the file there now (inode, size, modification time); a path that names
-    no file stands for itself."""
+    """A path and the file there now (device, inode, size, change time: unlike the
+    modification time, which an unpacked archive sets back, the change time is the
+    system's); a path that names no file stands for itself."""
     try:
         found = os.stat(path)
     except OSError:
         return path
-    return f"{path}:{found.st_ino}:{found.st_size}:{found.st_mtime_ns}"
+    return f"{path}:{found.st_dev}:{found.st_ino}:{found.st_size}:{found.st_ctime_ns}"
 
 
 KEPT = Listings()
