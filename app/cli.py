@@ -118,6 +118,17 @@ def _draining_server(
     return Server(config)
 
 
+def _worker_env(settings: Settings) -> dict[str, str]:
+    """The local workers' environment: this process's, with each size both read written as
+    the plain number of bytes the server parsed (it takes `2_147_483_648`; a worker, whole
+    digits only)."""
+    env = dict(os.environ)
+    for name in ("MAX_JOB_BYTES", "FILES_MAX_BYTES", "PIPELINE_MAX_BYTES"):
+        if f"BOUNDARY_{name}" in env:
+            env[f"BOUNDARY_{name}"] = str(getattr(settings, name))
+    return env
+
+
 def _serve(argv: list[str]) -> int:
     args = _serve_arguments(argv)
     # Local workers share a token with this server; make one when the operator set none.
@@ -137,7 +148,7 @@ def _serve(argv: list[str]) -> int:
     states: list[AppState] = []
     local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     workers = LocalWorkers(
-        local_host, args.port, args.workers, dict(os.environ), settings.WORKER_GRACE_S
+        local_host, args.port, args.workers, _worker_env(settings), settings.WORKER_GRACE_S
     )
 
     def build_failed(exc: BaseException) -> None:

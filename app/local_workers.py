@@ -2,7 +2,9 @@
 
 - They start once the server accepts connections (their JAX start-up then stays off the
   CPU while the server boots).
-- A worker that dies while the server runs is started again.
+- A worker that dies while the server runs is started again, unless it refused its
+  configuration (exit status 2, its reason in the log): starting it again would only
+  refuse again, once a second.
 - On SIGTERM, `serve` stops leasing and asks each worker to finish its current job and
   report it (SIGUSR1, which a worker never escalates), waits up to WORKER_GRACE_S for
   them to exit, and only then lets the server close. A worker still busy after the grace
@@ -24,6 +26,8 @@ from collections.abc import Callable
 log = logging.getLogger("boundary.serve")
 
 RESTART_DELAY_S = 1.0
+REFUSED_STATUS = 2
+"""What `boundary worker` exits with when its options or environment cannot be used."""
 ABORT_WAIT_S = 15.0
 
 
@@ -37,6 +41,8 @@ class LocalWorkers:
         self.children: list[subprocess.Popen[bytes] | None] = [None] * count
         self.draining = threading.Event()
         self.restarts = 0
+        self.refused: set[int] = set()
+        """Slots whose worker refused its configuration: never started again."""
 
     def start(self) -> None:
         """Start the workers (and restart any that dies) from a background thread."""
@@ -60,8 +66,17 @@ class LocalWorkers:
             for slot, child in enumerate(self.children):
                 if self.draining.is_set():
                     break
+                if slot in self.refused:
+                    continue
                 if child is None:
                     self.children[slot] = self._spawn(slot)
+                elif child.poll() == REFUSED_STATUS:
+                    log.error(
+                        "local worker %d refused its configuration (its reason is above); "
+                        "not starting it again",
+                        slot + 1,
+                    )
+                    self.refused.add(slot)
                 elif child.poll() is not None:
                     log.warning(
                         "local worker %d exited (status %s); starting it again",

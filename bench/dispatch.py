@@ -139,6 +139,7 @@ class Deployment:
             "BOUNDARY_DB": self.db,
             "BOUNDARY_WORKER_TOKEN": TOKEN,
             "BOUNDARY_CACHE_DIR": str(self.tmp / "jax-cache"),
+            "BOUNDARY_FILES_DIR": str(self.tmp / "files"),
             "BOUNDARY_SUBMIT_RATE": "1000000",
             "BOUNDARY_MAX_QUEUE_PER_CLIENT": "100000",
             "BOUNDARY_MAX_QUEUE": "100000",

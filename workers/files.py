@@ -52,6 +52,14 @@ def job_files(spec: dict[str, Any]) -> dict[str, str]:
     return {name: sha for name, sha in named.items() if isinstance(sha, str)}
 
 
+def files_folder(files_dir: Path | None, cache_dir: Path | None) -> Path | None:
+    """Where a worker keeps the files its jobs fetch: `files_dir`, else the sibling `files/`
+    of its JAX `cache_dir`, else None (the file cache's own default)."""
+    if files_dir is not None:
+        return files_dir
+    return cache_dir.parent / "files" if cache_dir is not None else None
+
+
 class FileCache:
     """A folder of files named by their SHA-256: written once, checked when read, capped
     at `max_bytes` (least recently used first, never a pinned one)."""
@@ -60,7 +68,7 @@ class FileCache:
         env = os.environ.get(FILES_DIR_ENV)
         default = Path(env).expanduser() if env else Path.home() / ".cache/boundary/files"
         self.directory = directory or default
-        configured = os.environ.get(FILES_MAX_ENV, "")
+        configured = os.environ.get(FILES_MAX_ENV, "").strip()  # as `boundary worker` checks
         self.max_bytes = max_bytes or (
             int(configured) if configured.isascii() and configured.isdigit() else DEFAULT_MAX_BYTES
         )

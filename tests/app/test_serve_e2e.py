@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.local_workers import LocalWorkers
 from tests import loopback
 from tests.browser.conftest import free_port, wait_until_up
 
@@ -100,3 +103,21 @@ def test_serve_does_not_log_every_request_its_worker_makes(tmp_path: Path) -> No
     assert "registered as" in text  # the worker still says what it is
     requests = [line for line in text.splitlines() if "HTTP Request:" in line]
     assert not requests, requests[:3]
+
+
+def test_a_local_worker_that_refuses_its_configuration_is_not_started_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A size the worker cannot read would refuse again on every start, once a second."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:  # the workers wait for one
+        env = {**os.environ, "BOUNDARY_WORKER_TOKEN": "t" * 16}
+        env["BOUNDARY_RUNNER_MAX_MEMORY"] = "2GiB"
+        workers = LocalWorkers("127.0.0.1", listening.getsockname()[1], 1, env, grace_s=1.0)
+        with caplog.at_level(logging.ERROR, logger="boundary.serve"):
+            workers.start()
+            try:
+                assert wait_for(lambda: workers.refused == {0}, 60)
+                assert workers.restarts == 0 and not workers._alive()
+            finally:
+                workers.stop()
+    assert "local worker 1 refused its configuration" in caplog.text

@@ -78,6 +78,7 @@ class Cluster:
             "BOUNDARY_DB": str(tmp / "boundary.sqlite3"),
             "BOUNDARY_WORKER_TOKEN": TOKEN,
             "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+            "BOUNDARY_FILES_DIR": str(tmp / "files"),  # not a folder the shell may name
             "BOUNDARY_POLL_S": "5",
             "BOUNDARY_LEASE_S": "3",
             "BOUNDARY_REAP_INTERVAL_S": "0.2",

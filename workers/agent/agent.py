@@ -37,7 +37,7 @@ from workers.agent.link import (
 from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
-from workers.files import FileCache, job_files
+from workers.files import FileCache, files_folder, job_files
 
 log = logging.getLogger("boundary.worker")
 
@@ -351,10 +351,7 @@ class Agent:
         }
 
     def _files(self) -> FileCache:
-        configured = self.config.files_dir
-        if configured is None and self.config.cache_dir is not None:
-            configured = self.config.cache_dir.parent / "files"
-        return FileCache(configured)
+        return FileCache(files_folder(self.config.files_dir, self.config.cache_dir))
 
     async def _heartbeats(self, job_id: str, lease_id: str, cancelled: asyncio.Event) -> None:
         while True:
