@@ -16,8 +16,8 @@ import httpx
 import pytest
 from dependencies import require
 from pgcluster import Cluster, PostgresMissing, reset, running_cluster
-from servers import SERVER_WORKER_TOKEN, serve
 
+from tests.servers import SERVER_WORKER_TOKEN, serve
 from workers.agent.runner import CEILINGS_ENV
 from workers.compiler.jaxenv import apply_jax_environment
 

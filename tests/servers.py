@@ -103,6 +103,7 @@ def serve(tmp: Path, workers: int, env: dict[str, str] | None = None) -> Iterato
             **os.environ,
             "BOUNDARY_DB": str(tmp / "db.sqlite3"),
             "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+            "BOUNDARY_FILES_DIR": str(tmp / "files"),  # not a folder the shell may name
             **(env or {}),
         },
     )

@@ -22,12 +22,13 @@ NOT_SETTINGS = {
 
 
 def rows() -> dict[str, str]:
-    """Each variable the page's table names (its first cell may name several) → its row."""
+    """Each variable the page's table names (its first cell may name several) → its rows
+    (a variable the server and a worker both read has one of each)."""
     found: dict[str, str] = {}
     for line in PAGE.read_text(encoding="utf-8").splitlines():
         if line.startswith("| `BOUNDARY_"):
             for name in re.findall(r"`(BOUNDARY_\w+)`", line.split(" | ")[0]):
-                found[name] = line
+                found[name] = found.get(name, "") + line + "\n"
     return found
 
 

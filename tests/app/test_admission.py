@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import MATMUL, FakeWorker
 
 from app.settings import Settings
+from tests.app.bench_fakes import MATMUL, FakeWorker
 from tests.app.built import build_app, state_of
 from workers.catalog.exported import EXPORT_MEDIA_TYPE
 

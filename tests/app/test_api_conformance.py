@@ -33,12 +33,12 @@ from typing import Any, cast
 import httpx
 import pytest
 import schemathesis
-from bench_fakes import capabilities
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from tests import loopback
+from tests.app.bench_fakes import capabilities
 
 pytestmark = pytest.mark.slow
 

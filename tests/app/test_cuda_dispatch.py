@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import FakeWorker, capabilities
 
+from tests.app.bench_fakes import FakeWorker, capabilities
 from tests.dependencies import require
 from workers.cuda.env import detect_tools
 from workers.protocol import JobSpec

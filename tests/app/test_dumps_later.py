@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import FakeWorker, capabilities
 
+from tests.app.bench_fakes import FakeWorker, capabilities
 from workers.protocol import JobSpec
 from workers.protocol.dumps import dumps_job_id
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, MATMUL, FakeWorker, capabilities
 
 from app.dispatch import Dispatcher
 from app.settings import Settings
 from app.store import Store
+from tests.app.bench_fakes import AUTH, MATMUL, FakeWorker, capabilities
 
 pytestmark = pytest.mark.anyio
 

@@ -17,10 +17,10 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from servers import ROOT, upload_exported, wait_for_target
 
 from app.mcp.bounds import MAX_ANSWER_CHARS
 from tests.app.fit_fakes import symbolic_artifact
+from tests.servers import ROOT, upload_exported, wait_for_target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from bench_fakes import MATMUL, FakeWorker
 
 from app.settings import Settings
 from app.store.profiles import PROFILE_FILE, PROFILE_MEDIA
+from tests.app.bench_fakes import MATMUL, FakeWorker
 from tests.app.built import build_app, state_of
 from workers.files import FileCache
 

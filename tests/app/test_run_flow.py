@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import FakeWorker, capabilities
 
 from app.settings import Settings
+from tests.app.bench_fakes import FakeWorker, capabilities
 
 pytestmark = pytest.mark.anyio
 

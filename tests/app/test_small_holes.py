@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from bench_fakes import AUTH, MATMUL, capabilities
 from pydantic import ValidationError
 
 from app.settings import Settings
+from tests.app.bench_fakes import AUTH, MATMUL, capabilities
 
 pytestmark = pytest.mark.anyio
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from bench_fakes import capabilities
-
 from app.dispatch.requirements import job_requirements, unmet
 from app.store import Store
+from tests.app.bench_fakes import capabilities
 from workers.protocol import Capabilities, JobSpec
 
 

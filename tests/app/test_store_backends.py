@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
-from bench_fakes import capabilities
 
 from app.store import SCHEMA_VERSION, Expired, NewJob, NewRun, SchemaTooNew, Store
+from tests.app.bench_fakes import capabilities
 from workers.protocol import JobStatus
 
 T = TypeVar("T")

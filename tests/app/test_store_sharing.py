@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from bench_fakes import MATMUL, capabilities
 from fastapi import HTTPException
 from pydantic import ValidationError
 from test_store_backends import in_parallel, new_run
@@ -38,6 +37,7 @@ from app.store import (
 from app.store.channel import MAX_PAYLOAD, News, decode, encode
 from app.store.dialect import lock_key
 from app.store.retention import RETENTION_LOCK
+from tests.app.bench_fakes import MATMUL, capabilities
 from workers.protocol import JobStatus, ProgressEvent
 
 CPU = {"path": "jax-cpu", "platform": "cpu"}

@@ -8,7 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, MATMUL, FakeWorker, run_result
+
+from tests.app.bench_fakes import AUTH, MATMUL, FakeWorker, run_result
 
 pytestmark = pytest.mark.anyio
 

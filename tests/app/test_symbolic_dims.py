@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, FakeWorker, capabilities
 
+from tests.app.bench_fakes import AUTH, FakeWorker, capabilities
 from tests.workers.own_exports import MODEL, export_fn
 from workers.export.dims import DimError, dims_problem, names, symbolic_arguments, value
 from workers.files import FileCache

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, FakeWorker, capabilities
 
+from tests.app.bench_fakes import AUTH, FakeWorker, capabilities
 from workers.protocol import TARGET_IDS
 
 pytestmark = pytest.mark.anyio

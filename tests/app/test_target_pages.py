@@ -11,7 +11,6 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
-from bench_fakes import FakeWorker, capabilities
 from chart_markup import render_chart
 
 from app.main import create_app
@@ -19,6 +18,7 @@ from app.pages.compare.guard import guard, run_facts
 from app.pages.runs.memory_fit import memory_fit
 from app.reader.content import load_content
 from app.settings import Settings
+from tests.app.bench_fakes import FakeWorker, capabilities
 from workers.protocol import TARGET_IDS
 
 pytestmark = pytest.mark.anyio

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, FakeWorker, capabilities
 
+from tests.app.bench_fakes import AUTH, FakeWorker, capabilities
 from tests.workers.own_exports import Exported, export_program
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from bench_fakes import AUTH, MATMUL, FakeWorker, capabilities
 
 from app.dispatch import Dispatcher
+from tests.app.bench_fakes import AUTH, MATMUL, FakeWorker, capabilities
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION
 
