@@ -59,18 +59,18 @@ def test_a_tool_is_its_path_and_the_files_there(
     cuobjdump, nvdisasm = tmp_path / "cuobjdump", tmp_path / "nvdisasm"
     for tool in (cuobjdump, nvdisasm):
         tool.write_text("#!/bin/sh\n")
-    first = Listings.tool(str(cuobjdump), "nvdisasm")
-    assert Listings.tool(str(cuobjdump), "nvdisasm") == first  # nothing changed: one key
+    first = Listings.disassembler(str(cuobjdump))
+    assert Listings.disassembler(str(cuobjdump)) == first  # nothing changed: one key
     nvdisasm.write_text("#!/bin/sh\n# upgraded in place\n")  # the tool it starts, alone
-    second = Listings.tool(str(cuobjdump), "nvdisasm")
+    second = Listings.disassembler(str(cuobjdump))
     assert second != first
     cuobjdump.write_text("#!/bin/sh\n# upgraded in place\n")
-    assert Listings.tool(str(cuobjdump), "nvdisasm") not in (first, second)
-    third = Listings.tool(str(cuobjdump), "nvdisasm")
+    assert Listings.disassembler(str(cuobjdump)) not in (first, second)
+    third = Listings.disassembler(str(cuobjdump))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "nvdisasm").write_text("#!/bin/sh\n")
     monkeypatch.setenv("NVDISASM_PATH", str(elsewhere))  # cuobjdump starts that one instead
-    assert Listings.tool(str(cuobjdump), "nvdisasm") != third
+    assert Listings.disassembler(str(cuobjdump)) != third
     missing = str(tmp_path / "nothing-here")
     assert Listings.tool(missing) == missing  # no file: the path stands for itself

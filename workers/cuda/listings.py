@@ -45,16 +45,20 @@ class Listings:
         return digest.hexdigest()
 
     @staticmethod
-    def tool(path: str, *beside: str) -> str:
+    def tool(path: str) -> str:
         """A tool by its path and by the file found there now, so one upgraded in place
-        gives other keys; `beside` names the tools it starts from its own folder, which
-        count the same way (cuobjdump starts the nvdisasm next to it, from another wheel,
-        or the one in the folder NVDISASM_PATH names)."""
+        gives other keys."""
+        return _file(shutil.which(path) or path)
+
+    @staticmethod
+    def disassembler(path: str) -> str:
+        """cuobjdump (or nvdisasm) as `tool` has it, with the nvdisasm it starts, which
+        comes from another wheel: the one in the folder NVDISASM_PATH names, else the one
+        beside it."""
         found = shutil.which(path) or path
-        files = [found, *(str(Path(found).with_name(b)) for b in beside)]
-        if "nvdisasm" in beside and os.environ.get("NVDISASM_PATH"):
-            files.append(str(Path(os.environ["NVDISASM_PATH"]) / "nvdisasm"))
-        return "\0".join(_file(file) for file in files)
+        folders = [os.environ.get("NVDISASM_PATH"), str(Path(found).parent)]
+        nvdisasms = [_file(str(Path(folder) / "nvdisasm")) for folder in folders if folder]
+        return "\0".join([_file(found), *nvdisasms])
 
     def get(self, key: str) -> tuple[str, ...] | None:
         with self._lock:

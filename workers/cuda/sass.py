@@ -131,7 +131,7 @@ def _listing(command: list[str], cubin: Path) -> str:
             raise _ToolFailed(done.stderr.strip()[-500:])
         return (done.stdout,)
 
-    key = Listings.key(Listings.tool(command[0], "nvdisasm"), *command[1:], cubin.read_bytes())
+    key = Listings.key(Listings.disassembler(command[0]), *command[1:], cubin.read_bytes())
     return KEPT.made(key, run)[0]
 
 

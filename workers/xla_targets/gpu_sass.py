@@ -209,7 +209,7 @@ def _tools_on(ptx: str, arch: str, ptxas: str, cuobjdump: str) -> tuple[str, str
             ).stdout
         return done.stdout + done.stderr, listing
 
-    key = Listings.key(Listings.tool(ptxas), Listings.tool(cuobjdump, "nvdisasm"), arch, ptx)
+    key = Listings.key(Listings.tool(ptxas), Listings.disassembler(cuobjdump), arch, ptx)
     report, listing = KEPT.made(key, run)
     return report, listing
 
