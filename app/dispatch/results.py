@@ -33,7 +33,8 @@ from workers.catalog import CatalogError, parse_params
 from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
 from workers.catalog.kernels import public_params
 from workers.catalog.published import published
-from workers.catalog.server_figures import job_params, result_problems, subject_problems
+from workers.catalog.server_correctness import result_problems
+from workers.catalog.server_figures import job_params, subject_problems
 from workers.catalog.target_rules import apply_target
 from workers.protocol import ARTIFACT_NAMES, PROTOCOL_VERSION, InputInfo, JobSpec, RunResult
 from workers.protocol.gate import lease_mismatches

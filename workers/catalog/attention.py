@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.catalog.kernels import GpuBackend, backend_field, block_field
 from workers.catalog.peak import F64, Peak
@@ -71,9 +72,15 @@ class AttentionParams(WorkloadParams):
         return float(4 * self.batch * self.heads * self.seq_len * self.head_dim * size)
 
     def tolerance(self) -> float:
+        return self.tolerance_at(None)
+
+    def contraction_precision(self) -> Precision:
+        return self.precision
+
+    def tolerance_at(self, arithmetic: Arithmetic | None) -> float:
         # The longer of the two contractions sets the float32 error growth.
         length = max(self.seq_len, self.head_dim)
-        return 1.5 * contraction_tolerance(self.dtype, self.precision, length)
+        return 1.5 * contraction_tolerance(self.dtype, self.precision, length, arithmetic)
 
     def peak(self, calls_alive: int = 1) -> Peak:
         """As workers.workloads.attention runs it: the scores in float32 while sampling;

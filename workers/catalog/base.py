@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.peak import Peak, dense_peak
 from workers.protocol import Lax, PathId, StageId
 
@@ -92,6 +93,16 @@ class WorkloadParams(BaseModel):
         """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes; None when
         the catalog sets no tolerance for the workload's output as a whole."""
         return None
+
+    def contraction_precision(self) -> Precision | None:
+        """The precision the workload's float32 contractions ask for; None when it has
+        none (its products, if any, are not float32 dots or convolutions)."""
+        return None
+
+    def tolerance_at(self, arithmetic: Arithmetic | None) -> float | None:
+        """`tolerance()` when the platform ran the contractions at `arithmetic` (None:
+        unknown, so the bound admits what any platform does at the requested precision)."""
+        return self.tolerance()
 
     def may_go_unchecked(self) -> bool:
         """Whether a run may honestly have nothing to check its output against (its timings

@@ -9,12 +9,14 @@ outputs. Pydantic only, no jax.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
 from pydantic import ConfigDict, Field
 
+from workers.catalog.arithmetic import Arithmetic, result_tolerance
 from workers.catalog.base import WorkloadParams
-from workers.protocol import PathId
+from workers.protocol import Lax, PathId
 
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -48,10 +50,18 @@ Looser than a catalog workload's own bounds because the function is unknown: flo
 allows for a GPU's TF32 contractions; integers and booleans must match exactly (0)."""
 
 VALUE_PARAMS: frozenset[str] = frozenset(
-    {"inputs", "reference", "input_rules", "tolerance", "seed"}
+    {"inputs", "reference", "input_rules", "tolerance", "seed", "check"}
 )
 """Parameters of an uploaded program that choose its input values or how its output is
 checked, never a shape: they cannot change what the compiler compiles."""
+
+
+class CheckRule(StrEnum):
+    """How an uploaded program's results are judged when the job sets no tolerance."""
+
+    CHIP = "chip"
+    STRICT = "strict"
+
 
 Digest = Annotated[str, Field(pattern=SHA256, description="SHA-256 of a stored file (hex).")]
 DimName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$")]
@@ -107,6 +117,13 @@ class ExportedParams(WorkloadParams):
         description="Largest relative error that passes; by the output's dtype if absent.",
     )
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed of generated inputs.")
+    check: Annotated[CheckRule, Lax] = Field(
+        default=CheckRule.CHIP,
+        description="How a result's tolerance is set when `tolerance` is absent: `chip` (the "
+        "default) by its dtype and the arithmetic the platform ran the program's float32 "
+        "products at (one bfloat16 pass on a TPU at DEFAULT precision); `strict` by its "
+        "dtype alone, as if every product were float32.",
+    )
     dims: dict[DimName, DimSize] = Field(
         default_factory=dict,
         max_length=16,
@@ -127,19 +144,29 @@ class ExportedParams(WorkloadParams):
         (each result then has its dtype's default: `result_tolerance`)."""
         return self.tolerance_
 
-    def result_tolerance(self, dtype: str) -> float:
+    def result_tolerance(self, dtype: str, arithmetic: Arithmetic | None = None) -> float:
         """The tolerance of a result of `dtype`: the job's, else the dtype's default (0,
-        an exact match, for integers, booleans and any dtype not listed)."""
+        an exact match, for integers, booleans and any dtype not listed), loosened for a
+        float32 result to what `arithmetic` allows unless the job asks for `strict`."""
         if self.tolerance_ is not None:
             return self.tolerance_
-        return DEFAULT_TOLERANCE.get(dtype, 0.0)
+        default = DEFAULT_TOLERANCE.get(dtype, 0.0)
+        if self.check is CheckRule.STRICT:
+            return default
+        return result_tolerance(dtype, arithmetic, default)
 
     def loosest_tolerance(self) -> float:
         """The largest tolerance any result of this job may have: the job's, else the
-        loosest dtype default (what bounds a result whose dtype is not known)."""
+        loosest dtype default or arithmetic allowance (what bounds a result whose dtype is
+        not known)."""
         if self.tolerance_ is not None:
             return self.tolerance_
-        return max(DEFAULT_TOLERANCE.values())
+        coarse = (
+            0.0
+            if self.check is CheckRule.STRICT
+            else result_tolerance("float32", Arithmetic.BF16X1, 0.0)
+        )
+        return max(*DEFAULT_TOLERANCE.values(), coarse)
 
     def may_go_unchecked(self) -> bool:
         # Without reference outputs the worker checks against the same artifact on the CPU

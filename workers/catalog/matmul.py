@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.catalog.kernels import MatmulBlockFields
 from workers.catalog.tolerances import contraction_tolerance
@@ -65,4 +66,10 @@ class MatmulParams(WorkloadParams, MatmulBlockFields):
         return float(self.input_bytes())
 
     def tolerance(self) -> float:
-        return contraction_tolerance(self.dtype, self.precision, self.k)
+        return self.tolerance_at(None)
+
+    def contraction_precision(self) -> Precision:
+        return self.precision
+
+    def tolerance_at(self, arithmetic: Arithmetic | None) -> float:
+        return contraction_tolerance(self.dtype, self.precision, self.k, arithmetic)

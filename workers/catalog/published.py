@@ -29,13 +29,13 @@ from typing import Any
 from workers.catalog import may_go_unchecked
 from workers.catalog.base import DTYPE_BYTES, WorkloadParams
 from workers.catalog.kernels import INTERPRET_WARNING
+from workers.catalog.server_correctness import server_correctness
 from workers.catalog.server_figures import (
     calls_per_sample,
     deviceless,
     interpreted,
     job_params,
     server_baselines,
-    server_correctness,
     server_measurement,
     server_rates,
     server_scaling,
@@ -201,7 +201,9 @@ def published(
         "rates": server_rates(run, params),
     }
     if run.correctness is not None:
-        update["correctness"] = server_correctness(run.correctness, params, result_dtypes)
+        update["correctness"] = server_correctness(
+            run.correctness, params, result_dtypes, run.job.path
+        )
     baselines = server_baselines(run, params)
     if baselines is not None:
         update["extra"] = {**run.extra, "baselines": baselines}

@@ -63,6 +63,12 @@ RULES: tuple[Rule, ...] = (
     Rule("correctness.results[].passed", "recomputed", "finite error within its tolerance"),
     Rule("correctness.results[].error", "bounded", "finite and not negative, else no pass"),
     Rule("correctness.results[].sampled", "bounded", "a count of elements compared"),
+    Rule(
+        "correctness.arithmetic",
+        "recomputed",
+        "a catalog workload's from its precision and path; an upload's one its platform has",
+    ),
+    Rule("correctness.arithmetic_words", "recomputed", "the server's sentence for it"),
     Rule("correctness.*", "text", "names, the reference and the detail, as words"),
     Rule("rates.flops", "recomputed", "catalog formula; an upload: the compiler's, bounded"),
     Rule("rates.bytes", "recomputed", "catalog formula; an upload: the compiler's, bounded"),

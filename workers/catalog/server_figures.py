@@ -5,7 +5,6 @@ Pydantic and the catalog only, no jax."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -13,6 +12,7 @@ from workers.catalog import CatalogError, parse_params
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.mesh import MeshParams, SeriesMode
+from workers.catalog.server_correctness import checked_error, server_correctness
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
@@ -23,13 +23,12 @@ from workers.protocol import (
     Mode,
     PathId,
     Rates,
-    ResultCheck,
     RunResult,
     StageId,
 )
 from workers.protocol.gate import executes, runs_anything
 from workers.protocol.jobs import main_boundary
-from workers.protocol.published_bounds import count, seconds, words
+from workers.protocol.published_bounds import seconds, words
 from workers.protocol.speeds import CUBLAS_SUBJECT, JAX_SUBJECT, KERNEL_SUBJECT
 
 NO_BYTE_CAP = 2**62
@@ -161,97 +160,6 @@ def server_rates(run: RunResult, params: WorkloadParams | None) -> Rates | None:
     )
 
 
-# --- correctness ------------------------------------------------------------------------
-
-
-def _checked_error(error: float | None) -> float | None:
-    return error if error is not None and math.isfinite(error) and error >= 0 else None
-
-
-def _judged(passed: bool, checked: bool, error: float | None, tolerance: float) -> bool:
-    """A verdict passes only where the server's own comparison agrees."""
-    return passed and checked and error is not None and error <= tolerance
-
-
-def result_tolerance(
-    params: WorkloadParams | None, check: ResultCheck, dtypes: dict[str, str] | None
-) -> float:
-    """One result's tolerance: the catalog's, by the result's dtype where the artifact's
-    header names it; otherwise the posted one, no looser than the loosest the catalog
-    allows an uploaded program."""
-    if isinstance(params, ExportedParams):
-        if dtypes is not None and check.name in dtypes:
-            return params.result_tolerance(dtypes[check.name])
-        return min(_finite_or(check.tolerance, 0.0), params.loosest_tolerance())
-    own = params.tolerance() if params is not None else None
-    return own if own is not None else _finite_or(check.tolerance, 0.0)
-
-
-def _finite_or(value: float, fallback: float) -> float:
-    return value if math.isfinite(value) and value >= 0 else fallback
-
-
-def _ratio(r: ResultCheck) -> float:
-    """How far a result is from failing: its error over its tolerance (inf: no error)."""
-    if r.error is None:
-        return math.inf
-    if r.tolerance <= 0:
-        return math.inf if r.error > 0 else 0.0
-    return r.error / r.tolerance
-
-
-def server_correctness(
-    c: Correctness, params: WorkloadParams | None, dtypes: dict[str, str] | None
-) -> Correctness:
-    """`c` judged against the catalog's tolerance: every result's, then the verdict as the
-    worst checked result's (the one nearest to failing, or past it), whatever the worker
-    named as its worst."""
-    results = []
-    for r in c.results:
-        tol = result_tolerance(params, r, dtypes)
-        error = _checked_error(r.error)
-        passed = _judged(r.passed, r.checked, error, tol)
-        update = {"tolerance": tol, "error": error, "passed": passed, "sampled": count(r.sampled)}
-        results.append(r.model_copy(update=update))
-    checked = [r for r in results if r.checked]
-    if checked:
-        worst = max(checked, key=_ratio)
-        passed = c.checked and all(r.passed for r in checked)
-        return c.model_copy(
-            update={
-                "tolerance": worst.tolerance,
-                "error": worst.error,
-                "passed": passed,
-                "results": results,
-                "worst": worst.name,
-            }
-        )
-    if isinstance(params, ExportedParams) and dtypes is not None and len(dtypes) == 1:
-        tolerance = params.result_tolerance(next(iter(dtypes.values())))
-    elif isinstance(params, ExportedParams):
-        tolerance = min(_finite_or(c.tolerance, 0.0), params.loosest_tolerance())
-    else:
-        own = params.tolerance() if params is not None else None
-        tolerance = own if own is not None else _finite_or(c.tolerance, 0.0)
-    error = _checked_error(c.error)
-    passed = _judged(c.passed, c.checked, error, tolerance)
-    return c.model_copy(
-        update={"tolerance": tolerance, "error": error, "passed": passed, "results": results}
-    )
-
-
-def result_problems(run: RunResult, dtypes: dict[str, str] | None) -> list[tuple[str, str]]:
-    """An uploaded program's checks must name its results as its header does, all of
-    them, when it has several: a result left out cannot set a looser verdict."""
-    c = run.correctness
-    if c is None or dtypes is None or len(dtypes) < 2:
-        return []
-    named = [r.name for r in c.results]
-    if sorted(named) != sorted(dtypes):
-        return [("result.correctness.results", f"the program's {len(dtypes)} results, each once")]
-    return []
-
-
 # --- measurements, sweep, scaling --------------------------------------------------------
 
 
@@ -286,7 +194,9 @@ def server_baselines(run: RunResult, params: WorkloadParams | None) -> dict[str,
         except ValueError:
             verdict = None
         judged[name] = (
-            server_correctness(verdict, params, None).model_dump(mode="json") if verdict else None
+            server_correctness(verdict, params, None, run.job.path).model_dump(mode="json")
+            if verdict
+            else None
         )
     return judged
 
@@ -352,7 +262,7 @@ def server_scaling(run: RunResult, params: WorkloadParams | None) -> RunResult:
         return run
     points = []
     for p in run.scaling.points:
-        error = _checked_error(p.error)
+        error = checked_error(p.error)
         tolerance = point_tolerance(params, p.devices, p.mode)
         ok = p.correct is True and error is not None and tolerance is not None
         ok = ok and error is not None and tolerance is not None and error <= tolerance

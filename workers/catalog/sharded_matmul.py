@@ -14,6 +14,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision
 from workers.catalog.kernels import MatmulBlockFields
 from workers.catalog.matmul import product_flops
@@ -117,4 +118,10 @@ class ShardedMatmulParams(MeshParams, MatmulBlockFields):
         return float(size * (self.m * self.k + self.k * self.n + self.m * self.n))
 
     def tolerance(self) -> float:
-        return contraction_tolerance(self.dtype, self.precision, self.k)
+        return self.tolerance_at(None)
+
+    def contraction_precision(self) -> Precision:
+        return self.precision
+
+    def tolerance_at(self, arithmetic: Arithmetic | None) -> float:
+        return contraction_tolerance(self.dtype, self.precision, self.k, arithmetic)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import Dtype, Precision
 
 __all__ = ["UNIT_ROUNDOFF", "contraction_tolerance"]
@@ -33,8 +34,27 @@ _FLOAT32_TOLERANCE: dict[Precision, float] = {
 _NARROW_TOLERANCE: dict[Dtype, float] = {Dtype.BFLOAT16: 2e-2, Dtype.FLOAT16: 5e-3}
 
 
-def contraction_tolerance(dtype: Dtype, precision: Precision, length: int) -> float:
+# The same bounds by the arithmetic a platform runs the requested precision at (see
+# workers.catalog.arithmetic): a CPU computes every precision in float32, a TPU's HIGHEST
+# is six bfloat16 passes (float32 in practice), TF32 and three bfloat16 passes keep about
+# 11 and 17 significant bits.
+_BY_ARITHMETIC: dict[Arithmetic, Precision] = {
+    Arithmetic.FLOAT32: Precision.HIGHEST,
+    Arithmetic.BF16X6: Precision.HIGHEST,
+    Arithmetic.BF16X3: Precision.HIGH,
+    Arithmetic.TF32: Precision.HIGH,
+    Arithmetic.BF16X1: Precision.DEFAULT,
+}
+
+
+def contraction_tolerance(
+    dtype: Dtype, precision: Precision, length: int, arithmetic: Arithmetic | None = None
+) -> float:
     """Allowed relative error of a contraction over `length` terms.
+
+    `arithmetic` is what the platform ran the requested `precision` at, when known: the
+    bound then follows it (a CPU's DEFAULT is float32, a TPU's one bfloat16 pass). Without
+    it the bound admits the coarsest arithmetic any platform uses for `precision`.
 
     In full float32 the rounding errors of `length` accumulated terms of random sign grow
     like √length; four unit roundoffs per √term keeps the bound honest at large `length`
@@ -42,6 +62,8 @@ def contraction_tolerance(dtype: Dtype, precision: Precision, length: int) -> fl
     """
     if dtype is not Dtype.FLOAT32:
         return _NARROW_TOLERANCE[dtype]
+    if arithmetic is not None:
+        precision = _BY_ARITHMETIC[arithmetic]
     if precision is Precision.HIGHEST:
         grown = 4 * UNIT_ROUNDOFF["float32"] * math.sqrt(length)
         return max(_FLOAT32_TOLERANCE[precision], grown)

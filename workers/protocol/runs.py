@@ -113,6 +113,10 @@ class Correctness(OpenModel):
     worst: str | None = Field(
         default=None, description="The result the verdict above is about, when there are several."
     )
+    arithmetic: str | None = Field(
+        default=None, description="What the float32 products ran at (float32 … bf16x1)."
+    )
+    arithmetic_words: str | None = Field(default=None, description="The same, in words.")
 
 
 class CacheEvents(OpenModel):

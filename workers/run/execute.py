@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from workers.catalog.arithmetic import Arithmetic, phrase
 from workers.catalog.base import WorkloadParams
 from workers.measure import harness
 from workers.measure.correctness import check_output
@@ -79,12 +80,32 @@ def execute(
     unreported["untimed_work"] = sampled.untimed_s
     t0 = clock()
     output = harness.host_copy(sampled.output) if scaled is None else scaled.to_host(sampled.output)
-    judge = getattr(workload, "judge", None)
-    if judge is not None:  # a workload that picks its own reference, or has none
-        correctness: Correctness = judge(params, host_inputs, output)
-    else:
-        reference = workload.reference(params, host_inputs)
-        correctness = check_output(output, reference, workload.tolerance(params))
+    correctness = _judged(workload, params, host_inputs, output, program.arithmetic)
     unreported["check"] = clock() - t0
     emit("checked", message="passed" if correctness.passed else correctness.detail)
     return correctness
+
+
+def _judged(
+    workload: Workload[Any],
+    params: WorkloadParams,
+    host_inputs: Any,
+    output: Any,
+    arithmetic: Arithmetic | None,
+) -> Correctness:
+    """The output against its reference, allowing for the arithmetic the program's float32
+    products ran at (the verdict names it; the server recomputes or bounds it)."""
+    judge = getattr(workload, "judge", None)
+    if judge is not None:  # a workload that picks its own reference, or has none
+        verdict: Correctness = judge(params, host_inputs, output, arithmetic=arithmetic)
+    else:
+        reference = workload.reference(params, host_inputs)
+        tolerance = params.tolerance_at(arithmetic)
+        if tolerance is None:
+            tolerance = workload.tolerance(params)
+        verdict = check_output(output, reference, tolerance)
+    if arithmetic is None:
+        return verdict
+    return verdict.model_copy(
+        update={"arithmetic": arithmetic.value, "arithmetic_words": phrase(arithmetic)}
+    )

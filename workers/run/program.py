@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import WorkloadParams
 from workers.catalog.kernels import KernelChoice
 from workers.compiler.compile_cache import (
@@ -33,6 +34,7 @@ from workers.compiler.memory_dump import (
 )
 from workers.compiler.options import compile_options
 from workers.compiler.pipeline import capture_pipeline, max_bytes_from_env
+from workers.compiler.precision import program_arithmetic
 from workers.compiler.source_tags import tag_sources
 from workers.measure.publish import Work
 from workers.pallas.lowering import claim_architecture, lowering_for
@@ -122,6 +124,9 @@ class Program:
     over the devices it was exported for); None otherwise."""
     memory_report: MemoryReport | None = None
     """The compiler's buffer assignment for one device (`workers.compiler.memory_dump`)."""
+    arithmetic: Arithmetic | None = None
+    """What the devices run the program's float32 products at, read from the program
+    (`workers.compiler.precision`): what its correctness check allows for."""
 
 
 def timed_compile(lowered: Any, job: JobSpec) -> tuple[Any, float, Plan]:
@@ -187,8 +192,8 @@ def compile_program(
     )
     summary = summarize_hlo(hlo) if hlo else None
     kernels = kernel_ir(staged.lowered) if choice is not None and choice.pallas else KernelIr()
-    tpu = getattr(devices[0], "platform", "") == "tpu"
-    memory = report_of(plan, hlo, vmem=tpu)
+    platform = str(getattr(devices[0], "platform", "cpu"))
+    memory = report_of(plan, hlo, vmem=platform == "tpu")
     artifacts_s = clock() - t0 + tagged.seconds + plan.seconds
     pipeline = None
     if job.measure.pipeline:  # a second compile, after the timed one: the dump costs no time
@@ -206,6 +211,7 @@ def compile_program(
         kernels=kernels,
         shardings=shardings,
         memory_report=memory,
+        arithmetic=program_arithmetic(staged.lowered, platform),
     )
 
 

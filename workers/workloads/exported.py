@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from workers.catalog import CatalogError
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.target_rules import check_target_platforms, placement_on
@@ -199,13 +200,20 @@ class ExportedFunction(Workload[ExportedParams]):
         return {i: (None, np.asarray(r)) for i, r in enumerate(results)}
 
     def judge(
-        self, params: ExportedParams, inputs: Sequence[HostArray], output: Any
+        self,
+        params: ExportedParams,
+        inputs: Sequence[HostArray],
+        output: Any,
+        *,
+        arithmetic: Arithmetic | None = None,
     ) -> Correctness:
-        """Every result checked against its reference; the verdict names the worst."""
+        """Every result checked against its reference, each allowing for the `arithmetic`
+        the program's float32 products ran at (unless the job asks for `strict`); the
+        verdict names the worst."""
         results = [np.asarray(r) for r in output] if isinstance(output, list | tuple) else [output]
         specs = self.result_specs(params)
         names = [s.name for s in specs]
-        tolerances = [params.result_tolerance(s.dtype) for s in specs]
+        tolerances = [params.result_tolerance(s.dtype, arithmetic) for s in specs]
         if params.reference is not None:
             found = self.expected(params)
             label = "uploaded reference outputs"
