@@ -25,9 +25,7 @@ F32 = jnp.ones((32, 32), jnp.float32)
 
 def lowered(precision: object, dtype: object = jnp.float32) -> object:
     x = jnp.ones((32, 32), dtype)
-    return jax.jit(lambda a, b: jnp.tanh(a @ b) @ jnp.matmul(a, b, precision=precision)).lower(
-        x, x
-    )
+    return jax.jit(lambda a, b: jnp.tanh(a @ b) @ jnp.matmul(a, b, precision=precision)).lower(x, x)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from typing import Any
 
 from workers.catalog import may_go_unchecked
 from workers.catalog.base import DTYPE_BYTES, WorkloadParams
+from workers.catalog.device_figures import bounded_device_time, bounded_prediction
 from workers.catalog.kernels import INTERPRET_WARNING
 from workers.catalog.server_correctness import server_correctness
 from workers.catalog.server_figures import (
@@ -51,6 +52,7 @@ from workers.protocol import (
     MemoryReport,
     PathId,
     PipelineCapture,
+    Prediction,
     RunResult,
     StageId,
     StageSeconds,
@@ -68,6 +70,7 @@ from workers.protocol.published_bounds import (
     seconds,
     words,
 )
+from workers.protocol.targets import own_target
 
 NO_SPEED_NOTE = f"withheld: {INTERPRET_WARNING}"
 """What each measurement of a Pallas interpret-mode run says in place of its samples."""
@@ -199,6 +202,8 @@ def published(
     update: dict[str, Any] = {
         "measurements": [server_measurement(m, calls) for m in run.measurements],
         "rates": server_rates(run, params),
+        "device_time": bounded_device_time(run),
+        "prediction": _prediction(run),
     }
     if run.correctness is not None:
         update["correctness"] = server_correctness(
@@ -224,6 +229,15 @@ def published(
     if gated.valid and interpreted(run.job):
         return _no_speed(gated)
     return _group_median(gated)
+
+
+def _prediction(run: RunResult) -> Prediction | None:
+    """A real chip's prediction, for the target its registered device kind is; none for a
+    run compiled without the hardware (it is the prediction itself)."""
+    if deviceless(run.job):
+        return None
+    env = run.environment
+    return bounded_prediction(run, own_target(env.device_kind, env.device_count))
 
 
 def _group_median(run: RunResult) -> RunResult:

@@ -31,8 +31,9 @@ from workers.protocol import BoundaryId, Measurement, Mode, ProfileTrace
 PROFILE_MAX_BYTES = 32 * 1024 * 1024
 """The largest packed trace a worker sends; a bigger one is dropped with a warning."""
 
-_start_trace = cast("Callable[[str], None]", jax.profiler.start_trace)
-_stop_trace = cast("Callable[[], None]", jax.profiler.stop_trace)
+start_trace = cast("Callable[[str], None]", jax.profiler.start_trace)
+stop_trace = cast("Callable[[], None]", jax.profiler.stop_trace)
+"""jax.profiler's own, typed: one trace at a time per process."""
 
 OVERHEAD_WARNING = (
     "profile: the profiler was recording while these samples were taken, so they include "
@@ -61,11 +62,11 @@ class ProfileCapture:
             return self
         self._dir = Path(tempfile.mkdtemp(prefix="boundary-profile-"))
         try:
-            _start_trace(str(self._dir))
+            start_trace(str(self._dir))
         except RuntimeError:
             # A job that failed mid-sampling left its trace running: end it, start ours.
-            _stop_trace()
-            _start_trace(str(self._dir))
+            stop_trace()
+            start_trace(str(self._dir))
         self._running = True
         return self
 
@@ -73,7 +74,7 @@ class ProfileCapture:
         """Stop recording; harmless when nothing is recording."""
         if self._running:
             self._running = False
-            _stop_trace()
+            stop_trace()
 
     def finish(
         self, measurements: list[Measurement], mode: Mode, device: str

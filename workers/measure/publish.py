@@ -44,6 +44,7 @@ from workers.protocol import (
     BoundaryId,
     Correctness,
     CostAnalysis,
+    DeviceTime,
     Environment,
     GroupReport,
     HloSummary,
@@ -55,6 +56,7 @@ from workers.protocol import (
     MemoryReport,
     PipelineCapture,
     Placement,
+    Prediction,
     ProfileTrace,
     Rates,
     RunResult,
@@ -141,6 +143,11 @@ class Measured:
     """The compiler's buffer assignment for one device, read out."""
     kernel_pipelines: dict[str, PipelineCapture] = field(default_factory=dict)
     """measure.pipeline: each Pallas kernel's own compiler passes (Mosaic, LLO, Triton)."""
+    device_time: DeviceTime | None = None
+    """A real chip's profiled pass: where the `device-time` samples came from, and each
+    instruction's median time per call."""
+    prediction: Prediction | None = None
+    """The chip's own target compiled without the device, beside the real compile."""
     no_speed: str | None = None
     """Why this run's times are no kernel's speed though its output may pass (Pallas
     interpret mode): published first among the warnings, every time and rate withheld."""
@@ -210,6 +217,8 @@ class Checked:
             kernel_pipelines=m.kernel_pipelines,
             target=m.target,
             memory_report=m.memory_report,
+            device_time=m.device_time,
+            prediction=m.prediction,
         )
         run = published(run)  # every figure by its rule, through the gate
         if not run.valid:

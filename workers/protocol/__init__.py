@@ -27,6 +27,7 @@ from workers.protocol.base import (
     StageId,
     StrictModel,
 )
+from workers.protocol.device import MAX_DEVICE_OPS, DeviceOp, DeviceTime, Prediction
 from workers.protocol.jobs import (
     JobSpec,
     MeasureOptions,
@@ -45,7 +46,6 @@ from workers.protocol.profiles import (
 )
 from workers.protocol.runs import (
     CacheEvents,
-    Correctness,
     CostAnalysis,
     Environment,
     HloCollective,
@@ -60,7 +60,6 @@ from workers.protocol.runs import (
     PipelineCapture,
     PipelineStep,
     Rates,
-    ResultCheck,
     RunResult,
     Shape,
     SourceText,
@@ -95,6 +94,7 @@ from workers.protocol.targets import (
     TargetReport,
     parse_target,
 )
+from workers.protocol.verdict import Correctness, ResultCheck
 from workers.protocol.workers import (
     Capabilities,
     Ceilings,
@@ -107,6 +107,7 @@ __all__ = [
     "CHIPS",
     "FINAL_STATUSES",
     "MAIN_BOUNDARY",
+    "MAX_DEVICE_OPS",
     "MAX_SAMPLES",
     "MODE_BOUNDARIES",
     "NEVER_A_SPEED",
@@ -125,6 +126,8 @@ __all__ = [
     "Correctness",
     "CostAnalysis",
     "DeviceMemory",
+    "DeviceOp",
+    "DeviceTime",
     "Dumps",
     "Environment",
     "GroupProcess",
@@ -155,6 +158,7 @@ __all__ = [
     "Placement",
     "PlacementKind",
     "Platform",
+    "Prediction",
     "ProfileTrace",
     "ProgressEvent",
     "ProgressPhase",

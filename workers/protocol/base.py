@@ -84,6 +84,7 @@ class BoundaryId(StrEnum):
     TRANSFER_OUT = "transfer-out"
     APPLICATION = "application"
     DEVICE_EVENTS = "device-events"
+    DEVICE_TIME = "device-time"
 
 
 class Mode(StrEnum):

@@ -37,9 +37,10 @@ from typing import Any
 from workers.protocol.base import PathId, StageId
 from workers.protocol.bounds import extra_problems, sample_problems
 from workers.protocol.jobs import JobSpec
-from workers.protocol.runs import Correctness, Measurement, RunResult
+from workers.protocol.runs import Measurement, RunResult
 from workers.protocol.scale import GroupReport, ScalingPoint
 from workers.protocol.speeds import KERNEL_SUBJECT, with_speeds
+from workers.protocol.verdict import Correctness
 
 WITHHELD = "withheld: the output failed the correctness check, so these times are no result"
 """The note a withheld measurement carries in place of its samples and statistics."""
@@ -57,6 +58,7 @@ WITHHELD_FIELDS: tuple[str, ...] = (
     "scaling.points[].samples_s and .median_s",
     "group.members[].median_s",
     "profile (and its stored trace)",
+    "device_time (each instruction's time on the device)",
     "run_seconds (the API's whole-job wall time)",
 )
 """Every speed-bearing field of a run that is not valid, as docs/running.md and the tests
@@ -200,6 +202,7 @@ def strip(run: RunResult, note: str = WITHHELD) -> RunResult:
         "harness_seconds": None,
         "extra": {k: v for k, v in run.extra.items() if k not in SPEED_EXTRA_KEYS},
         "profile": None,
+        "device_time": None,
     }
     if run.profile is not None:
         update["warnings"] = _warn(

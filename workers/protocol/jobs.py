@@ -155,6 +155,8 @@ def measured_boundaries(job: JobSpec) -> tuple[BoundaryId, ...]:
     (`MODE_BOUNDARIES`), or on the cuda path device events and the host boundary."""
     if job.path is PathId.CUDA:
         return (BoundaryId.DEVICE_EVENTS, cuda_host_boundary(job.measure))
+    if job.path in (PathId.JAX_TPU, PathId.JAX_GPU):  # a real chip's profiled pass
+        return (*MODE_BOUNDARIES[job.measure.mode], BoundaryId.DEVICE_TIME)
     return MODE_BOUNDARIES[job.measure.mode]
 
 

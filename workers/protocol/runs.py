@@ -8,12 +8,14 @@ from pydantic import Field
 
 from workers.protocol.artifacts import Artifacts
 from workers.protocol.base import PROTOCOL_VERSION, BoundaryId, CachePolicy, OpenModel
+from workers.protocol.device import DeviceTime, Prediction
 from workers.protocol.jobs import JobSpec
 from workers.protocol.memory import MemoryReport
 from workers.protocol.profiles import ProfileTrace
 from workers.protocol.scale import GroupReport, Placement, ScalingSeries
 from workers.protocol.sweeps import SweepResult
 from workers.protocol.targets import TargetReport
+from workers.protocol.verdict import Correctness
 from workers.protocol.workers import Ceilings
 
 
@@ -73,50 +75,6 @@ class Measurement(OpenModel):
         default=None,
         description="What was timed when a run times several implementations, e.g. cuBLAS.",
     )
-
-
-class ResultCheck(OpenModel):
-    """One result of a function that returns several, checked on its own."""
-
-    name: str = Field(description="The result's path, e.g. out0 or out1/blocks/0/mlp/kernel.")
-    passed: bool
-    checked: bool = Field(
-        default=True, description="False when the reference has nothing for this result."
-    )
-    error: float | None = Field(default=None, description="||out - ref|| / ||ref||.")
-    tolerance: float
-    detail: str | None = None
-    sampled: int | None = Field(
-        default=None, description="Elements compared, when the reference is a sample."
-    )
-
-
-class Correctness(OpenModel):
-    """The output checked against a float64 reference."""
-
-    passed: bool
-    error: float | None = Field(description="||out - ref|| / ||ref||; None if not finite.")
-    tolerance: float
-    reference: str = "float64 NumPy"
-    detail: str | None = None
-    checked: bool = Field(
-        default=True,
-        description="False when there was nothing to check the output against and the output "
-        "is finite: `passed` is then false too, yet the run stays valid and its timings stand "
-        "(see `detail`). NaN or Inf fails the run, checked or not.",
-    )
-    results: list[ResultCheck] = Field(
-        default_factory=list,
-        description="A function returning several results: each one's check, in order. The "
-        "verdict above is the worst one's.",
-    )
-    worst: str | None = Field(
-        default=None, description="The result the verdict above is about, when there are several."
-    )
-    arithmetic: str | None = Field(
-        default=None, description="What the float32 products ran at (float32 … bf16x1)."
-    )
-    arithmetic_words: str | None = Field(default=None, description="The same, in words.")
 
 
 class CacheEvents(OpenModel):
@@ -396,4 +354,10 @@ class RunResult(OpenModel):
     )
     memory_report: MemoryReport | None = Field(
         default=None, description="The compiler's buffer assignment for one device, read out."
+    )
+    device_time: DeviceTime | None = Field(
+        default=None, description="A real chip's profiled pass: its planes and instructions."
+    )
+    prediction: Prediction | None = Field(
+        default=None, description="A real chip's own target compiled without it, beside it."
     )

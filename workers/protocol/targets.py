@@ -137,6 +137,23 @@ TARGET_IDS: tuple[str, ...] = (
 """Every target id this build accepts."""
 
 
+def own_target(device_kind: str, count: int) -> str | None:
+    """The target id of `count` real devices of `device_kind` (e.g. "TPU v6 lite", 1 →
+    v6e:1x1): what a compile for that chip without the device is compiled for; None for a
+    device no target models, or a TPU count no sold slice has."""
+    kind = device_kind.lower()
+    model = next(
+        (c.model for c in CHIPS.values() if any(m.lower() in kind for m in c.kind_markers)),
+        None,
+    )
+    if model is None:
+        return None
+    if CHIPS[model].platform is not Platform.TPU:
+        return f"{model.value}:{count}" if count in GPU_COUNTS else None
+    shapes = [s for s in V6E_SHAPES if math.prod(int(n) for n in s.split("x")) == count]
+    return f"{model.value}:{shapes[0]}" if shapes else None
+
+
 class TargetError(ValueError):
     """A target id that names no target; the message lists the accepted ones."""
 

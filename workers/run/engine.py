@@ -52,6 +52,7 @@ from workers.protocol import (
     Target,
 )
 from workers.protocol.hlo_summary import compiled_costs
+from workers.protocol.targets import own_target, parse_target
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.run.execute import execute
 from workers.run.program import compile_program, memory_analysis, work_of
@@ -257,14 +258,46 @@ def _run_here(
             measured, program.scaled, program.compiled, job, devices, seed=SEED, progress=progress
         )
         measured.unreported["scale"] = time.perf_counter() - t0
-    target = job_target(job)
-    if target is not None:
-        from workers.run.deviceless import hardware_report
-
-        measured.target = hardware_report(target, devices[0])
+    _on_the_chip(
+        measured,
+        job,
+        devices[:spans],
+        cache_dir=cache_dir,
+        files_dir=files_dir,
+        max_bytes=max_bytes,
+    )
     result = measured.check(correctness).publish()
     emit("done")
     return result
+
+
+def _on_the_chip(
+    measured: Measured,
+    job: JobSpec,
+    devices: list[Any],
+    *,
+    cache_dir: Path | None,
+    files_dir: Path | None,
+    max_bytes: int,
+) -> None:
+    """A run on real devices names its target: the job's, or on a TPU the chip's own (so
+    its page says what the chip is); a TPU run also gets the compile for that target
+    without the device beside it (`workers.run.prediction`)."""
+    from workers.run.deviceless import hardware_report
+
+    target = job_target(job)
+    tpu = str(getattr(devices[0], "platform", "")) == "tpu"
+    if target is None and tpu:
+        found = own_target(str(devices[0].device_kind), len(devices))
+        target = parse_target(found) if found is not None else None
+    if target is not None:
+        measured.target = hardware_report(target, devices[0])
+    if tpu:
+        from workers.run.prediction import attach_prediction
+
+        attach_prediction(
+            measured, len(devices), cache_dir=cache_dir, files_dir=files_dir, max_bytes=max_bytes
+        )
 
 
 def _measured(

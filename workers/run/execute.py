@@ -5,6 +5,7 @@ judged against its float64 reference before any speed is presented."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -14,9 +15,19 @@ from workers.catalog.arithmetic import Arithmetic, phrase
 from workers.catalog.base import WorkloadParams
 from workers.measure import harness
 from workers.measure.correctness import check_output
+from workers.measure.device_time import DEVICE_CALLS, module_name, profiled_pass
 from workers.measure.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.measure.publish import Measured
-from workers.protocol import Correctness, Mode
+from workers.measure.stats import summarize
+from workers.protocol import (
+    MAX_DEVICE_OPS,
+    BoundaryId,
+    Correctness,
+    DeviceOp,
+    DeviceTime,
+    Measurement,
+    Mode,
+)
 from workers.run.base import SEED, Progress, emitter
 from workers.run.program import Program
 from workers.workloads.base import Workload
@@ -79,6 +90,9 @@ def execute(
     measured.warnings.extend(sampled.warnings)
     unreported["untimed_work"] = sampled.untimed_s
     t0 = clock()
+    _device_time(measured, lambda: ready(compiled(*args)), device, sampled.measurements)
+    unreported["device_time"] = clock() - t0
+    t0 = clock()
     output = harness.host_copy(sampled.output) if scaled is None else scaled.to_host(sampled.output)
     correctness = _judged(workload, params, host_inputs, output, program.arithmetic)
     unreported["check"] = clock() - t0
@@ -108,4 +122,36 @@ def _judged(
         return verdict
     return verdict.model_copy(
         update={"arithmetic": arithmetic.value, "arithmetic_words": phrase(arithmetic)}
+    )
+
+
+def _device_time(
+    measured: Measured, call: Callable[[], Any], device: Any, taken: list[Measurement]
+) -> None:
+    """On a TPU or a GPU, the program's own span on the device per call, from a profiled
+    pass after the timed samples (`workers.measure.device_time`): its samples under the
+    boundary `device-time` and each instruction's median. Nothing on a CPU."""
+    module = module_name(measured.artifacts.hlo)
+    if str(getattr(device, "platform", "cpu")) == "cpu" or module is None or not taken:
+        return
+    calls = min(DEVICE_CALLS, max(len(m.samples_s) for m in taken))
+    times = profiled_pass(call, module, calls)
+    if times is None:
+        measured.warnings.append(
+            f"device-time: the profiler's trace held no span of {module} on a device plane, "
+            "so this run has no device time."
+        )
+        return
+    measured.measurements.append(
+        Measurement(
+            boundary=BoundaryId.DEVICE_TIME,
+            samples_s=times.spans_s,
+            stats=summarize(times.spans_s),
+            note="the program's span on the device per call, from a profiled pass after the "
+            "timed samples (jax.profiler, the device plane's XLA Modules line)",
+        )
+    )
+    ops = [DeviceOp(name=o.name, median_s=o.median_s, calls=o.calls) for o in times.ops]
+    measured.device_time = DeviceTime(
+        planes=times.planes, calls=len(times.spans_s), ops=ops[:MAX_DEVICE_OPS]
     )

@@ -1,11 +1,13 @@
-"""One job in a fresh process, for what a process can do only once.
+"""One job in a fresh process, for what a process can do only once, or must not do at all.
 
 Mosaic GPU compiles kernels for one GPU architecture per process (after an H100 kernel a
 B200 one fails in ptxas, and the other way round; see `workers.pallas.lowering`). A
 long-lived runner that has compiled Mosaic GPU kernels for one architecture hands a job
 for another here: the job runs in a child process (`python -m workers.run.isolated_child`,
 the job's JSON on stdin, the run's JSON on stdout) under the same rules, and its run
-comes back as it is. The child's progress is not forwarded; a refusal comes back as the
+comes back as it is. A runner that holds a TPU chip compiles for the chip's own target
+without the device the same way, in a child that never opens the chip
+(`workers.run.prediction`). The child's progress is not forwarded; a refusal comes back as the
 same error the engine would have raised.
 """
 
@@ -15,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from workers.catalog import CatalogError
@@ -25,13 +28,22 @@ from workers.run.base import PathUnavailable
 TIMEOUT_S = 600.0
 
 
-def run_isolated(job: JobSpec, *, cache_dir: Path | None, max_bytes: int) -> RunResult:
-    """`job`'s run, made in a fresh process."""
-    env = dict(os.environ)
+def run_isolated(
+    job: JobSpec,
+    *,
+    cache_dir: Path | None,
+    max_bytes: int,
+    files_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> RunResult:
+    """`job`'s run, made in a fresh process with `environ` (this one's by default), its
+    stored files (an upload's artifact) read from `files_dir`."""
+    env = dict(os.environ if environ is None else environ)
     env.update(jax_environment(env))
     request = {
         "job": job.model_dump(mode="json"),
         "cache_dir": str(cache_dir) if cache_dir is not None else None,
+        "files_dir": str(files_dir) if files_dir is not None else None,
         "max_bytes": max_bytes,
     }
     done = subprocess.run(

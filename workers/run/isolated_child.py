@@ -19,12 +19,14 @@ from workers.run.engine import run_job
 def _child() -> None:
     request = json.loads(sys.stdin.read())
     cache = request.get("cache_dir")
+    files = request.get("files_dir")
     answer: dict[str, Any]
     try:
         run = run_job(
             JobSpec.model_validate(request["job"]),
             cache_dir=Path(cache) if cache else None,
             max_bytes=int(request["max_bytes"]),
+            files_dir=Path(files) if files else None,
         )
     except CatalogError as exc:
         answer = {"kind": "catalog", "message": str(exc), "field": exc.field}
