@@ -3,7 +3,7 @@ nested nnx modules (an embedding, a list of blocks with multi-head attention and
 layer norms). The forward pass returns logits. Nothing here knows about Boundary.
 
 `forward` takes the model's state as a plain dict (what jax.export serializes) and the
-tokens; `forward_changed` scales the last block's MLP output by 1.05.
+tokens; `forward_changed` scales the output layer's logits by 1.05.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ class Block(nnx.Module):
         self.up = nnx.Linear(WIDTH, 4 * WIDTH, rngs=rngs)
         self.down = nnx.Linear(4 * WIDTH, WIDTH, rngs=rngs)
 
-    def __call__(self, x: jax.Array, out_scale: float) -> jax.Array:
+    def __call__(self, x: jax.Array) -> jax.Array:
         mask = nnx.make_causal_mask(jnp.ones(x.shape[:2], jnp.int32))
         x = x + self.attn(self.ln1(x), mask=mask)
-        return x + out_scale * self.down(jax.nn.gelu(self.up(self.ln2(x))))
+        return x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
 
 
 class Model(nnx.Module):
@@ -41,23 +41,23 @@ class Model(nnx.Module):
         self.blocks = nnx.List([Block(rngs) for _ in range(LAYERS)])
         self.ln_f = nnx.LayerNorm(WIDTH, rngs=rngs)
 
-    def __call__(self, tokens: jax.Array, last_scale: float = 1.0) -> jax.Array:
+    def __call__(self, tokens: jax.Array, logit_scale: float = 1.0) -> jax.Array:
         x = self.embed(tokens)
-        for i, block in enumerate(self.blocks):
-            x = block(x, last_scale if i == len(self.blocks) - 1 else 1.0)
-        return self.embed.attend(self.ln_f(x))
+        for block in self.blocks:
+            x = block(x)
+        return logit_scale * self.embed.attend(self.ln_f(x))
 
 
 _GRAPHDEF, _STATE = nnx.split(Model(nnx.Rngs(0)))
 
 
-def _forward(state: dict[str, Any], tokens: jax.Array, last_scale: float) -> jax.Array:
+def _forward(state: dict[str, Any], tokens: jax.Array, logit_scale: float) -> jax.Array:
     model = nnx.merge(_GRAPHDEF, nnx.State(state))
-    return model(tokens, last_scale)
+    return model(tokens, logit_scale)
 
 
-forward = functools.partial(_forward, last_scale=1.0)
-forward_changed = functools.partial(_forward, last_scale=1.05)
+forward = functools.partial(_forward, logit_scale=1.0)
+forward_changed = functools.partial(_forward, logit_scale=1.05)
 
 
 def example(batch: int = BATCH) -> tuple[Any, Any]:
