@@ -37,6 +37,7 @@ from workers.agent.link import (
 from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
+from workers.export.server_address import ServerAddress
 from workers.files import FileCache, files_folder, job_files
 
 log = logging.getLogger("boundary.worker")
@@ -54,7 +55,7 @@ CEILINGS_CHEAP_S = 5.0
 
 @dataclass
 class AgentConfig:
-    server: str
+    server: ServerAddress
     token: str | None
     name: str | None = None
     max_virtual_devices: int = DEFAULT_MAX_VIRTUAL_DEVICES
