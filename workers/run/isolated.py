@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from workers.catalog import CatalogError
-from workers.compiler.jaxenv import jax_environment
+from workers.compiler.jaxenv import child_jax_environment
 from workers.protocol import JobSpec, RunResult
 from workers.run.base import PathUnavailable
 
@@ -28,7 +28,7 @@ TIMEOUT_S = 600.0
 def run_isolated(job: JobSpec, *, cache_dir: Path | None, max_bytes: int) -> RunResult:
     """`job`'s run, made in a fresh process."""
     env = dict(os.environ)
-    env.update(jax_environment(env))
+    env.update(child_jax_environment(env))  # never the TPU chip the runner may hold
     request = {
         "job": job.model_dump(mode="json"),
         "cache_dir": str(cache_dir) if cache_dir is not None else None,
