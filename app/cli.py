@@ -233,7 +233,8 @@ def _run_server(args: argparse.Namespace, settings: Settings, sock: socket.socke
     # Building the app here (not through uvicorn's factory) loads the content once and
     # lets a content error stop the command with its own message.
     app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
-    config = _uvicorn_config(app, args.host or "127.0.0.1", args.port or 8000, settings)
+    # (On a unix socket host and port are None: the socket is handed to uvicorn instead.)
+    config = _uvicorn_config(app, args.host or "127.0.0.1", args.port or 0, settings)
     server = _draining_server(config, workers if args.workers else None, states, started)
     try:
         server.run(sockets=None if sock is None else [sock])

@@ -21,7 +21,7 @@ from workers.agent.memory import MemoryPolicy, env_bytes
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.compiler.jaxenv import apply_jax_environment
-from workers.export.server_address import EXAMPLES, ServerAddress
+from workers.export.server_address import EXAMPLES, server_option
 from workers.files import FILES_DIR_ENV, FILES_MAX_ENV
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="boundary worker",
         description="Run jobs from a Boundary server on this machine's devices.",
     )
-    parser.add_argument("--server", required=True, help=f"the server, e.g. {EXAMPLES}")
+    parser.add_argument(
+        "--server", required=True, type=server_option, help=f"the server, e.g. {EXAMPLES}"
+    )
     parser.add_argument("--token", help=f"the worker token (default: ${TOKEN_ENV})")
     parser.add_argument("--name", help="a name shown in the worker list")
     parser.add_argument(
@@ -53,15 +55,11 @@ def agent_config(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfi
     token = args.token or env.get(TOKEN_ENV)
     if not token:
         raise ValueError(f"give --token or set {TOKEN_ENV}")
-    try:
-        server = ServerAddress.parse(args.server)
-    except ValueError as exc:
-        raise ValueError(f"--server: {exc}") from None
     max_job_bytes = env_bytes(env, MAX_BYTES_ENV)
     env_bytes(env, FILES_MAX_ENV)  # read again by each job's file cache
     cache_dir, files_dir = env.get(CACHE_DIR_ENV), env.get(FILES_DIR_ENV)
     return AgentConfig(
-        server=server,
+        server=args.server,
         token=token,
         name=args.name,
         max_virtual_devices=max(0, args.max_virtual_devices),
