@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import secrets
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -28,8 +30,19 @@ if TYPE_CHECKING:
 def _serve_arguments(argv: list[str]) -> argparse.Namespace:
     """`boundary serve`'s options; a usage error (exit 2) for a wrong one."""
     parser = argparse.ArgumentParser(prog="boundary serve", description="Start the server.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", help="the address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="the TCP port (default 8000)")
+    parser.add_argument(
+        "--uds",
+        type=Path,
+        metavar="PATH",
+        help="listen on this unix socket instead of a TCP port (clients: --server unix:PATH)",
+    )
+    parser.add_argument(
+        "--uds-mode",
+        metavar="MODE",
+        help="the socket's permissions, in octal (default 600: its owner only; 660: its group too)",
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -40,7 +53,31 @@ def _serve_arguments(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.workers < 0:
         parser.error("--workers: must be 0 or more")
+    _check_listening(parser, args)
     return args
+
+
+def _check_listening(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Where the server listens: host and port (their defaults filled in), or a unix
+    socket's absolute path with its mode as a number; a usage error for a mix."""
+    from app.web.unix_socket import DEFAULT_MODE, parse_mode
+
+    if args.uds is None:
+        if args.uds_mode is not None:
+            parser.error("--uds-mode: give it with --uds PATH")
+        args.host = "127.0.0.1" if args.host is None else args.host
+        args.port = 8000 if args.port is None else args.port
+        return
+    if args.host is not None or args.port is not None:
+        parser.error(
+            "--uds: the server listens on the socket instead of a TCP port: "
+            "give --uds or --host/--port, not both"
+        )
+    args.uds = args.uds.expanduser().absolute()
+    try:
+        args.uds_mode = DEFAULT_MODE if args.uds_mode is None else parse_mode(args.uds_mode)
+    except ValueError as exc:
+        parser.error(f"--uds-mode: {exc}")
 
 
 def _open_files_refusal(wanted: int) -> str | None:
@@ -59,10 +96,11 @@ def _open_files_refusal(wanted: int) -> str | None:
 
 def _uvicorn_config(app: ASGIApp, host: str, port: int, settings: Settings) -> uvicorn.Config:
     """How uvicorn serves `app`: through the guarded protocol, without its own proxy
-    headers, and without waiting out the workers' long-polls to shut down."""
+    headers, and without waiting out the workers' long-polls to shut down. (Over a unix
+    socket, `host` and `port` are unused: the socket is handed to the server.)"""
     import uvicorn
 
-    from app.web.clients import parse_networks
+    from app.web.clients import Proxies
     from app.web.connections import ConnectionLimits, guarded_protocol
 
     limits = ConnectionLimits(
@@ -70,7 +108,7 @@ def _uvicorn_config(app: ASGIApp, host: str, port: int, settings: Settings) -> u
         settings.MAX_CONNECTIONS,
         max_per_client=settings.MAX_CONNECTIONS_PER_CLIENT,
         write_timeout_s=settings.WRITE_TIMEOUT_S,
-        trusted=parse_networks(settings.FORWARDED_ALLOW_IPS),
+        trusted=Proxies.from_settings(settings),
     )
     return uvicorn.Config(
         app,
@@ -83,18 +121,21 @@ def _uvicorn_config(app: ASGIApp, host: str, port: int, settings: Settings) -> u
         log_level="info",
         # Workers hold long-polls open; do not wait the whole poll to shut down.
         timeout_graceful_shutdown=5,
-        # Admission reads X-Forwarded-For itself, from BOUNDARY_FORWARDED_ALLOW_IPS only.
+        # Admission reads X-Forwarded-For itself, from trusted proxies only (app.web.clients).
         proxy_headers=False,
     )
 
 
 def _draining_server(
-    config: uvicorn.Config, workers: LocalWorkers | None, states: list[AppState]
+    config: uvicorn.Config,
+    workers: LocalWorkers | None,
+    states: list[AppState],
+    started: Callable[[], None],
 ) -> uvicorn.Server:
-    """A uvicorn server that, on the first SIGTERM or Ctrl-C, stops leasing (through the
-    dispatcher of the app's state in `states`) and lets the local `workers` finish and
-    report their jobs before it closes; a second signal, or no local workers, closes it
-    now."""
+    """A uvicorn server that calls `started` once it accepts connections and, on the first
+    SIGTERM or Ctrl-C, stops leasing (through the dispatcher of the app's state in
+    `states`) and lets the local `workers` finish and report their jobs before it closes;
+    a second signal, or no local workers, closes it now."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -104,6 +145,10 @@ def _draining_server(
         async def serve(self, sockets: list[socket.socket] | None = None) -> None:
             self.loop = asyncio.get_running_loop()
             await super().serve(sockets)
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            started()
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if self.draining or workers is None or self.loop is None:
@@ -135,8 +180,6 @@ def _serve(argv: list[str]) -> int:
     token = os.environ.get("BOUNDARY_WORKER_TOKEN") or secrets.token_urlsafe(24)
     os.environ["BOUNDARY_WORKER_TOKEN"] = token
 
-    from app.local_workers import LocalWorkers
-    from app.main import create_app
     from app.settings import get_settings
 
     settings = get_settings()  # read once per process: only after the token is set
@@ -144,32 +187,71 @@ def _serve(argv: list[str]) -> int:
     if refusal is not None:
         print(refusal, file=sys.stderr)
         return 2
+    if args.uds is None:
+        return _run_server(args, settings, None)
+    from app.web.unix_socket import SocketRefused, listen_unix
+
+    try:  # before any thread starts: the socket is bound under a umask of its own
+        listener, stale = listen_unix(args.uds, args.uds_mode)
+    except SocketRefused as exc:
+        print(f"boundary serve: {exc}", file=sys.stderr)
+        return 2
+    if stale:
+        print(f"boundary serve: removed {args.uds}: no server answered on it", file=sys.stderr)
+    try:
+        return _run_server(args, settings, listener.sock)
+    finally:
+        listener.remove()
+
+
+def _run_server(args: argparse.Namespace, settings: Settings, sock: socket.socket | None) -> int:
+    """Serve until stopped, on `sock` (a unix socket) or on args' host and port, with
+    args.workers local workers started once the server accepts connections."""
+    from app.local_workers import LocalWorkers
+    from app.main import create_app
+
     failures: list[BaseException] = []
     states: list[AppState] = []
-    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     workers = LocalWorkers(
-        local_host, args.port, args.workers, _worker_env(settings), settings.WORKER_GRACE_S
+        _local_server(args), args.workers, _worker_env(settings), settings.WORKER_GRACE_S
     )
 
     def build_failed(exc: BaseException) -> None:
         failures.append(exc)
         server.should_exit = True  # stop listening: every API request would fail
 
+    def started() -> None:
+        if args.uds is not None:
+            logging.getLogger("uvicorn.error").info(
+                "Boundary serves on the unix socket %s (mode %03o): clients give "
+                "--server unix:%s, nginx proxy_pass http://unix:%s:",
+                args.uds, args.uds_mode, args.uds, args.uds,
+            )  # fmt: skip
+        if args.workers:
+            workers.start()
+
     # Building the app here (not through uvicorn's factory) loads the content once and
     # lets a content error stop the command with its own message.
     app = create_app(settings, defer=True, on_build_failure=build_failed, on_state=states.append)
-    config = _uvicorn_config(app, args.host, args.port, settings)
-    server = _draining_server(config, workers if args.workers else None, states)
-    if args.workers:
-        workers.start()
+    # (On a unix socket host and port are None: the socket is handed to uvicorn instead.)
+    config = _uvicorn_config(app, args.host or "127.0.0.1", args.port or 0, settings)
+    server = _draining_server(config, workers if args.workers else None, states, started)
     try:
-        server.run()
+        server.run(sockets=None if sock is None else [sock])
     finally:
         workers.stop()
     if failures:
         print(f"boundary serve: the server failed to start: {failures[0]!r}", file=sys.stderr)
         return 1
     return 0
+
+
+def _local_server(args: argparse.Namespace) -> str:
+    """The `--server` the local workers are given: the socket, or this host and port."""
+    if args.uds is not None:
+        return f"unix:{args.uds}"
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    return f"http://[{host}]:{args.port}" if ":" in host else f"http://{host}:{args.port}"
 
 
 SPARE_DESCRIPTORS = 256

@@ -1,7 +1,11 @@
 """The local workers `boundary serve` starts, keeps running and stops gracefully.
 
 - They start once the server accepts connections (their JAX start-up then stays off the
-  CPU while the server boots).
+  CPU while the server boots), and reach it as `--server` says: the server's host and
+  port, or its unix socket (`serve --uds`), so that a server on a socket opens no TCP port
+  for them.
+- They run on JAX's CPU backend (BOUNDARY_JAX_PLATFORMS=cpu unless the operator set it):
+  on a TPU host the chip has one holder, a `boundary worker` of its own.
 - A worker that dies while the server runs is started again, unless it refused its
   configuration (exit status 2, its reason in the log): starting it again would only
   refuse again, once a second.
@@ -16,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,9 +37,10 @@ ABORT_WAIT_S = 15.0
 class LocalWorkers:
     """`count` worker processes attached to this server (see the module's docstring)."""
 
-    def __init__(self, host: str, port: int, count: int, env: dict[str, str], grace_s: float):
-        self.host, self.port, self.count = host, port, count
-        self.env = {**env, "BOUNDARY_WORKER_PARENT": str(os.getpid())}
+    def __init__(self, server: str, count: int, env: dict[str, str], grace_s: float):
+        self.server, self.count = server, count
+        self.env = {"BOUNDARY_JAX_PLATFORMS": "cpu", **env}
+        self.env["BOUNDARY_WORKER_PARENT"] = str(os.getpid())
         self.grace_s = grace_s
         self.children: list[subprocess.Popen[bytes] | None] = [None] * count
         self.draining = threading.Event()
@@ -45,23 +49,16 @@ class LocalWorkers:
         """Slots whose worker refused its configuration: never started again."""
 
     def start(self) -> None:
-        """Start the workers (and restart any that dies) from a background thread."""
+        """Start the workers (and restart any that dies) from a background thread; `serve`
+        calls it once the server accepts connections."""
         threading.Thread(target=self._supervise, name="local-workers", daemon=True).start()
 
     def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
-        server_url = f"http://{self.host}:{self.port}"
-        command = [sys.executable, "-m", "app.cli", "worker", "--server", server_url]
+        command = [sys.executable, "-m", "app.cli", "worker", "--server", self.server]
         # The worker arms its parent-death signal itself (no preexec_fn with threads).
         return subprocess.Popen([*command, "--name", f"local-{slot + 1}"], env=self.env)
 
     def _supervise(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not self.draining.is_set():
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.05)
         while not self.draining.is_set():
             for slot, child in enumerate(self.children):
                 if self.draining.is_set():

@@ -212,7 +212,7 @@ def build_api(state: AppState) -> Built:
     from app.queue.admission import Admission
     from app.queue.fits import FitSearches
     from app.web.bodylimit import BodyRules
-    from app.web.clients import parse_networks
+    from app.web.clients import Proxies
     from app.web.streams import StreamLedger
 
     settings = state.settings
@@ -225,7 +225,7 @@ def build_api(state: AppState) -> Built:
     state.streams = StreamLedger(
         settings.MAX_STREAMS_PER_CLIENT,
         settings.MAX_STREAMS,
-        parse_networks(settings.FORWARDED_ALLOW_IPS),
+        Proxies.from_settings(settings),
     )
     lifespan = partial(_dispatching, dispatcher)
     return SecurityHeaders(Bound(api, state, lifespan), settings.FRAME_ANCESTORS), lifespan

@@ -83,6 +83,11 @@ class Settings(BaseSettings):
         description="Proxies (addresses or networks, comma-separated, or *) whose "
         "X-Forwarded-For names the client; from any other peer the header is ignored.",
     )
+    FORWARDED_ALLOW_UDS: bool = Field(
+        default=False,
+        description="Whether the peer on `serve --uds`'s socket is a proxy (nginx) whose "
+        "X-Forwarded-For names the client; off, every process on the socket is one client.",
+    )
     SUBMIT_RATE: int = Field(default=120, ge=1, description="Submissions per client per minute.")
     RETAIN_RUNS: int = Field(
         default=5000, ge=1, description="Finished jobs (with their runs) kept before pruning."

@@ -9,6 +9,7 @@ processes but the machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import httpx
 import pytest
 
 from tests import loopback
+from workers.export.server_address import ServerAddress
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_WORKER_TOKEN = "test-server-worker-token"
@@ -137,3 +139,84 @@ def upload_exported(url: str, data: bytes) -> str:
     assert r.status_code == 201, r.text
     sha: str = r.json()["sha256"]
     return sha
+
+
+# --- a server on a unix socket (`serve --uds`), and the processes it and a worker start ------
+
+
+def wait_until_answers(server: ServerAddress, proc: subprocess.Popen[bytes]) -> None:
+    """Wait (up to a minute) until `server` answers /healthz; ServerExited if `proc` ends."""
+    deadline = time.monotonic() + 60
+    with server.client(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServerExited(f"server exited with {proc.returncode}")
+            try:
+                if client.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+    raise RuntimeError(f"the server on {server} did not come up in a minute")
+
+
+@contextlib.contextmanager
+def serve_on_socket(
+    path: Path, tmp: Path, workers: int, env: dict[str, str], *options: str
+) -> Iterator[tuple[ServerAddress, subprocess.Popen[bytes], Path]]:
+    """`boundary serve --uds PATH` with `workers` local workers and `options`, its database,
+    cache, files and log in `tmp`; yields its address, its process and its log, then
+    stops it."""
+    log = tmp / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--uds", str(path),
+             "--workers", str(workers), *options],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "BOUNDARY_DB": str(tmp / "db.sqlite3"),
+                "BOUNDARY_CACHE_DIR": str(tmp / "jax-cache"),
+                "BOUNDARY_FILES_DIR": str(tmp / "files"),
+                **env,
+            },
+        )  # fmt: skip
+    server = ServerAddress.parse(f"unix:{path}")
+    try:
+        wait_until_answers(server, proc)
+        yield server, proc, log
+    finally:
+        _stop(proc)
+
+
+def family(pid: int) -> list[int]:
+    """`pid` and every process below it (read from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = [pid]
+    for member in found:
+        found.extend(child for child, parent in parents.items() if parent == member)
+    return found
+
+
+def inet_sockets(pids: list[int]) -> dict[int, int]:
+    """How many TCP, UDP or raw IP sockets (listening or connected, IPv4 or IPv6) each of
+    `pids` holds open, for those that hold any."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
+        with contextlib.suppress(OSError):
+            rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+            inodes.update(row.split()[9] for row in rows)
+    held: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+            mine = [s for s in links if s.startswith("socket:[") and s[8:-1] in inodes]
+            if mine:
+                held[pid] = len(mine)
+    return held

@@ -28,11 +28,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.mcp.api import BoundaryApi
 from app.mcp.tools import build_server
 from app.settings import Settings
+from app.web.clients import UNIX_PEER
 
 MCP_PATHS = ("/mcp", "/mcp/")
 FORWARDED = ("authorization", "x-forwarded-for")
 """The caller's headers the in-process API request carries: its token, and (trusted only
-from BOUNDARY_FORWARDED_ALLOW_IPS, as on /api/v1) the client a proxy names."""
+from a trusted proxy, as on /api/v1: app.web.clients) the client a proxy names."""
 LOOPBACK_TIMEOUT_S = 60.0
 
 _CALLER: ContextVar[Scope | None] = ContextVar("mcp_caller", default=None)
@@ -86,7 +87,8 @@ class McpMount:
         transport = httpx.ASGITransport(
             app=self.loop_back,
             raise_app_exceptions=False,  # a failure is the API's 500, said as such
-            client=(peer.host, peer.port) if peer else ("127.0.0.1", 0),
+            # A caller over the unix socket has no address: the same peer as on /api/v1.
+            client=(peer.host, peer.port) if peer else (UNIX_PEER, 0),
         )
         forwarded = {k: headers[k] for k in FORWARDED if k in headers}
         async with httpx.AsyncClient(

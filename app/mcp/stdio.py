@@ -1,6 +1,7 @@
 """`boundary mcp --server URL [--token T]`: the MCP server over stdio, for a local assistant.
 
-It speaks to a running Boundary server over its HTTP API, with the user's submission
+It speaks to a running Boundary server (at its URL, or over its unix socket, `unix:PATH`:
+`workers.export.server_address`) over its HTTP API, with the user's submission
 token as the bearer (from --token, else BOUNDARY_SUBMIT_TOKEN), so it can do nothing the
 user could not do with `curl`. stdout carries the protocol; logs go to stderr.
 """
@@ -11,16 +12,14 @@ import argparse
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit
 
 import anyio
-import httpx
 from mcp.server.mcpserver import Context
 
 from app.mcp.api import BoundaryApi, Connect
 from app.mcp.tools import build_server
+from workers.catalog import ServerAddress, server_option
 
-EXAMPLE = "http://127.0.0.1:8000"
 API_TIMEOUT_S = 30.0
 """One API request's limit (a tool's own wait is made of many short requests)."""
 
@@ -31,30 +30,29 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
         description="Serve Boundary's tools to a coding assistant over MCP (stdio), "
         "through a running server's HTTP API.",
     )
-    parser.add_argument("--server", required=True, metavar="URL", help=f"e.g. {EXAMPLE}")
+    parser.add_argument(
+        "--server",
+        required=True,
+        type=server_option,
+        metavar="URL",
+        help="e.g. http://127.0.0.1:8000 or unix:/run/boundary.sock",
+    )
     parser.add_argument(
         "--token",
         default=None,
         help="the server's submission token, when it needs one (default: $BOUNDARY_SUBMIT_TOKEN)",
     )
-    args = parser.parse_args(argv)
-    url = urlsplit(args.server)
-    if url.scheme not in ("http", "https") or not url.netloc:
-        given = args.server[:80]
-        parser.error(f"--server: give the server's address, e.g. {EXAMPLE} (not {given!r})")
-    return args
+    return parser.parse_args(argv)
 
 
-def remote(server: str, token: str | None) -> Connect:
-    """How tools reach the server at `server`: a client per call, carrying `token`."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+def remote(server: ServerAddress, token: str | None) -> Connect:
+    """How tools reach `server`: a client per call, carrying `token`; the addresses the
+    tools give are the server's (`ServerAddress.link`)."""
 
     @asynccontextmanager
     async def connect(_: Context | None) -> AsyncIterator[BoundaryApi]:
-        async with httpx.AsyncClient(
-            base_url=server, headers=headers, timeout=API_TIMEOUT_S
-        ) as client:
-            yield BoundaryApi(client, server)
+        async with server.async_client(token, timeout=API_TIMEOUT_S) as client:
+            yield BoundaryApi(client, server.public_base)
 
     return connect
 
@@ -62,6 +60,6 @@ def remote(server: str, token: str | None) -> Connect:
 def mcp_command(argv: list[str]) -> int:
     args = _arguments(argv)
     token = args.token or os.environ.get("BOUNDARY_SUBMIT_TOKEN") or None
-    server = build_server(remote(args.server.rstrip("/"), token))
+    server = build_server(remote(args.server, token))
     anyio.run(server.run_stdio_async)
     return 0

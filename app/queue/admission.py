@@ -13,8 +13,9 @@ each counted per job (a matrix counts its cells, a fit search its probes):
   that jobs for absent hardware cannot lock out jobs the connected workers would run.
 
 A refusal is 429 with Retry-After and a reason. The submission token is checked first,
-before a body is read, with `check_token`. The client is the peer's address;
-`X-Forwarded-For` counts only when the peer is one of FORWARDED_ALLOW_IPS.
+before a body is read, with `check_token`. The client is the peer's address (one local
+client over a unix socket); `X-Forwarded-For` counts only when the peer is one of
+FORWARDED_ALLOW_IPS, or the socket's with FORWARDED_ALLOW_UDS (app.web.clients).
 
 Everything is counted in the store, in one transaction per admission under the store's
 admission lock (app.store.limits): the decision and the queueing are one step, and
@@ -34,7 +35,7 @@ from app.dispatch.requirements import job_requirements, unmet
 from app.queue.ratelimit import retry_after
 from app.settings import Settings
 from app.store import Admitting, JobRow
-from app.web.clients import client_of, parse_networks
+from app.web.clients import Proxies, client_of
 from app.web.tokens import bearer_of, token_matches
 from workers.protocol import Capabilities
 
@@ -61,7 +62,7 @@ class Admission:
     def __init__(self, dispatcher: Dispatcher, settings: Settings) -> None:
         self.dispatcher = dispatcher
         self.settings = settings
-        self._trusted = parse_networks(settings.FORWARDED_ALLOW_IPS)
+        self._trusted = Proxies.from_settings(settings)
 
     # --- who is asking ------------------------------------------------------------------
 

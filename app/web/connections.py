@@ -16,10 +16,11 @@ protocol (`boundary serve` passes it as `uvicorn.Config(http=...)`) that adds:
   client that pipelines requests for a large file and reads nothing, closes the
   connection;
 - a cap on open connections per client (BOUNDARY_MAX_CONNECTIONS_PER_CLIENT), the
-  client as admission counts it (app.web.clients): the peer's address, checked before a
-  byte is read; past it, the new connection displaces that client's most stalled
-  connection, or gets 429 before its request is read. Through a trusted proxy
-  (BOUNDARY_FORWARDED_ALLOW_IPS) the client is known only from a request's headers
+  client as admission counts it (app.web.clients): the peer's address (over a unix
+  socket, its one local peer), checked before a byte is read; past it, the new connection
+  displaces that client's most stalled connection, or gets 429 before its request is read.
+  Through a trusted proxy (BOUNDARY_FORWARDED_ALLOW_IPS, or the socket's peer with
+  BOUNDARY_FORWARDED_ALLOW_UDS) the client is known only from a request's headers
   (X-Forwarded-For): such a connection is counted under it from then on, and a request
   past that client's cap gets 429 (connection closed);
 - a cap on open connections (BOUNDARY_MAX_CONNECTIONS), checked before a byte is read:
@@ -59,7 +60,7 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.web.clients import Networks, client_of, trusted_peer
+from app.web.clients import UNIX_PEER, Proxies, client_of
 from app.web.raw_answers import LingerOnClose, answer_app, raw_response
 
 LINGER_S = 2.0
@@ -74,14 +75,14 @@ DISPLACE_AFTER_S = 0.25
 class ConnectionLimits:
     """What the protocol enforces (BOUNDARY_HEADER_TIMEOUT_S, BOUNDARY_MAX_CONNECTIONS,
     BOUNDARY_MAX_CONNECTIONS_PER_CLIENT, BOUNDARY_WRITE_TIMEOUT_S; `trusted`: the
-    proxies of BOUNDARY_FORWARDED_ALLOW_IPS, None for every peer)."""
+    proxies of BOUNDARY_FORWARDED_ALLOW_IPS and BOUNDARY_FORWARDED_ALLOW_UDS)."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 2000
     displace_after_s: float = DISPLACE_AFTER_S
     max_per_client: int = 256
     write_timeout_s: float = 30.0
-    trusted: Networks = ()
+    trusted: Proxies = field(default_factory=Proxies)
 
 
 @dataclass
@@ -142,9 +143,10 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._last_read = time.monotonic()
-        peer = str(self.client[0]) if self.client else None
-        self._proxied = peer is not None and trusted_peer(peer, self.guard.limits.trusted)
-        if peer is not None and not self._proxied:
+        # Over a unix socket uvicorn knows no peer address: the socket's one peer.
+        peer = str(self.client[0]) if self.client else UNIX_PEER
+        self._proxied = self.guard.limits.trusted.trust(peer)
+        if not self._proxied:
             mine = self.guard.clients.setdefault(peer, set())
             if len(mine) >= self.guard.limits.max_per_client and not self._displace(mine):
                 self._refuse(self.guard.too_many)

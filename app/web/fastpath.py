@@ -176,7 +176,7 @@ def request_origin(scope: Scope) -> str:
                 return f"{scheme}://{value.decode('ascii').lower()}"
             break
     server = scope.get("server")
-    if server:
+    if server and server[1] is not None:  # (a unix socket's server is its path, no port)
         host, port = server
         default = 443 if scheme == "https" else 80
         return f"{scheme}://{host}" + ("" if port in (None, default) else f":{port}")

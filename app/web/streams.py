@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.web.clients import Networks, client_of
+from app.web.clients import Proxies, client_of
 
 STREAMS = re.compile(r"/runs/[^/]+/live|/api/v1/jobs/[^/]+/events")
 """The paths that answer with an event stream, matched whole."""
@@ -35,7 +35,7 @@ class StreamLedger:
 
     per_client: int
     total: int
-    trusted: Networks
+    trusted: Proxies
     open: dict[str, int] = field(default_factory=dict)
 
     def count(self) -> int:

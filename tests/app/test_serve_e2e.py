@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -109,15 +108,14 @@ def test_a_local_worker_that_refuses_its_configuration_is_not_started_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A size the worker cannot read would refuse again on every start, once a second."""
-    with socket.create_server(("127.0.0.1", 0)) as listening:  # the workers wait for one
-        env = {**os.environ, "BOUNDARY_WORKER_TOKEN": "t" * 16}
-        env["BOUNDARY_RUNNER_MAX_MEMORY"] = "2GiB"
-        workers = LocalWorkers("127.0.0.1", listening.getsockname()[1], 1, env, grace_s=1.0)
-        with caplog.at_level(logging.ERROR, logger="boundary.serve"):
-            workers.start()
-            try:
-                assert wait_for(lambda: workers.refused == {0}, 60)
-                assert workers.restarts == 0 and not workers._alive()
-            finally:
-                workers.stop()
+    env = {**os.environ, "BOUNDARY_WORKER_TOKEN": "t" * 16}
+    env["BOUNDARY_RUNNER_MAX_MEMORY"] = "2GiB"
+    workers = LocalWorkers(f"http://127.0.0.1:{free_port()}", 1, env, grace_s=1.0)
+    with caplog.at_level(logging.ERROR, logger="boundary.serve"):
+        workers.start()
+        try:
+            assert wait_for(lambda: workers.refused == {0}, 60)
+            assert workers.restarts == 0 and not workers._alive()
+        finally:
+            workers.stop()
     assert "local worker 1 refused its configuration" in caplog.text

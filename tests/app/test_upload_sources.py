@@ -199,14 +199,16 @@ async def test_export_fn_sends_the_lines_and_goes_on_when_they_are_refused(
 ) -> None:
     from tests.app.test_artifacts import export
     from workers.cli import export_upload
+    from workers.export.server_address import ServerAddress
 
     app = create_app(Settings(DB=tmp_path / "db.sqlite3", CACHE_DIR=tmp_path / "cache"))
     transport = ThreadTransport(app, asyncio.get_running_loop())
     monkeypatch.setattr(
-        export_upload,
-        "client_for",
-        lambda token, timeout=120.0: httpx.Client(transport=transport, base_url="http://t"),
+        ServerAddress,
+        "client",
+        lambda self, token=None, timeout=30.0: httpx.Client(transport=transport, base_url=self.url),
     )
+    server = ServerAddress.parse("http://t")
     function = export(["cpu"])
     sha = hashlib.sha256(function).hexdigest()
     lines = document(sha, {"3": "    return x @ w"})
@@ -218,10 +220,10 @@ async def test_export_fn_sends_the_lines_and_goes_on_when_they_are_refused(
         "token": None,
     }
     send = export_upload.upload_all
-    done = await asyncio.to_thread(send, "http://t", function, sources=lines, **common)
+    done = await asyncio.to_thread(send, server, function, sources=lines, **common)
     assert done["artifact"] == sha and done["sources"] == hashlib.sha256(lines).hexdigest()
     bad = document(sha, {"3": "a\nb"})
-    done = await asyncio.to_thread(send, "http://t", function, sources=bad, **common)
+    done = await asyncio.to_thread(send, server, function, sources=bad, **common)
     assert done["artifact"] == sha and "sources" not in done
     assert done["sources_refused"] == (
         "the server refused the sources file (422: body: sources: "

@@ -22,6 +22,7 @@ import pytest
 from tests import loopback
 from workers.agent.agent import ESCALATE_AFTER_S
 from workers.cli.submit import submit_to_server
+from workers.export.server_address import ServerAddress
 from workers.protocol import JobSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -244,7 +245,7 @@ def test_a_real_worker_runs_a_job_and_the_run_is_kept(
 
     # `boundary run --server` prints the same single JSON document a local run prints.
     spec = JobSpec.model_validate(SMALL)
-    assert submit_to_server(spec, c.url, True, None) == 0
+    assert submit_to_server(spec, ServerAddress.parse(c.url), True, None) == 0
     out = capsys.readouterr().out
     printed = out.strip().splitlines()
     assert len(printed) == 1 and '"valid":true' in printed[0]

@@ -30,7 +30,7 @@ def boundary_fit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[st
 
 def test_the_command_line_reads_as_a_search() -> None:
     words = ["model.jaxexport", "--dim", "b", "--dim", "s=128", "--range", "8:4096"]
-    words += ["--step", "8", "--target", "v6e:1x1", "--target", "h100:1", "--server", "u"]
+    words += ["--step", "8", "--target", "v6e:1x1", "--target", "h100:1", "--server", "unix:u"]
     args = build_parser().parse_intermixed_args([*words, "seed=3"])
     body = search_body(args, "a" * 64)
     assert body == {
@@ -42,11 +42,23 @@ def test_the_command_line_reads_as_a_search() -> None:
         "targets": ["v6e:1x1", "h100:1"],
     }
     workload = search_body(
-        build_parser().parse_intermixed_args([*GATHER, "--target", "b200:1", "--server", "u"]), None
+        build_parser().parse_intermixed_args([*GATHER, "--target", "b200:1", "--server", "unix:u"]),
+        None,
     )
     assert workload["workload"] == "gather" and workload["params"] == {"width": 4096, "count": 1024}
     for wrong, says in ((["--dim", "b", "--dim", "c"], "--dim"), (["--range", "8-16"], "--range")):
-        line = ["w", "--dim", "b", "--range", "1:2", "--target", "h100:1", "--server", "u", *wrong]
+        line = [
+            "w",
+            "--dim",
+            "b",
+            "--range",
+            "1:2",
+            "--target",
+            "h100:1",
+            "--server",
+            "unix:u",
+            *wrong,
+        ]
         with pytest.raises(UsageError, match=says):
             search_body(build_parser().parse_intermixed_args(line), None)
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from workers.agent.runner import HANG_FILE_ENV, TEST_HOOKS_ENV
-from workers.agent.runner_pool import RunnerFailed, RunnerPool
+from workers.agent.runner_pool import RunnerPool
+from workers.agent.runner_process import RunnerFailed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -22,7 +22,8 @@ import pytest
 
 from tests.workers.test_agent_e2e import Cluster, cluster  # noqa: F401 - the fixture
 from workers.agent.memory import MemoryPolicy, MemoryWatch, default_max_memory, read_status
-from workers.agent.runner_pool import Runner, RunnerFailed, RunnerPool
+from workers.agent.runner_pool import RunnerPool
+from workers.agent.runner_process import Runner, RunnerFailed
 from workers.catalog import CatalogError, check_peak, parse_params
 from workers.cli.run import run_command
 from workers.protocol import JobSpec

@@ -36,7 +36,9 @@ from workers.agent.link import (
 )
 from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
-from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
+from workers.agent.runner_pool import RunnerPool, wanted_runner
+from workers.agent.runner_process import Outcome, Runner, RunnerFailed, RunnerKey
+from workers.export.server_address import ServerAddress
 from workers.files import FileCache, files_folder, job_files
 
 log = logging.getLogger("boundary.worker")
@@ -54,7 +56,7 @@ CEILINGS_CHEAP_S = 5.0
 
 @dataclass
 class AgentConfig:
-    server: str
+    server: ServerAddress
     token: str | None
     name: str | None = None
     max_virtual_devices: int = DEFAULT_MAX_VIRTUAL_DEVICES
@@ -243,8 +245,7 @@ class Agent:
         """Run one leased job and report how it went."""
         job_id: str = grant["job_id"]
         lease_id: str = grant["lease_id"]
-        req = grant.get("requirements", {})
-        devices = int(req.get("devices", 1)) if req.get("path") == "jax-cpu" else 1
+        wanted = wanted_runner(grant.get("requirements", {}))
         cancelled = asyncio.Event()
         forwarder = ProgressForwarder(lambda batch: self._progress(job_id, lease_id, batch))
         helpers = [
@@ -253,7 +254,7 @@ class Agent:
         ]
         report: dict[str, Any] | None = None
         try:
-            report = await self._execute(grant, max(devices, 1), forwarder, cancelled)
+            report = await self._execute(grant, wanted, forwarder, cancelled)
         finally:
             for task in helpers:
                 task.cancel()
@@ -271,7 +272,7 @@ class Agent:
     async def _execute(
         self,
         grant: dict[str, Any],
-        devices: int,
+        wanted: RunnerKey,
         forwarder: ProgressForwarder,
         cancelled: asyncio.Event,
     ) -> dict[str, Any] | None:
@@ -284,12 +285,12 @@ class Agent:
             missing = await self.link.fetch_files(grant["spec"], files)
             if missing is not None:
                 return {"failure": {"reason": missing}}
-            return await self._run_fetched(grant, devices, forwarder, cancelled, files)
+            return await self._run_fetched(grant, wanted, forwarder, cancelled, files)
 
     async def _run_fetched(
         self,
         grant: dict[str, Any],
-        devices: int,
+        wanted: RunnerKey,
         forwarder: ProgressForwarder,
         cancelled: asyncio.Event,
         files: FileCache,
@@ -302,8 +303,9 @@ class Agent:
             "files_dir": str(files.directory),
         }
         runner: Runner | None = None
+        devices, chipless = wanted  # (see `wanted_runner`)
         try:
-            runner = await self.pool.get(devices)
+            runner = await self.pool.get(devices, chipless=chipless)
             memory = self.config.memory
             work = asyncio.create_task(
                 runner.run(request, float(grant["timeout_s"]), forwarder.add, memory)
@@ -319,7 +321,7 @@ class Agent:
                     await work
                 await runner.kill()
                 self.pool.forget(runner)
-                self.pool.warm(devices)
+                self.pool.warm(devices, chipless=chipless)
                 if abort in done:
                     body = {**self.me, "job_id": job_id}
                     await self.link.post("/release", {**body, "lease_id": grant["lease_id"]})
@@ -334,12 +336,12 @@ class Agent:
                 log.info("runner %s replaced after job %s (its memory)", runner.pid, job_id)
                 await runner.kill()
                 self.pool.forget(runner)
-                self.pool.warm(devices)
+                self.pool.warm(devices, chipless=chipless)
         except RunnerFailed as exc:
             log.warning("job %s failed: %s", job_id, exc)
             if runner is not None:
                 self.pool.forget(runner)
-            self.pool.warm(devices)  # a fresh runner for the next job
+            self.pool.warm(devices, chipless=chipless)  # a fresh runner for the next job
             return {"failure": {"reason": str(exc), "stderr_tail": exc.stderr_tail or None}}
         if outcome.result is None:
             reason = f"{outcome.error_kind or 'error'}: {outcome.error}"

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from workers.export.server_address import ServerAddress
 from workers.files import FileCache, job_files
 
 log = logging.getLogger("boundary.worker")
@@ -44,11 +45,10 @@ class StopState:
 
 
 class ServerLink:
-    """The HTTP client of one agent, bound to its server and token."""
+    """The HTTP client of one agent, bound to its server (a URL or a unix socket) and token."""
 
-    def __init__(self, server: str, token: str | None, stop: StopState) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.AsyncClient(base_url=server.rstrip("/"), headers=headers, timeout=30.0)
+    def __init__(self, server: ServerAddress, token: str | None, stop: StopState) -> None:
+        self.client = server.async_client(token, timeout=30.0)
         self.stop = stop
 
     async def post(

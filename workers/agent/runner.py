@@ -1,5 +1,5 @@
 """The runner: a warm child process that imports JAX once and runs jobs through
-`workers.run.engine.run_job`, and the agent's handle on it.
+`workers.run.engine.run_job` (the agent's handle on it is `workers.agent.runner_process`).
 
 Wire: the agent writes one JSON request per line to the child's stdin; the child answers
 with one JSON message per line on a private copy of its original stdout, having pointed

@@ -5,336 +5,162 @@ one warm runner per device count: a jax-cpu job spanning N > 1 devices needs a r
 started with XLA_FLAGS=--xla_force_host_platform_device_count=N, because the flag is
 read once when JAX starts. Only the agent's event loop thread starts runners, so the
 kernel's parent-death signal refers to the agent process for as long as it lives.
+
+On a TPU host the chip has one holder (a second process that opens it fails at once, and
+does not fall back to the CPU): the pool's default runner, which detects the worker's
+devices and runs every job that needs the chip, one at a time as the agent leases them.
+Every other runner of such a pool (a job that only compiles for a target, a CPU job) is
+chipless (`workers.compiler.jaxenv.chipless_environment`), and so is every process a
+runner starts. A holder that crashed, hung or was killed is replaced only once it has
+exited (a process that opened a device may take a while to close it), however long that
+takes, so two processes never hold the chip at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import sys
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from workers.agent.group import COORDINATOR_ENV
-from workers.agent.memory import (
-    DEFAULT_KEEP_BYTES,
-    MemoryPolicy,
-    MemoryWatch,
-    keeps_too_much,
-    limit_data,
-    out_of_memory,
-    read_status,
-    restore_data,
-)
-from workers.agent.runner import PARENT_ENV
-from workers.catalog.peak import size_text
-from workers.compiler.jaxenv import jax_environment
+from workers.agent.runner_process import Runner, RunnerKey
+from workers.compiler.jaxenv import chipless_environment, holds_chip, jax_environment
 
 log = logging.getLogger("boundary.worker")
 
-STDERR_LINES = 40
-LINE_LIMIT = 512 * 1024 * 1024  # a result line carries every artifact's full text
-START_TIMEOUT_S = 180.0
 MAX_WARM = 2
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
+EXIT_WAIT_LOG_S = 30.0
+"""While the chip's last holder has not exited, the pool says so this often."""
+DEFAULT_KEY: RunnerKey = (1, False)
+"""The runner that detects the worker's devices (on a TPU host: the chip's holder)."""
 
 
-class RunnerFailed(RuntimeError):
-    """The runner died, hung past its limit or could not start; `stderr_tail` says more."""
-
-    def __init__(self, message: str, stderr_tail: str) -> None:
-        super().__init__(message)
-        self.stderr_tail = stderr_tail
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a job came to on a runner: a result, or an error the engine reported."""
-
-    result: dict[str, Any] | None = None
-    run_s: float | None = None
-    error: str | None = None
-    error_kind: str | None = None
-    replace: bool = False
-    """The runner must not take another job (it hit its memory limit)."""
+def needs_chip(requirements: dict[str, Any]) -> bool:
+    """Whether a leased job runs on the worker's TPU chip (if it has one): a `jax-tpu` job
+    with no target, or one that executes on its target's devices. A compile for a target
+    without the hardware (on the host's CPU, as the server's gate holds it to), a CPU or a
+    CUDA job runs on a chipless runner beside the chip's holder."""
+    if requirements.get("path") != "jax-tpu":
+        return False
+    return not requirements.get("target") or bool(requirements.get("executes", True))
 
 
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "the runner stopped answering"
-    if code < 0:
-        name = {9: "SIGKILL (often the kernel's out-of-memory killer)", 11: "SIGSEGV"}.get(
-            -code, f"signal {-code}"
-        )
-        return f"the runner was killed by {name}"
-    return f"the runner exited with status {code}"
-
-
-class Runner:
-    """One runner child process."""
-
-    def __init__(self, devices: int, env: dict[str, str]) -> None:
-        self.devices = devices
-        self._env = env
-        self._proc: asyncio.subprocess.Process | None = None
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self._stderr_task: asyncio.Task[None] | None = None
-        self.pid: int | None = None
-        self.ready_rss = 0
-        """Its resident memory when it became ready (what a job may leave it above)."""
-
-    async def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Start the child and wait until JAX is imported; RunnerFailed if it cannot."""
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "workers.agent.runner",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**self._env, PARENT_ENV: str(os.getpid())},
-            limit=LINE_LIMIT,
-        )
-        self.pid = self._proc.pid
-        self._stderr_task = asyncio.create_task(self._drain_stderr())
-        message = await self.receive(timeout_s)
-        if message.get("type") != "ready":
-            await self.kill()
-            raise RunnerFailed("the runner did not start properly", self.stderr_tail())
-        with contextlib.suppress(OSError):
-            self.ready_rss = read_status(self._proc.pid)["rss"]
-        log.info("runner %s ready (%d device(s))", self.pid, self.devices)
-
-    async def _drain_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        async for raw in self._proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            self._stderr.append(line)
-            print(f"[runner {self.pid}] {line}", file=sys.stderr, flush=True)
-
-    def stderr_tail(self) -> str:
-        return "\n".join(self._stderr)
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.returncode is None
-
-    async def send(self, request: dict[str, Any]) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        try:
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
-            await self._proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            await self._fail()
-
-    async def receive(self, timeout_s: float | None) -> dict[str, Any]:
-        """The next message; RunnerFailed on timeout (the runner is killed) or on exit."""
-        assert self._proc is not None and self._proc.stdout is not None
-        try:
-            line = await asyncio.wait_for(self._proc.stdout.readline(), timeout_s)
-        except TimeoutError:
-            await self.kill()
-            raise RunnerFailed(
-                f"the runner took longer than {timeout_s:g} s and was killed", self.stderr_tail()
-            ) from None
-        if not line:
-            await self._fail()
-        message: dict[str, Any] = json.loads(line)
-        return message
-
-    async def _fail(self) -> None:
-        assert self._proc is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), 5.0)
-        if self._stderr_task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-        code = self._proc.returncode
-        await self.kill()
-        raise RunnerFailed(_describe_exit(code), self.stderr_tail())
-
-    async def detect(self, max_virtual_devices: int) -> dict[str, Any]:
-        await self.send({"op": "detect", "max_virtual_devices": max_virtual_devices})
-        message = await self.receive(60.0)
-        data: dict[str, Any] = message["data"]
-        return data
-
-    async def ceilings(self, previous: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Another round of the device's ceilings, merged with `previous` (best of)."""
-        await self.send({"op": "ceilings", "previous": previous})
-        message = await self.receive(60.0)
-        data: dict[str, Any] | None = message["data"]
-        return data
-
-    async def run(
-        self,
-        request: dict[str, Any],
-        timeout_s: float,
-        on_progress: Callable[[dict[str, Any]], None],
-        memory: MemoryPolicy | None = None,
-    ) -> Outcome:
-        """Run one job; the time limit starts once the runner has taken the job, and so
-        does its memory limit (workers.agent.memory): past it the runner is killed, or
-        the allocation fails inside the job, and either way the job fails saying so."""
-        keep = memory.keep_bytes if memory is not None else DEFAULT_KEEP_BYTES
-        trim_above = self.ready_rss + keep // 2 if self.ready_rss else None
-        await self.send({"op": "run", **request, "trim_above": trim_above})
-        first = await self.receive(30.0)
-        if first.get("type") != "started":
-            raise RunnerFailed(f"unexpected message {first.get('type')!r}", self.stderr_tail())
-        if memory is None or self.pid is None:
-            return await self._follow(timeout_s, on_progress)
-        previous = None
-        if memory.limit_data:
-            with contextlib.suppress(OSError):
-                previous = limit_data(self.pid, memory.max_memory)
-        watch = MemoryWatch(self.pid, memory.max_memory, private=previous is not None)
-        watch.start()
-        try:
-            outcome = await self._follow(timeout_s, on_progress)
-        except RunnerFailed as exc:
-            await watch.stop()
-            if watch.overrun is not None:
-                raise RunnerFailed(watch.overrun.reason(), exc.stderr_tail) from None
-            raise
-        finally:
-            await watch.stop()
-            if previous is not None and self.alive:
-                restore_data(self.pid, previous)
-        if memory.limit_data and out_of_memory(outcome.error):
-            limit = size_text(memory.max_memory)
-            return Outcome(
-                error=f"the job passed the runner's memory limit of {limit} "
-                f"(BOUNDARY_RUNNER_MAX_MEMORY): {outcome.error}",
-                error_kind="memory",
-                replace=True,
-            )
-        return outcome
-
-    def keeps_too_much(self, memory: MemoryPolicy) -> bool:
-        """Whether, after a job, it holds more than the policy lets it keep."""
-        if self.pid is None or not self.alive or not self.ready_rss:
-            return False
-        return keeps_too_much(self.pid, self.ready_rss, memory.keep_bytes)
-
-    async def _follow(
-        self, timeout_s: float, on_progress: Callable[[dict[str, Any]], None]
-    ) -> Outcome:
-        """The job's messages until its result or error, within `timeout_s`."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                await self.kill()
-                raise RunnerFailed(
-                    f"the job ran past its time limit of {timeout_s:g} s; the runner was killed",
-                    self.stderr_tail(),
-                )
-            try:
-                message = await self.receive(remaining)
-            except RunnerFailed as exc:
-                if "took longer" in str(exc):
-                    raise RunnerFailed(
-                        f"the job ran past its time limit of {timeout_s:g} s; "
-                        "the runner was killed",
-                        exc.stderr_tail,
-                    ) from None
-                raise
-            kind = message.get("type")
-            if kind == "progress":
-                on_progress(message["event"])
-            elif kind == "result":
-                return Outcome(result=message["result"], run_s=message.get("run_s"))
-            elif kind == "error":
-                return Outcome(error=message.get("message"), error_kind=message.get("kind"))
-
-    async def kill(self) -> None:
-        """Kill the child and reap it (idempotent)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), 10.0)
-        if proc.stdin is not None:
-            proc.stdin.close()
-        if self._stderr_task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._stderr_task, 1.0)
+def wanted_runner(requirements: dict[str, Any]) -> RunnerKey:
+    """The runner a leased job takes: its device count (a jax-cpu job's virtual devices, 1
+    for any other) and whether it is chipless (`needs_chip`)."""
+    devices = int(requirements.get("devices", 1)) if requirements.get("path") == "jax-cpu" else 1
+    return max(devices, 1), not needs_chip(requirements)
 
 
 class RunnerPool:
-    """Warm runners keyed by device count, at most MAX_WARM at a time."""
+    """Warm runners keyed by device count (and, on a TPU host, whether they are chipless),
+    at most MAX_WARM at a time; `chip`: whether the default runner holds a TPU chip."""
 
-    def __init__(self, base_env: dict[str, str] | None = None) -> None:
+    def __init__(self, base_env: dict[str, str] | None = None, *, chip: bool | None = None):
         self._base_env = dict(os.environ if base_env is None else base_env)
-        self._runners: dict[int, Runner] = {}
-        self._starting: dict[int, asyncio.Task[Runner]] = {}
+        self.chip = holds_chip(self._base_env) if chip is None else chip
+        self._runners: dict[RunnerKey, Runner] = {}
+        self._starting: dict[RunnerKey, asyncio.Task[Runner]] = {}
+        self.holder: Runner | None = None
+        """The chip's holder, from its start until it has exited (None in a pool without)."""
 
-    def _env(self, devices: int) -> dict[str, str]:
+    def _env(self, key: RunnerKey) -> dict[str, str]:
+        devices, chipless = key
         env = dict(self._base_env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # JAX_PLATFORMS and libtpu's settings, decided before the runner imports jax.
-        env.update(jax_environment(env))
+        env.update(chipless_environment(env) if chipless else jax_environment(env))
         if devices > 1:
             flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(DEVICE_FLAG)]
             flags.append(f"{DEVICE_FLAG}={devices}")
             env["XLA_FLAGS"] = " ".join(flags)
         return env
 
-    def _key(self, devices: int) -> int:
+    def _key(self, devices: int, chipless: bool) -> RunnerKey:
         # A worker group has one runner, joined to the group's mesh once and for all.
-        return 1 if self._base_env.get(COORDINATOR_ENV) else devices
+        if self._base_env.get(COORDINATOR_ENV):
+            return DEFAULT_KEY
+        if not self.chip:
+            return (devices, False)  # no chip to keep off: one runner per device count
+        # The chip's holder runs every job that needs the chip, on the devices it has.
+        return (devices, True) if chipless else DEFAULT_KEY
 
-    async def get(self, devices: int = 1) -> Runner:
-        """A live runner for `devices` virtual devices (1: the default), started if needed."""
-        devices = self._key(devices)
-        runner = self._runners.get(devices)
+    async def get(self, devices: int = 1, *, chipless: bool = False) -> Runner:
+        """A live runner for `devices` virtual devices (1: the default), started if needed;
+        `chipless`: one that never opens the TPU chip (a job that does not need it)."""
+        key = self._key(devices, chipless)
+        runner = self._runners.get(key)
         if runner is not None and runner.alive:
             return runner
-        self._runners.pop(devices, None)
-        task = self._starting.get(devices)
+        self._runners.pop(key, None)
+        task = self._starting.get(key)
         if task is None:
-            task = self.warm(devices)
+            task = self._warm(key)
         return await asyncio.shield(task)
 
-    def warm(self, devices: int = 1) -> asyncio.Task[Runner]:
-        """Start a runner for `devices` in the background (the next `get` waits for it)."""
-        devices = self._key(devices)
-        task = self._starting.get(devices)
+    def warm(self, devices: int = 1, *, chipless: bool = False) -> asyncio.Task[Runner] | None:
+        """Start a runner for `devices` in the background (the next `get` waits for it);
+        None when a live one is there already."""
+        key = self._key(devices, chipless)
+        runner = self._runners.get(key)
+        if runner is not None and runner.alive and key not in self._starting:
+            return None
+        return self._warm(key)
+
+    def _warm(self, key: RunnerKey) -> asyncio.Task[Runner]:
+        task = self._starting.get(key)
         if task is None:
-            task = asyncio.create_task(self._start(devices))
-            self._starting[devices] = task
+            task = asyncio.create_task(self._start(key))
+            self._starting[key] = task
             task.add_done_callback(_quiet)
         return task
 
-    async def _start(self, devices: int) -> Runner:
+    async def _start(self, key: RunnerKey) -> Runner:
         try:
             while len(self._runners) >= MAX_WARM:  # keep the default runner warm if we can
-                key = next((k for k in self._runners if k != 1), next(iter(self._runners)))
-                await self._runners.pop(key).kill()
-            runner = Runner(devices, self._env(devices))
+                victim = next((k for k in self._runners if k != DEFAULT_KEY), DEFAULT_KEY)
+                await self._runners.pop(victim).kill()
+            holds = self.chip and key == DEFAULT_KEY
+            if holds:
+                await self._chip_released()
+            runner = Runner(key, self._env(key))
+            if holds:
+                self.holder = runner
             try:
                 await runner.start()
             except BaseException:
                 await runner.kill()
                 raise
-            self._runners[devices] = runner
+            self._runners[key] = runner
             return runner
         finally:
-            self._starting.pop(devices, None)
+            self._starting.pop(key, None)
+
+    async def _chip_released(self) -> None:
+        """Until the chip's last holder has exited (it is killed first, if it still
+        runs): its successor could not open the chip before."""
+        holder = self.holder
+        if holder is None:
+            return
+        await holder.kill()
+        waited = 0.0
+        while not await holder.exited(EXIT_WAIT_LOG_S):
+            waited += EXIT_WAIT_LOG_S
+            log.warning(
+                "runner %s, the TPU chip's last holder, has not exited %g s after it was "
+                "killed; its successor waits for the chip",
+                holder.pid,
+                waited,
+            )
+        self.holder = None
 
     def forget(self, runner: Runner) -> None:
         """Drop a runner that failed; `warm` or the next `get` starts a fresh one."""
-        if self._runners.get(runner.devices) is runner:
-            del self._runners[runner.devices]
+        if self._runners.get(runner.key) is runner:
+            del self._runners[runner.key]
 
     def pids(self) -> list[int]:
         return [r.pid for r in self._runners.values() if r.pid is not None and r.alive]
@@ -347,6 +173,7 @@ class RunnerPool:
         for runner in list(self._runners.values()):
             await runner.kill()
         self._runners.clear()
+        await self._chip_released()
 
 
 def _quiet(task: asyncio.Task[Runner]) -> None:

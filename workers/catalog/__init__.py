@@ -25,6 +25,12 @@ from workers.catalog.peak import limit_text, refusal, size_text
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
+
+# How a client names a server and reaches it, for `boundary mcp --server` (in app/, which
+# reaches the worker's side only through this package and workers.protocol): every
+# `--server` option reads it the same way.
+from workers.export.server_address import ServerAddress as ServerAddress
+from workers.export.server_address import server_option as server_option
 from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
 
 CATALOG_VERSION = 1

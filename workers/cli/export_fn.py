@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from workers.export.dims import DimError, symbolic_arguments
+from workers.export.server_address import EXAMPLES, server_option
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-output-sample", type=int, metavar="K", help="K sampled elements per result"
     )
     parser.add_argument("--sample-file", type=Path, metavar="NPZ", help="where the sample goes")
-    parser.add_argument("--upload", metavar="URL", help="a Boundary server to upload to")
+    parser.add_argument("--upload", type=server_option, metavar="URL", help=f"e.g. {EXAMPLES}")
     parser.add_argument("--token", help="the server's submission token ($BOUNDARY_SUBMIT_TOKEN)")
     parser.add_argument(
         "--target", action="append", default=[], help="compile for it (repeatable): v6e:2x4 …"

@@ -1,8 +1,8 @@
-"""`boundary export-fn --upload URL --target …`: the artifact (its source lines and its output
-sample) posted to a Boundary server, then one compile job per target and a jax-cpu run
-checked against the sample, each through the server's one admission like any other
-submission. The source lines are extra: a server that refuses them (an older one) is
-named in the result, and the rest goes on.
+"""`boundary export-fn --upload URL --target …` (URL may name a unix socket, `unix:PATH`):
+the artifact (its source lines and its output sample) posted to a Boundary server, then
+one compile job per target and a jax-cpu run checked against the sample, each through
+the server's one admission like any other submission. The source lines are extra: a
+server that refuses them (an older one) is named in the result, and the rest goes on.
 
 Light, like the export itself: the standard library and httpx only.
 """
@@ -13,6 +13,8 @@ import json
 import os
 import sys
 from typing import Any
+
+from workers.export.server_address import ServerAddress
 
 GPU_MODELS = ("b200", "h100", "h200")
 
@@ -46,10 +48,11 @@ def _refusal(response: Any) -> str:
     return f"{response.status_code}: {detail}"
 
 
-def post_file(client: Any, base: str, data: bytes, kind: str) -> str:
-    """Upload a file to /api/v1/artifacts; its SHA-256 (ValueError naming the refusal)."""
+def post_file(client: Any, data: bytes, kind: str) -> str:
+    """Upload a file to /api/v1/artifacts of `client`'s server (`ServerAddress.client`); its
+    SHA-256 (ValueError naming the refusal)."""
     response = client.post(
-        f"{base}/api/v1/artifacts",
+        "/api/v1/artifacts",
         params={"kind": kind},
         content=data,
         headers={"Content-Type": "application/octet-stream"},
@@ -60,16 +63,8 @@ def post_file(client: Any, base: str, data: bytes, kind: str) -> str:
     return digest
 
 
-def client_for(token: str | None, timeout: float = 120.0) -> Any:
-    """An httpx client that presents `token` as its bearer token, if given."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(headers=headers, timeout=timeout)
-
-
 def upload_all(
-    server: str,
+    server: ServerAddress,
     artifact: bytes,
     *,
     sources: bytes | None = None,
@@ -82,22 +77,21 @@ def upload_all(
 ) -> dict[str, Any]:
     """Post the files, then the jobs (a symbolic artifact's at the example's `dims`); what
     the server accepted (UploadRefused otherwise)."""
-    base = server.rstrip("/")
     done: dict[str, Any] = {"jobs": []}
-    with client_for(token) as client:
+    with server.client(token, timeout=120.0) as client:
         try:
-            done["artifact"] = post_file(client, base, artifact, "exported")
-            done["page"] = f"{base}/artifacts/{done['artifact']}"
+            done["artifact"] = post_file(client, artifact, "exported")
+            done["page"] = server.link(f"/artifacts/{done['artifact']}")
         except ValueError as exc:
             raise UploadRefused(str(exc), done) from None
         if sources is not None:
             try:
-                done["sources"] = post_file(client, base, sources, "sources")
+                done["sources"] = post_file(client, sources, "sources")
             except ValueError as exc:  # the lines are extra: say so, and go on
                 done["sources_refused"] = str(exc)
         try:
             if sample is not None:
-                done["reference"] = post_file(client, base, sample, "npz")
+                done["reference"] = post_file(client, sample, "npz")
         except ValueError as exc:
             raise UploadRefused(str(exc), done) from None
         # A symbolic artifact's runs and compiles are at the example's values.
@@ -123,7 +117,7 @@ def upload_all(
             cpu = {"workload": "exported", "path": "jax-cpu", "params": checked}
             jobs.append(("the CPU run", cpu))
         for what, job in jobs:
-            response = client.post(f"{base}/api/v1/jobs", json=job)
+            response = client.post("/api/v1/jobs", json=job)
             if response.status_code != 202:
                 raise UploadRefused(f"the server refused {what} ({_refusal(response)})", done)
             made = response.json()
@@ -132,7 +126,7 @@ def upload_all(
                     "id": made["id"],
                     "path": job["path"],
                     "target": job.get("target"),
-                    "page": f"{base}/runs/{made['id']}",
+                    "page": server.link(f"/runs/{made['id']}"),
                 }
             )
     return done

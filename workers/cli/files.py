@@ -9,7 +9,8 @@ from typing import Any
 
 from workers.catalog import WORKLOADS
 from workers.catalog.jaxexport import ArtifactError, read_header
-from workers.cli.export_upload import client_for, post_file
+from workers.cli.export_upload import post_file
+from workers.export.server_address import ServerAddress
 from workers.files import FileCache
 
 
@@ -18,7 +19,7 @@ def resolve_file_params(
     params: dict[str, Any],
     *,
     files_dir: Path | None = None,
-    server: str | None = None,
+    server: ServerAddress | None = None,
     token: str | None = None,
 ) -> dict[str, Any]:
     """`params` with every `@PATH` value of a file parameter replaced by the file's SHA-256.
@@ -47,6 +48,6 @@ def resolve_file_params(
             resolved[name] = FileCache(files_dir).put(data)
             continue
         kind = "exported" if name == "artifact" else "npz"
-        with client_for(token, timeout=60.0) as client:
-            resolved[name] = post_file(client, server.rstrip("/"), data, kind)
+        with server.client(token, timeout=60.0) as client:
+            resolved[name] = post_file(client, data, kind)
     return resolved

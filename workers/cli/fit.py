@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.cli.export_upload import client_for, post_file
+from workers.cli.export_upload import post_file
 from workers.cli.run import UsageError, parse_assignments
+from workers.export.server_address import EXAMPLES, ServerAddress, server_option
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
@@ -52,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", action="append", required=True, help="e.g. v6e:1x1, h100:1")
     parser.add_argument("--path", help="one path for every target (default: each its own)")
     parser.add_argument("--usable-fraction", type=float, help="GPU: share of HBM (0.75)")
-    parser.add_argument("--server", required=True, help="the Boundary server's URL")
+    parser.add_argument(
+        "--server", required=True, type=server_option, help=f"the Boundary server, e.g. {EXAMPLES}"
+    )
     parser.add_argument("--token", help=f"submission token (default ${SUBMIT_TOKEN_ENV})")
     parser.add_argument("--json", action="store_true", help="print the search's JSON instead")
     return parser
@@ -86,7 +89,7 @@ def search_body(args: argparse.Namespace, artifact: str | None) -> dict[str, Any
     return body
 
 
-def _artifact(program: str, client: Any, base: str) -> str | None:
+def _artifact(program: str, client: Any, server: ServerAddress) -> str | None:
     """The SHA-256 of the function `program` names (a file is uploaded first); None when
     `program` is a workload's name."""
     if _SHA.match(program):
@@ -94,8 +97,8 @@ def _artifact(program: str, client: Any, base: str) -> str | None:
     path = Path(program)
     if not path.is_file():
         return None
-    sha = post_file(client, base, path.read_bytes(), "exported")
-    print(f"uploaded {path.name}: {base}/artifacts/{sha}", file=sys.stderr)
+    sha = post_file(client, path.read_bytes(), "exported")
+    print(f"uploaded {path.name}: {server.link(f'/artifacts/{sha}')}", file=sys.stderr)
     return sha
 
 
@@ -154,11 +157,11 @@ def table(fit: dict[str, Any]) -> list[str]:
     return lines
 
 
-def follow(client: Any, base: str, fit_id: str, *, quiet: bool) -> dict[str, Any]:
+def follow(client: Any, fit_id: str, *, quiet: bool) -> dict[str, Any]:
     """The search once it ended, its progress said on stderr as it changes."""
     said: dict[str, str] = {}
     while True:
-        response = client.get(f"{base}/api/v1/fits/{fit_id}")
+        response = client.get(f"/api/v1/fits/{fit_id}")
         response.raise_for_status()
         fit: dict[str, Any] = response.json()
         for target in fit["targets"]:
@@ -173,27 +176,27 @@ def follow(client: Any, base: str, fit_id: str, *, quiet: bool) -> dict[str, Any
 
 def fit_command(argv: list[str]) -> int:
     args = build_parser().parse_intermixed_args(argv)
-    base = args.server.rstrip("/")
+    server: ServerAddress = args.server
     token = args.token or os.environ.get(SUBMIT_TOKEN_ENV) or None
-    with client_for(token, timeout=60.0) as client:
+    with server.client(token, timeout=60.0) as client:
         try:
-            body = search_body(args, _artifact(args.program, client, base))
+            body = search_body(args, _artifact(args.program, client, server))
         except (UsageError, ValueError) as exc:
             print(f"boundary fit: {exc}", file=sys.stderr)
             return EXIT_REFUSED
-        response = client.post(f"{base}/api/v1/fits", json=body)
+        response = client.post("/api/v1/fits", json=body)
         if response.status_code != 202:
             print(
                 f"boundary fit: the server refused the search: {_detail(response)}", file=sys.stderr
             )
             return EXIT_REFUSED
         fit_id = response.json()["id"]
-        page = f"{base}/fits/{fit_id}"
+        page = server.link(f"/fits/{fit_id}")
         print(f"fit search {fit_id}: {page}", file=sys.stderr)
         try:
-            fit = follow(client, base, fit_id, quiet=args.json)
+            fit = follow(client, fit_id, quiet=args.json)
         except KeyboardInterrupt:
-            client.post(f"{base}/api/v1/fits/{fit_id}/cancel")
+            client.post(f"/api/v1/fits/{fit_id}/cancel")
             print(f"cancelled the search: {page}", file=sys.stderr)
             return EXIT_INTERRUPTED
     if args.json:

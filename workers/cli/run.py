@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from workers.catalog import DEFAULT_MAX_BYTES, WORKLOADS, CatalogError, describe_validation_error
 from workers.catalog.values import parse_value
 from workers.cli.printout import print_result
+from workers.export.server_address import EXAMPLES, ServerAddress, server_option
 from workers.protocol import (
     ARTIFACT_NAMES,
     MAX_SAMPLES,
@@ -172,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="exported: the value of a symbolic dimension of the artifact, e.g. b=64 "
         "(repeatable; the same as params.dims)",
     )
-    parser.add_argument("--server", metavar="URL", help="submit to this server instead")
+    parser.add_argument(
+        "--server",
+        type=server_option,
+        metavar="URL",
+        help=f"submit to this server instead, e.g. {EXAMPLES}",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the run result as JSON")
     output.add_argument("--ir", choices=list(ARTIFACT_NAMES), help="print one artifact")
@@ -248,7 +254,7 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         raise UsageError(str(exc)) from None
 
 
-def _with_files(job: JobSpec, server: str | None) -> JobSpec:
+def _with_files(job: JobSpec, server: ServerAddress | None) -> JobSpec:
     """`job` with its `@FILE` parameters stored locally (or uploaded) and named by SHA-256."""
     from workers.cli.files import resolve_file_params
 
@@ -279,12 +285,12 @@ def _progress_to_stderr(event: ProgressEvent) -> None:
     print(f"[{event.phase}]{count}{message}", file=sys.stderr, flush=True)
 
 
-def submit_to_server(job: JobSpec, server_url: str, as_json: bool, ir: str | None) -> int:
-    """Submit `job` to the server at `server_url`, wait for its run and print it (or its
-    artifact `ir`, fetched from the server)."""
+def submit_to_server(job: JobSpec, server: ServerAddress, as_json: bool, ir: str | None) -> int:
+    """Submit `job` to `server`, wait for its run and print it (or its artifact `ir`,
+    fetched from the server)."""
     from workers.cli import submit
 
-    return submit.submit_to_server(job, server_url, as_json, ir=ir)
+    return submit.submit_to_server(job, server, as_json, ir=ir)
 
 
 def run_command(argv: list[str]) -> int:

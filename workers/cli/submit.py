@@ -1,4 +1,5 @@
-"""`boundary run --server URL`: submit a job to a server, follow it, print its run.
+"""`boundary run --server URL`: submit a job to a server (its URL, or its unix socket,
+`unix:PATH`), follow it, print its run.
 
 The run is printed exactly as a local `boundary run` prints it (one JSON document on
 stdout with --json); progress and errors go to stderr. Inline artifacts are capped by
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from workers.export.server_address import ServerAddress
 from workers.protocol import FINAL_STATUSES, JobSpec, JobStatus, RunResult
 
 EXIT_OK = 0
@@ -111,9 +113,9 @@ def _print_ir(client: httpx.Client, job_id: str, run: dict[str, Any], ir: str) -
     return EXIT_OK if run.get("valid") else EXIT_FAILED
 
 
-def _server_lines(base: str, job_id: str, run: RunResult) -> list[str]:
+def _server_lines(server: ServerAddress, job_id: str, run: RunResult) -> list[str]:
     """Where the run lives on the server: its page, and a profiled run's trace."""
-    page = f"{base}/runs/{job_id}"
+    page = server.link(f"/runs/{job_id}")
     lines = [f"run page  {page}"]
     if run.profile is not None:
         lines.append(
@@ -125,13 +127,13 @@ def _server_lines(base: str, job_id: str, run: RunResult) -> list[str]:
 
 def submit_to_server(
     job: JobSpec,
-    server_url: str,
+    server: ServerAddress,
     as_json: bool,
     token: str | None = None,
     *,
     ir: str | None = None,
 ) -> int:
-    """Submit `job` to `server_url`, wait for its run and print it; the exit status.
+    """Submit `job` to `server`, wait for its run and print it; the exit status.
 
     `token` (default: $BOUNDARY_SUBMIT_TOKEN) is sent as a bearer token when given.
     `ir` prints that artifact alone, fetched whole from the server. Exit status: 0 for a
@@ -141,13 +143,11 @@ def submit_to_server(
     from workers.cli.printout import print_result
 
     token = token or os.environ.get(SUBMIT_TOKEN_ENV) or None
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    base = server_url.rstrip("/")
-    with httpx.Client(base_url=base, headers=headers, timeout=30.0) as client:
+    with server.client(token, timeout=30.0) as client:
         try:
             response = client.post("/api/v1/jobs", json=job.model_dump(mode="json"))
         except httpx.TransportError as exc:
-            _say(f"boundary run: cannot reach {base}: {exc}")
+            _say(f"boundary run: cannot reach {server}: {exc}")
             return EXIT_REFUSED
         if response.status_code != 202:
             extra = ""
@@ -156,11 +156,12 @@ def submit_to_server(
             _say(f"boundary run: the server refused the job: {_detail(response)}{extra}")
             return EXIT_REFUSED
         job_id = response.json()["id"]
-        _say(f"job {job_id} queued: {base}/runs/{job_id}")
+        page = server.link(f"/runs/{job_id}")
+        _say(f"job {job_id} queued: {page}")
         try:
             final = _wait_final(client, job_id, show_progress=sys.stderr.isatty())
         except KeyboardInterrupt:
-            _say(f"stopped waiting; job {job_id} goes on: {base}/runs/{job_id}")
+            _say(f"stopped waiting; job {job_id} goes on: {page}")
             return EXIT_INTERRUPTED
         except httpx.TransportError as exc:
             _say(f"boundary run: lost the server while waiting for job {job_id}: {exc}")
@@ -175,5 +176,5 @@ def submit_to_server(
         run = _full_run(client, final)
         status = print_result(run, as_json, None)
         if not as_json:
-            print("\n".join(_server_lines(base, job_id, run)))
+            print("\n".join(_server_lines(server, job_id, run)))
         return status

@@ -1,4 +1,5 @@
-"""`boundary worker --server URL [--token T]`: attach this machine's devices to a server.
+"""`boundary worker --server URL [--token T]`: attach this machine's devices to a server
+(URL may name a unix socket, `unix:PATH`: `workers.export.server_address`).
 
 `app.cli` dispatches the `worker` subcommand to `worker_command`. The token defaults to
 BOUNDARY_WORKER_TOKEN; capabilities are detected by the runner, never assumed.
@@ -20,6 +21,7 @@ from workers.agent.memory import MemoryPolicy, env_bytes
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
 from workers.catalog import DEFAULT_MAX_BYTES
 from workers.compiler.jaxenv import apply_jax_environment
+from workers.export.server_address import EXAMPLES, server_option
 from workers.files import FILES_DIR_ENV, FILES_MAX_ENV
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
@@ -32,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="boundary worker",
         description="Run jobs from a Boundary server on this machine's devices.",
     )
-    parser.add_argument("--server", required=True, help="the server's URL, e.g. http://host:8000")
+    parser.add_argument(
+        "--server", required=True, type=server_option, help=f"the server, e.g. {EXAMPLES}"
+    )
     parser.add_argument("--token", help=f"the worker token (default: ${TOKEN_ENV})")
     parser.add_argument("--name", help="a name shown in the worker list")
     parser.add_argument(
@@ -51,8 +55,6 @@ def agent_config(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfi
     token = args.token or env.get(TOKEN_ENV)
     if not token:
         raise ValueError(f"give --token or set {TOKEN_ENV}")
-    if not args.server.startswith(("http://", "https://")):
-        raise ValueError("--server must be an http:// or https:// URL")
     max_job_bytes = env_bytes(env, MAX_BYTES_ENV)
     env_bytes(env, FILES_MAX_ENV)  # read again by each job's file cache
     cache_dir, files_dir = env.get(CACHE_DIR_ENV), env.get(FILES_DIR_ENV)

@@ -16,6 +16,15 @@ for deviceless compiles fails. So, before jax is imported:
 - Where no TPU is found, `TPU_SKIP_MDS_QUERY=1` and `TPU_WORKER_HOSTNAMES=localhost`:
   libtpu then neither asks a cloud metadata server what it runs on nor logs an error
   about worker hostnames it cannot find. The compiled program is the same either way.
+- One holder of a TPU chip: a second process that opens a chip already held fails at once
+  ("Internal error when accessing libtpu multi-process lockfile") and does not fall back
+  to the CPU. So on a TPU host only a worker's chip runner opens it (`holds_chip`), and
+  every other jax process a worker, a runner or `serve` starts runs chip-free
+  (`chipless_environment`): `JAX_PLATFORMS=cpu` and `BOUNDARY_JAX_PLATFORMS=cpu` (so that
+  its own children, which apply this module again, stay off the chip too),
+  `ALLOW_MULTIPLE_LIBTPU_LOAD=1` and `TPU_LOG_DIR=disabled` (libtpu still loads, to compile
+  for TPU targets without the hardware), and libtpu's settings for a machine without TPUs
+  (it asks no metadata server: such a process opens no network connection).
 - The nvidia-cuda-nvcc wheel's `bin` folder first on `PATH`: Mosaic GPU's compile runs
   `ptxas` from PATH (else /usr/local/cuda/bin), ignoring every other setting, and the
   SASS of GPU targets is assembled with the same ptxas. A machine with an older CUDA on
@@ -101,6 +110,46 @@ def jax_environment(environ: Mapping[str, str], found: str | None = None) -> dic
     if path is not None:
         wanted["PATH"] = path
     return wanted
+
+
+CHIPLESS = {
+    PLATFORMS_ENV: "cpu",
+    "JAX_PLATFORMS": "cpu",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    "TPU_LOG_DIR": "disabled",
+}
+"""What a jax process beside the chip's holder is given, whatever its environment says."""
+
+
+def holds_chip(environ: Mapping[str, str], found: str | None = None) -> bool:
+    """Whether a jax process started with `environ` opens this machine's TPU chip: on a
+    TPU host, when the JAX_PLATFORMS it gets names tpu, or none (JAX then picks the TPU)."""
+    found = accelerator() if found is None else found
+    if found != "tpu":
+        return False
+    platforms = {**environ, **jax_environment(environ, found)}.get("JAX_PLATFORMS", "")
+    names = [name.strip() for name in platforms.split(",") if name.strip()]
+    return not names or "tpu" in names
+
+
+def chipless_environment(environ: Mapping[str, str], found: str | None = None) -> dict[str, str]:
+    """The variables of a jax process that must never open this machine's TPU chip (see
+    the module's docstring), given its environment `environ`."""
+    wanted = jax_environment({**environ, **CHIPLESS}, found)
+    wanted.update(CHIPLESS)
+    for name, value in _NO_TPU.items():
+        if name not in environ:
+            wanted[name] = value
+    return wanted
+
+
+def child_jax_environment(environ: Mapping[str, str], found: str | None = None) -> dict[str, str]:
+    """The variables of a jax process that a runner starts for one compile or job beside
+    itself (a dump child, an isolated job), given its environment `environ`: where that
+    would open this machine's TPU chip, which the runner may hold, the chipless ones."""
+    if holds_chip(environ, found):
+        return chipless_environment(environ, found)
+    return jax_environment(environ, found)
 
 
 def apply_jax_environment(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -14,6 +14,9 @@ library, NumPy and the model's own jax.
 - `samples`: references as a sample of (index, value) pairs per result;
 - `trees` (jax): a function exported from example arguments of any structure, through
   plain trees named by path.
+- `server_address`: the server a `--server` option names (a URL, or a unix socket as
+  `unix:PATH`) and the httpx client that reaches it, for export-fn's `--upload` and every
+  other command that talks to a server.
 
 The server reaches the jax-free modules only through `workers.catalog` (its one door to
 the worker's side, with `workers.protocol`); this package imports nothing else of ours.

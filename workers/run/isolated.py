@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.catalog import CatalogError
-from workers.compiler.jaxenv import jax_environment
+from workers.compiler.jaxenv import child_jax_environment
 from workers.protocol import JobSpec, RunResult
 from workers.run.base import PathUnavailable
 
@@ -39,7 +39,7 @@ def run_isolated(
     """`job`'s run, made in a fresh process with `environ` (this one's by default), its
     stored files (an upload's artifact) read from `files_dir`."""
     env = dict(os.environ if environ is None else environ)
-    env.update(jax_environment(env))
+    env.update(child_jax_environment(env))  # never the TPU chip the runner may hold
     request = {
         "job": job.model_dump(mode="json"),
         "cache_dir": str(cache_dir) if cache_dir is not None else None,

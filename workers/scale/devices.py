@@ -14,6 +14,7 @@ import sys
 
 from workers.catalog import CatalogError, parse_params
 from workers.catalog.jaxexport import ArtifactError, read_header
+from workers.compiler.jaxenv import child_jax_environment
 from workers.files import FileCache
 from workers.protocol import JobSpec, PathId
 
@@ -76,4 +77,6 @@ def ensure_cpu_devices(job: JobSpec, argv: list[str], max_bytes: int) -> int | N
     sys.stdout.flush()
     sys.stderr.flush()
     child = [sys.executable, "-m", "workers.cli", "run", *argv]
-    return subprocess.call(child, env={**os.environ, "XLA_FLAGS": flags})
+    # A jax-cpu job: the child runs on the CPU, never on the TPU chip this process may hold.
+    env = {**os.environ, **child_jax_environment(os.environ), "XLA_FLAGS": flags}
+    return subprocess.call(child, env=env)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from workers.compiler.jaxenv import jax_environment
+from workers.compiler.jaxenv import child_jax_environment
 from workers.protocol.compiler_options import OptionValue
 
 TIMEOUT_S = 300.0
@@ -103,10 +103,12 @@ def write_request(exported: bytes, place: Placement, folder: Path) -> None:
     )
 
 
-def child_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """A dump child's environment: this process's, JAX's settings, then `env`."""
+def child_environment(env: Mapping[str, str], found: str | None = None) -> dict[str, str]:
+    """A dump child's environment: this process's, JAX's settings (off the TPU chip, which
+    the runner compiling here may hold: it compiles without the hardware; `found` as
+    `workers.compiler.jaxenv.accelerator` says), then `env`."""
     child_env = dict(os.environ)
-    child_env.update(jax_environment(child_env))
+    child_env.update(child_jax_environment(child_env, found))
     child_env.update(env)
     return child_env
 
