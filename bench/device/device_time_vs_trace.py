@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from workers.compiler.jaxenv import apply_jax_environment  # noqa: E402
+from workers.compiler.jaxenv import apply_jax_environment
 
 apply_jax_environment()
 
@@ -97,9 +97,7 @@ def one(label: str, path: str, cpu: bool, clock_hz: float) -> dict[str, Any]:
     workload, params = PROGRAMS[label]
     params = {**params, **(SMALL.get(label, {}) if cpu else {})}
     run = run_job(
-        JobSpec(
-            workload=workload, path=path, params=params, measure=MeasureOptions(samples=20)
-        )
+        JobSpec(workload=workload, path=path, params=params, measure=MeasureOptions(samples=20))
     )
     by = {m.boundary: m for m in run.measurements if m.stats is not None}
     host = by.get(BoundaryId.HOST_SYNC)

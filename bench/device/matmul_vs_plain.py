@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from workers.compiler.jaxenv import apply_jax_environment  # noqa: E402
+from workers.compiler.jaxenv import apply_jax_environment
 
 apply_jax_environment()
 

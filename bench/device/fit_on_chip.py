@@ -1,0 +1,159 @@
+"""A fit search for the chip's own target, confirmed on the chip.
+
+For each exported program with a symbolic dimension (the two models in
+`bench/device/models` by default, exported here with `boundary export-fn`, or `.jaxexport`
+files a reviewer names), a fit search runs for `v5e:1x1` without the device, through
+`boundary serve --uds` and a `boundary worker` on the chip's host (its chipless runner
+compiles the probes). Its answer L is then held against the chip itself: a run at L must
+compile and execute on the TPU v5e, and the compile at L + step (the next value of the
+search's grid) must be refused by libtpu on the device, for its HBM.
+
+Run on the chip's host: `python3 bench/device/fit_on_chip.py [FILE.jaxexport --dim b] [--range
+1:65536] [--step 64]`. `--cpu` checks the script on the CPU (the search for v6e:1x1, no chip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.device.socket_overhead import TOKEN, start  # noqa: E402
+from workers.export.server_address import ServerAddress  # noqa: E402
+
+OWN = {
+    "transformer step": ("bench.device.models.transformer_step", "step"),
+    "nnx forward": ("bench.device.models.nnx_forward", "forward"),
+}
+
+
+def export_own(folder: Path) -> list[tuple[str, Path]]:
+    """The two models, exported with a symbolic batch as a user would, off the chip."""
+    found = []
+    for label, (module, function) in OWN.items():
+        out = folder / f"{function}.jaxexport"
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "export-fn", f"{module}:{function}",
+             "--example", f"{module}:example", "--symbolic", "batch=tokens",
+             "--platforms", "cpu,tpu", "-o", str(out), "--no-source"],
+            cwd=ROOT, check=True, capture_output=True,
+            env={**os.environ, "BOUNDARY_JAX_PLATFORMS": "cpu"},
+        )  # fmt: skip
+        found.append((label, out))
+    return found
+
+
+def wait(client: Any, address: str, final: tuple[str, ...], timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer: dict[str, Any] = client.get(address).json()
+        if answer["status"] in final:
+            return answer
+        time.sleep(1.0)
+    raise SystemExit(f"{address} did not end in {timeout:.0f} s")
+
+
+def confirm(
+    client: Any, sha: str, dim: str, *, span: tuple[int, int], step: int, target: str, path: str
+) -> dict[str, Any]:
+    fit = client.post(
+        "/api/v1/fits",
+        json={"artifact": sha, "dimension": dim, "range": list(span), "step": step,
+              "targets": [target]},
+    )  # fmt: skip
+    assert fit.status_code == 202, fit.text
+    found = wait(client, f"/api/v1/fits/{fit.json()['id']}", ("done", "failed", "cancelled"), 3600)
+    t = found["targets"][0]
+    row: dict[str, Any] = {
+        "target": target,
+        "largest_fitting": t.get("largest_fitting"),
+        "usable_bytes": t.get("usable_bytes"),
+        "peak_at_largest": t.get("peak_bytes_at_largest"),
+        "above": t.get("value_above"),
+        "compiles": len(t.get("probes") or []),
+        "non_monotone": t.get("non_monotone"),
+    }
+    largest = t.get("largest_fitting")
+    if largest is None or path == "jax-cpu":
+        return row
+    for value, key in ((largest, "at_largest"), (t.get("value_above"), "above_on_chip")):
+        if value is None:
+            continue
+        body = {"workload": "exported", "path": path, "measure": {"samples": 5},
+                "params": {"artifact": sha, "dims": {dim: value}}}  # fmt: skip
+        job_id = client.post("/api/v1/jobs", json=body).json()["id"]
+        job = wait(client, f"/api/v1/jobs/{job_id}", ("done", "failed", "expired"), 1800)
+        run = job.get("run") or {}
+        row[key] = {"value": value, "status": job["status"], "valid": run.get("valid"),
+                    "reason": (job.get("reason") or "")[:300]}  # fmt: skip
+    ran = row.get("at_largest", {})
+    above = row.get("above_on_chip")  # none when L is the range's top
+    refused = above is None or (
+        above["status"] == "failed" and "RESOURCE_EXHAUSTED" in above["reason"]
+    )
+    row["confirmed"] = ran.get("status") == "done" and ran.get("valid") is True and refused
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--dim", default="batch")
+    parser.add_argument("--range", default="1:65536")
+    parser.add_argument("--step", type=int, default=64)
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args()
+    lo, hi = (int(x) for x in args.range.split(":"))
+    lo = lo if (hi - lo) % args.step == 0 else hi - args.step * ((hi - lo) // args.step)
+    target, path = ("v6e:1x1", "jax-cpu") if args.cpu else ("v5e:1x1", "jax-tpu")
+    env = {"BOUNDARY_JAX_PLATFORMS": "cpu"} if args.cpu else {}
+    with tempfile.TemporaryDirectory(prefix="bfit-") as name:
+        tmp = Path(name)
+        programs = [(f.name, f) for f in args.files] or export_own(tmp)
+        procs = start(tmp, tmp / "b.sock", {**env, "BOUNDARY_WORKER_TOKEN": TOKEN})
+        server = ServerAddress.parse(f"unix:{tmp / 'b.sock'}")
+        rows = []
+        try:
+            with server.client(timeout=600) as client:
+                wait_for = time.monotonic() + 300
+                while not client.get("/api/v1/workers").json()["data"]:
+                    assert time.monotonic() < wait_for, "no worker registered"
+                    time.sleep(0.5)
+                for label, file in programs:
+                    sha = client.post(
+                        "/api/v1/artifacts", params={"kind": "exported"},
+                        content=file.read_bytes(),
+                        headers={"Content-Type": "application/octet-stream"},
+                    ).json()["sha256"]  # fmt: skip
+                    row = confirm(
+                        client,
+                        sha,
+                        args.dim,
+                        span=(lo, hi),
+                        step=args.step,
+                        target=target,
+                        path=path,
+                    )
+                    row["program"] = label
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+                p.wait(timeout=60)
+    confirmed = sum(1 for r in rows if r.get("confirmed"))
+    print(f"{confirmed} of {len(rows)} answers confirmed on the chip")
+    return 0 if args.cpu or confirmed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
