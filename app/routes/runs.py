@@ -171,7 +171,7 @@ async def run_ir(
         )
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
-    text, _ = found
+    text, cut = found
     job = _job_json(job_id, dispatcher)
     run = job.get("run")
     source = SourceText.from_run(run)
@@ -190,6 +190,8 @@ async def run_ir(
         "source_sha": source.sha256 if source else "",
         "pipeline_label": _pipeline_label(run or {}),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
+        # Only its beginning was kept (the worker's or the server's cut at the cap).
+        "cut_at": state.settings.ARTIFACT_MAX_BYTES if cut else None,
         "job_id": job_id,
         "nav": "runs",
     }
