@@ -96,9 +96,16 @@ class McpMount:
         if body is None:
             log.info("POST /mcp: the client hung up before its body arrived")
             return
+        answered = anyio.Event()
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered.set()  # first: a server's receive says "disconnect" once answered
+            await send(message)
+
         async with anyio.create_task_group() as call:
-            call.start_soon(_cancel_when_gone, receive, call.cancel_scope)
-            await self._handle(scope, _replayed(body), send)
+            call.start_soon(_cancel_when_gone, receive, answered, call.cancel_scope)
+            await self._handle(scope, _replayed(body), sending)
             call.cancel_scope.cancel()  # answered: stop watching
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -197,12 +204,16 @@ def _replayed(body: bytes) -> Receive:
     return receive
 
 
-async def _cancel_when_gone(receive: Receive, call: anyio.CancelScope) -> None:
-    """Cancel `call` when the client disconnects (nothing else arrives once the body is in)."""
+async def _cancel_when_gone(
+    receive: Receive, answered: anyio.Event, call: anyio.CancelScope
+) -> None:
+    """Cancel `call` when the client disconnects before its answer was sent (nothing else
+    arrives once the body is in)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-    log.info("POST /mcp: the client hung up; its call was cancelled")
-    call.cancel()
+    if not answered.is_set():
+        log.info("POST /mcp: the client hung up; its call was cancelled")
+        call.cancel()
 
 
 async def _not_allowed(send: Send) -> None:
