@@ -150,9 +150,11 @@ async def run_ir(
     content). `start` pages, `q` filters to matching lines, `src` selects a source line;
     `part=lines` answers only the next page of lines (loaded on scroll)."""
     exists = len(job_id) <= 64 and dispatcher.store.get_job(job_id) is not None
-    if exists and name not in ARTIFACT_NAMES:
+    if exists and name not in ARTIFACT_NAMES:  # what this run has, not every name there is
+        run_row = dispatcher.store.get_run(job_id)
+        has = [n for n in (run_row.artifact_names if run_row else []) if n in ARTIFACT_NAMES]
         raise MissingPart(
-            f"no IR is called {name[:20]!r} (names: {', '.join(ARTIFACT_NAMES)})",
+            f"no IR is called {name[:20]!r} (this run has {', '.join(has) or 'none yet'})",
             "No such IR",
             ("Back to the run", f"/runs/{job_id}"),
         )

@@ -79,6 +79,8 @@ async def test_a_text_the_worker_cut_reads_as_cut_everywhere(
     assert "only its beginning kept" in (await client.get(f"/runs/{job_id}")).text
     whole = (await client.get(f"/runs/{job_id}/ir/jaxpr")).text
     assert "were kept" not in whole and "Download (complete)" in whole
+    missing = await client.get(f"/runs/{job_id}/ir/workers")  # what this run has, only
+    assert missing.status_code == 404 and "this run has hlo, jaxpr)" in missing.text
     async with mcp_client(app) as mcp:
         refused, text = await tool_text(mcp, "get_ir", {"run_id": job_id, "artifact": "hlo"})
     answer = json.loads(text)
