@@ -256,7 +256,7 @@ def create_app(
         return FastPath(inner, build_resources(state))
     from app.mcp.mount import McpMount
 
-    mount = McpMount(inner, settings)  # /mcp, off unless BOUNDARY_MCP=1
+    mount = McpMount(inner, settings, state)  # /mcp, off unless BOUNDARY_MCP=1
     app = FastPath(mount, build_resources(state))
     mount.loop_back = app  # its tools call the API through the whole app, in-process
     return app

@@ -1,8 +1,10 @@
 """Queueing jobs and leasing them to capable workers.
 
-A lease is one conditional statement in the store (app.store.jobs): the oldest queued job
-this worker can run, taken with `FOR UPDATE SKIP LOCKED` on PostgreSQL, so that two lease
-requests never take the same job, on one replica or on several. A lease request waits on
+A lease is one conditional statement in the store (app.store.jobs): the next queued job
+this worker can run, clients taking turns (the one with the fewest jobs running, then the
+one served longest ago; its oldest job), taken with `FOR UPDATE SKIP LOCKED` on
+PostgreSQL, so that two lease requests never take the same job, on one replica or on
+several. A lease request waits on
 an asyncio event that is set whenever a job enters the queue, here or on another replica
 (the channel's wake-ups), never on a fixed polling sleep; it looks at the queue again
 every RECHECK_S all the same, so a wake-up lost with the channel costs seconds, not a job.
@@ -118,7 +120,7 @@ class LeasingMixin(DispatcherCore):
         if not self.leasing:
             return None
         # Group the queue by what its jobs need, keep the needs this worker meets, and take
-        # the oldest job among them: a runnable job is found wherever it sits in the queue.
+        # the next job among them: a runnable job is found wherever it sits in the queue.
         meets = [
             text
             for text, _ in self.store.queued_requirements()

@@ -140,11 +140,20 @@ def prepare(
         if text is None:
             inline[name] = None
             continue
-        prepared.artifacts[name] = cap_text(text, artifact_max_bytes)
+        kept, cut_here = cap_text(text, artifact_max_bytes)
+        # Cut by the worker (to exactly the cap, so it looks whole here) or here: either way
+        # the stored text is the beginning of the whole, and says so.
+        prepared.artifacts[name] = (kept, cut_here or name in run.artifacts_cut)
         inline[name], cut = cap_text(text, inline_bytes)
         if cut:
             prepared.truncated.append(name)
-    capped = run.model_copy(update={"artifacts": run.artifacts.model_copy(update=inline)})
+    stored_cut = [n for n in ARTIFACT_NAMES if n in prepared.artifacts and prepared.artifacts[n][1]]
+    capped = run.model_copy(
+        update={
+            "artifacts": run.artifacts.model_copy(update=inline),
+            "artifacts_cut": stored_cut,
+        }
+    )
     hlo = prepared.artifacts.get("hlo")
     if hlo is not None and hlo[0]:  # the summary that explains itself, from the run's own texts
         explained = explain(hlo[0], run.source, run.pipeline)

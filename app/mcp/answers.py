@@ -11,13 +11,15 @@ from typing import Any
 from app.pages.runs.memory_fit import memory_fit
 
 TOP_BUFFERS = 10
-"""Buffers a memory answer lists by default (largest first, as the report orders them)."""
+"""Buffers live at the peak a memory answer lists by default (largest first)."""
 
 
 def run_answer(job: dict[str, Any], address: str) -> dict[str, Any]:
-    """A compile's answer: the run's id and address, its HLO summary and memory fit."""
+    """A compile's answer: the run's id and address, what it compiled (the parameters, an
+    upload's symbolic dimensions, the compiler options), its HLO summary and memory fit."""
     run = job.get("run") or {}
     target = run.get("target") or {}
+    params = job.get("params") or {}
     answer: dict[str, Any] = {
         "run_id": job["id"],
         "status": job["status"],
@@ -25,6 +27,9 @@ def run_answer(job: dict[str, Any], address: str) -> dict[str, Any]:
         "workload": job.get("workload"),
         "path": job.get("path"),
         "target": job.get("target"),
+        "params": {k: v for k, v in params.items() if k != "dims"},
+        "dims": params.get("dims"),
+        "compiler_options": job.get("compiler_options") or {},
         "compiler": _compiler(target),
         "valid": run.get("valid"),
         "hlo_summary": hlo_summary(run.get("hlo_summary")),
@@ -101,8 +106,13 @@ def fit_of(target: dict[str, Any]) -> dict[str, Any] | None:
 
 def memory_answer(report: dict[str, Any], top: int, address: str) -> dict[str, Any]:
     """The memory report in short: the peak and what makes it up, then the `top` largest
-    buffers with the source line that made each."""
+    buffers live at the peak (what the peak is made of) with the source line that made
+    each."""
     buffers = report.get("buffers") or []
+    at_peak = sorted(
+        (b for b in buffers if b.get("live_at_peak") is True),
+        key=lambda b: -int(b.get("bytes") or 0),
+    )
     return {
         "run_id": report.get("id"),
         "address": address,
@@ -112,14 +122,12 @@ def memory_answer(report: dict[str, Any], top: int, address: str) -> dict[str, A
         "padding_bytes": report.get("padding_bytes"),
         "memory_analysis": report.get("memory_analysis"),
         "not_counted": report.get("not_counted"),
-        "buffers_listed": min(top, len(buffers)),
+        "buffers_listed": min(top, len(at_peak)),
+        "buffers_live_at_peak": len(at_peak),
         "buffers_in_report": len(buffers),
         "top_buffers": [
-            {
-                k: b.get(k)
-                for k in ("bytes", "kind", "shape", "op_name", "source", "live", "live_at_peak")
-            }
-            for b in buffers[:top]
+            {k: b.get(k) for k in ("bytes", "kind", "shape", "op_name", "source", "live")}
+            for b in at_peak[:top]
         ],
         "other": report.get("other"),
         "scope": report.get("scope"),

@@ -10,7 +10,7 @@ carrying the API's message, never a stack trace.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from typing import Any
 
 import httpx
@@ -21,12 +21,36 @@ ERROR_TEXT_CHARS = 2_000
 """The most of an error body (not JSON) repeated to the assistant."""
 
 
+class Refused(ToolError):
+    """The API refused a request: its status, and its message as the tool's error."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+WaitSlot = Callable[[], AbstractContextManager[object]]
+"""One of the caller's waits held for as long as the block runs (a tool that waits for a
+job holds one); ToolError naming `timeout_s` when the caller holds as many as it may."""
+
+
 class BoundaryApi:
     """The HTTP API of one Boundary server, for one tool call."""
 
-    def __init__(self, client: httpx.AsyncClient, public_base: str) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, public_base: str, wait_slot: WaitSlot | None = None
+    ) -> None:
         self.client = client
         self.public_base = public_base.rstrip("/")
+        self._wait_slot = wait_slot
+
+    def waiting(self, timeout_s: float) -> AbstractContextManager[object]:
+        """A hold on one of the caller's waits while a tool waits up to `timeout_s` for a
+        job (nothing to hold for a call that answers at once, or over stdio, where the
+        one caller is the user's own assistant)."""
+        if timeout_s <= 0 or self._wait_slot is None:
+            return nullcontext()
+        return self._wait_slot()
 
     def address(self, path: str) -> str:
         """The absolute address of `path` (a page, a run) on the server, for a person."""
@@ -54,7 +78,7 @@ class BoundaryApi:
             ) from None
         if response.is_success:
             return response
-        raise ToolError(refusal_message(response))
+        raise Refused(refusal_message(response), response.status_code)
 
 
 def refusal_message(response: httpx.Response) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 
+from app.ir.pipeline import PIPELINE_ARTIFACT
 from app.mcp.answers import (
     compare_answer,
     fit_answer,
@@ -22,9 +23,10 @@ from app.mcp.answers import (
     published_run,
     run_answer,
 )
-from app.mcp.api import BoundaryApi
+from app.mcp.api import BoundaryApi, Refused
+from app.mcp.arguments import checked_id, finite, refused, segment
 from app.mcp.bounds import MAX_IR_PAGE_CHARS
-from workers.protocol import parse_target
+from workers.protocol import ARTIFACT_NAMES, parse_target
 
 JOBS = "/api/v1/jobs"
 FITS = "/api/v1/fits"
@@ -33,6 +35,8 @@ POLL_MOST_S = 2.0
 LIVE = frozenset({"queued", "running"})
 """The statuses of a job or a fit search that has not ended."""
 STILL_RUNNING = "still running: call again with this id to keep waiting"
+IR_NAMES = (*ARTIFACT_NAMES, PIPELINE_ARTIFACT)
+"""The artifacts a run may have, as the API names them."""
 
 
 async def _follow(api: BoundaryApi, path: str, timeout_s: float) -> Any:
@@ -47,21 +51,41 @@ async def _follow(api: BoundaryApi, path: str, timeout_s: float) -> Any:
         pause = min(POLL_MOST_S, pause * 1.5)
 
 
+async def existing_job(api: BoundaryApi, field: str, run_id: str) -> dict[str, Any]:
+    """The API's job `run_id` names; a refusal naming `field` when there is none."""
+    checked_id(field, run_id)
+    try:
+        job: dict[str, Any] = await api.get(f"{JOBS}/{segment(run_id)}")
+    except Refused as exc:
+        if exc.status != 404:
+            raise
+        raise refused(field, f"no run {run_id!r} on this server (HTTP 404)") from None
+    return job
+
+
 def job_body(
     workload: str | None,
     artifact: str | None,
     params: dict[str, Any],
     path: str | None,
     target: str | None,
+    *,
+    compiler_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A job for the API: a catalog workload, or an uploaded artifact (the `exported`
     workload naming it by its SHA-256). The path defaults to the target's own."""
     if (workload is None) == (artifact is None):
-        raise ToolError("give either workload (a catalog name) or artifact (an uploaded id)")
+        raise refused(
+            "workload, artifact", "give either workload (a catalog name) or artifact (an id)"
+        )
+    finite("params", params)
+    finite("compiler_options", compiler_options)
     body: dict[str, Any] = {
         "workload": workload or "exported",
         "params": {**params, **({"artifact": artifact} if artifact else {})},
     }
+    if compiler_options:
+        body["compiler_options"] = compiler_options
     if target is not None:
         body["target"] = target
         if path is None:
@@ -84,17 +108,20 @@ async def compile_run(
     timeout_s: float,
 ) -> dict[str, Any]:
     """Queue a compile-only job (or follow `run_id`), wait, and answer with its summary."""
-    if run_id is None:
-        assert body is not None
-        job = await api.post(JOBS, {**body, "stages": ["compile"]})
-        run_id = job["id"]
-    job = await _follow(api, f"{JOBS}/{run_id}", timeout_s)
-    answer = run_answer(job, api.address(f"/runs/{run_id}"))
-    if job["status"] in LIVE:
-        answer["next"] = STILL_RUNNING
-    elif job["status"] != "done":
-        raise ToolError(f"the compile {run_id} {job['status']}: {job.get('reason')}")
-    return answer
+    with api.waiting(timeout_s):
+        if run_id is None:
+            assert body is not None
+            job = await api.post(JOBS, {**body, "stages": ["compile"]})
+            run_id = job["id"]
+        else:
+            await existing_job(api, "run_id", run_id)
+        job = await _follow(api, f"{JOBS}/{segment(run_id)}", timeout_s)
+        answer = run_answer(job, api.address(f"/runs/{run_id}"))
+        if job["status"] in LIVE:
+            answer["next"] = STILL_RUNNING
+        elif job["status"] != "done":
+            raise ToolError(f"the compile {run_id} {job['status']}: {job.get('reason')}")
+        return answer
 
 
 async def timed_run(
@@ -102,24 +129,25 @@ async def timed_run(
 ) -> dict[str, Any]:
     """Queue a timed run (or follow `run_id`). When no connected worker can run it, answer
     at once with the reason it waits; else wait and answer with what the gate published."""
-    if run_id is None:
-        assert body is not None
-        job = await api.post(JOBS, body)
-        run_id = job["id"]
-    job = await api.get(f"{JOBS}/{run_id}")
-    address = api.address(f"/runs/{run_id}")
-    if job["status"] == "queued" and job.get("reason"):
-        waiting = published_run(job, address)
-        waiting["next"] = (
-            "it waits in the queue for a capable worker (and expires after the server's "
-            "queue timeout); call run with this run_id later to see it"
-        )
-        return waiting
-    job = await _follow(api, f"{JOBS}/{run_id}", timeout_s)
-    answer = published_run(job, address)
-    if job["status"] in LIVE:
-        answer["next"] = STILL_RUNNING
-    return answer
+    with api.waiting(timeout_s):
+        if run_id is None:
+            assert body is not None
+            job = await api.post(JOBS, body)
+            run_id = job["id"]
+        job = await existing_job(api, "run_id", run_id)
+        address = api.address(f"/runs/{run_id}")
+        if job["status"] == "queued" and job.get("reason"):
+            waiting = published_run(job, address)
+            waiting["next"] = (
+                "it waits in the queue for a capable worker (and expires after the server's "
+                "queue timeout); call run with this run_id later to see it"
+            )
+            return waiting
+        job = await _follow(api, f"{JOBS}/{segment(run_id)}", timeout_s)
+        answer = published_run(job, address)
+        if job["status"] in LIVE:
+            answer["next"] = STILL_RUNNING
+        return answer
 
 
 async def ir_page(
@@ -127,10 +155,16 @@ async def ir_page(
 ) -> dict[str, Any]:
     """One page of one artifact's text: `max_chars` characters from `offset`."""
     size = min(max_chars, MAX_IR_PAGE_CHARS)
-    text, stored_cut = await api.text(f"{JOBS}/{run_id}/artifacts/{artifact}")
+    checked_id("run_id", run_id)
+    if artifact not in IR_NAMES:  # never a path to follow: say what this run has
+        job = await existing_job(api, "run_id", run_id)
+        has = sorted((job.get("run") or {}).get("artifact_links") or {})
+        listed = f"it has {', '.join(has)}" if has else f"it has none: the job is {job['status']}"
+        raise refused("artifact", f"run {run_id} has no artifact {artifact[:40]!r} ({listed})")
+    text, stored_cut = await api.text(f"{JOBS}/{segment(run_id)}/artifacts/{artifact}")
     total = len(text)
     if offset > total:
-        raise ToolError(f"offset {offset} is past the end of {artifact} ({total:,} characters)")
+        raise refused("offset", f"{offset} is past the end of {artifact} ({total:,} characters)")
     page = text[offset : offset + size]
     end = offset + len(page)
     return {
@@ -141,17 +175,26 @@ async def ir_page(
         "total_chars": total,
         "next_offset": end if end < total else None,
         "stored_truncated": stored_cut,
+        **({"cut": _cut_note(text)} if stored_cut else {}),
         "text": page,
     }
 
 
+def _cut_note(text: str) -> str:
+    """What a text stored cut is: its beginning, as many bytes as the cap kept."""
+    return f"only the first {len(text.encode()):,} bytes were kept: the text stops there"
+
+
 async def memory_report(api: BoundaryApi, run_id: str, top: int) -> dict[str, Any]:
-    report = await api.get(f"/api/v1/runs/{run_id}/memory")
+    checked_id("run_id", run_id)
+    report = await api.get(f"/api/v1/runs/{segment(run_id)}/memory")
     return memory_answer(report, top, api.address(f"/runs/{run_id}/memory"))
 
 
 async def compare_runs(api: BoundaryApi, a: str, b: str) -> dict[str, Any]:
     """The comparison page's JSON twin and the HLO diff of the two runs."""
+    for field, run_id in (("a", a), ("b", b)):  # an unknown run is named as such
+        await existing_job(api, field, run_id)
     pair = {"a": a, "b": b}
     page = await api.get("/compare.json", pair)
     diff = None
@@ -166,11 +209,13 @@ async def fit_search(
     api: BoundaryApi, body: dict[str, Any] | None, fit_id: str | None, timeout_s: float
 ) -> dict[str, Any]:
     """Start a fit search (or follow `fit_id`); its table when done, else its id."""
-    if fit_id is None:
-        assert body is not None
-        fit_id = (await api.post(FITS, body))["id"]
-    search = await _follow(api, f"{FITS}/{fit_id}", timeout_s)
-    answer = fit_answer(search, api.address(f"/fits/{fit_id}"))
-    if search.get("status") in LIVE:
-        answer["next"] = STILL_RUNNING
-    return answer
+    with api.waiting(timeout_s):
+        if fit_id is None:
+            assert body is not None
+            fit_id = (await api.post(FITS, body))["id"]
+        checked_id("fit_id", fit_id, "fit search")
+        search = await _follow(api, f"{FITS}/{segment(fit_id)}", timeout_s)
+        answer = fit_answer(search, api.address(f"/fits/{fit_id}"))
+        if search.get("status") in LIVE:
+            answer["next"] = STILL_RUNNING
+        return answer

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from app.mcp import calls
 from app.mcp.api import Connect
+from app.mcp.arguments import finite, refused
 from app.mcp.bounds import IR_PAGE_CHARS, MAX_ANSWER_CHARS, MAX_IR_PAGE_CHARS, bounded
 from app.mcp.catalog import targets_answer, workloads_answer
 from app.mcp.resources import add_cards
@@ -58,7 +58,20 @@ Path = Annotated[
 ]
 Wait = Annotated[
     float,
-    Field(ge=0, le=600, description="Seconds to wait for the answer before returning its id."),
+    Field(
+        ge=0,
+        le=600,
+        allow_inf_nan=False,
+        description="Seconds to wait for the answer before returning its id.",
+    ),
+]
+CompilerOptions = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="XLA options for the compile, as the jobs API takes them, e.g. "
+        '{"xla_gpu_enable_triton_gemm": false}: from the allow-list of the target\'s '
+        "compiler (a controlled variable of a comparison, or its one experimental variable)."
+    ),
 ]
 
 
@@ -94,7 +107,7 @@ def _catalog_tools(server: MCPServer, connect: Connect) -> None:
         try:
             return bounded(workloads_answer(listing, workload))
         except LookupError as exc:
-            raise ToolError(str(exc)) from None
+            raise refused("workload", str(exc)) from None
 
 
 def _compile_tools(server: MCPServer, connect: Connect) -> None:
@@ -107,6 +120,7 @@ def _compile_tools(server: MCPServer, connect: Connect) -> None:
         artifact: Artifact = None,
         params: Params = None,
         path: Path = None,
+        compiler_options: CompilerOptions = None,
         run_id: Annotated[
             str | None, Field(max_length=64, description="Keep waiting for this compile.")
         ] = None,
@@ -116,8 +130,13 @@ def _compile_tools(server: MCPServer, connect: Connect) -> None:
         only, nothing executes). Waits up to timeout_s, then answers the run's id and
         address, the optimized HLO's summary (fusions, collectives with bytes per device)
         and the memory fit (peak per device against the chip's HBM: fits, or by how much
-        not). A compile still running answers its run_id: call again with it."""
-        body = None if run_id else calls.job_body(workload, artifact, params or {}, path, target)
+        not), with the parameters, dims and compiler_options it compiled with. A compile
+        still running answers its run_id: call again with it."""
+        body = None
+        if not run_id:
+            body = calls.job_body(
+                workload, artifact, params or {}, path, target, compiler_options=compiler_options
+            )
         async with connect(ctx) as api:
             return bounded(await calls.compile_run(api, body, run_id, timeout_s))
 
@@ -170,6 +189,7 @@ def _run_tool(server: MCPServer, connect: Connect) -> None:
             dict[str, Any] | None,
             Field(description='Measurement options, e.g. {"mode": "latency", "samples": 20}.'),
         ] = None,
+        compiler_options: CompilerOptions = None,
         run_id: Annotated[
             str | None, Field(max_length=64, description="Look at this run again.")
         ] = None,
@@ -181,8 +201,11 @@ def _run_tool(server: MCPServer, connect: Connect) -> None:
         once with the reason it waits."""
         body = None
         if not run_id:
-            body = calls.job_body(workload, artifact, params or {}, path, target)
+            body = calls.job_body(
+                workload, artifact, params or {}, path, target, compiler_options=compiler_options
+            )
             body["stages"] = ["compile", "execute"]
+            finite("measure", measure)
             if measure:
                 body["measure"] = measure
         async with connect(ctx) as api:
@@ -230,7 +253,10 @@ def _search_tools(server: MCPServer, connect: Connect) -> None:
         body = None
         if not fit_id:
             if (workload is None) == (artifact is None):
-                raise ToolError("give either workload (a catalog name) or artifact (an id)")
+                raise refused(
+                    "workload, artifact", "give either workload (a catalog name) or artifact"
+                )
+            finite("params", params)
             program = {"workload": workload} if workload else {"artifact": artifact}
             body = {**program, "params": params or {}, "dimension": dimension,
                     "range": [lo, hi], "step": step, "targets": targets or []}  # fmt: skip

@@ -130,16 +130,17 @@ class FitSearches:
     # --- steps -----------------------------------------------------------------------
 
     def _plan(self, spec: FitSpec, states: list[TargetState]) -> list[_Planned]:
-        """The probes each target wants now, each checked like a job submitted alone."""
+        """The probes each target wants now, each checked like a job submitted alone, in
+        turns between the targets (each target's first, then each one's second, …): a
+        client's jobs are leased in the order they were queued, so every target's search
+        moves on before any target's second probe."""
         settings = self.admission.settings
+        wanted = [[(state.target, value) for value in state.wanted] for state in states]
         planned = []
-        for state in states:
-            for value in state.wanted:
-                job, problems = probe_valid(
-                    spec, state.target, value, self.store, settings.MAX_JOB_BYTES
-                )
-                failed = "; ".join(f"{f}: {m}" if f else m for f, m in problems) or None
-                planned.append(_Planned(state.target, value, job, failed))
+        for target, value in _in_turns(wanted):
+            job, problems = probe_valid(spec, target, value, self.store, settings.MAX_JOB_BYTES)
+            failed = "; ".join(f"{f}: {m}" if f else m for f, m in problems) or None
+            planned.append(_Planned(target, value, job, failed))
         return planned
 
     def _queue(
@@ -208,3 +209,9 @@ class FitSearches:
             name = parse_target(state.target).id
             reasons.append(f"{name}: the probe at {probe.value} failed ({probe.failed})")
         self.store.end_fit(fit.id, JobStatus.FAILED.value, "; ".join(reasons))
+
+
+def _in_turns(lists: list[list[tuple[str, int]]]) -> list[tuple[str, int]]:
+    """The items of `lists` taken in turns: each list's first, then each one's second, …"""
+    longest = max((len(items) for items in lists), default=0)
+    return [items[i] for i in range(longest) for items in lists if i < len(items)]

@@ -144,10 +144,12 @@ async def get_artifact(job: ExistingJob, name: str, dispatcher: DispatcherDep) -
     its pass pipeline and GPU compiler reports, as JSON (`PipelineCapture`)."""
     known = (*ARTIFACT_NAMES, PIPELINE_ARTIFACT)
     found = dispatcher.store.get_artifact(job.id, name) if name in known else None
-    if found is None:
-        names = ", ".join(known)
+    if found is None:  # what this run has, not every name there is
+        run = dispatcher.store.get_run(job.id)
+        has = ", ".join(run.artifact_names) if run is not None and run.artifact_names else None
+        listed = f"it has {has}" if has else f"it has none: the job is {job.status.value}"
         raise HTTPException(
-            status_code=404, detail=f"the job has no artifact {name[:40]!r} (names: {names})"
+            status_code=404, detail=f"the job has no artifact {name[:40]!r} ({listed})"
         )
     text, cut = found
     headers = {"X-Boundary-Truncated": "true"} if cut else {}

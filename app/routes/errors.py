@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from app.routes.common import render
 from app.state import state_of_scope
@@ -20,6 +21,10 @@ from app.web.diskfull import DISK_FULL, is_disk_full
 from app.web.diskfull import KINDS as DISK_KINDS
 
 log = logging.getLogger("boundary.errors")
+
+CLIENT_CLOSED = 499
+"""What a request the client hung up on before its body arrived is logged with (nginx's
+"client closed request"): nobody reads the answer, and it is no fault of the server's."""
 
 MACHINE_SUFFIXES = (".json", ".csv", ".md", ".gz", ".tar.gz", ".txt")
 MACHINE_PREFIXES = ("/api/", "/oembed", "/metrics", "/healthz", "/readyz", "/openapi")
@@ -186,6 +191,14 @@ def install(app: FastAPI, reader_not_found: Any) -> None:
 
     for kind in DISK_KINDS:
         app.add_exception_handler(kind, disk_full)
+
+    @app.exception_handler(ClientDisconnect)
+    async def hung_up(request: Request, exc: ClientDisconnect) -> Response:
+        # A client that closes its connection mid-body (a worker giving up on a progress
+        # report, a script stopped) is no 500: a line of log, no traceback.
+        log.info("%s %s: the client hung up before its body arrived", request.method,
+                 request.url.path)  # fmt: skip
+        return Response(status_code=CLIENT_CLOSED)
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> Response:

@@ -150,9 +150,11 @@ async def run_ir(
     content). `start` pages, `q` filters to matching lines, `src` selects a source line;
     `part=lines` answers only the next page of lines (loaded on scroll)."""
     exists = len(job_id) <= 64 and dispatcher.store.get_job(job_id) is not None
-    if exists and name not in ARTIFACT_NAMES:
+    if exists and name not in ARTIFACT_NAMES:  # what this run has, not every name there is
+        run_row = dispatcher.store.get_run(job_id)
+        has = [n for n in (run_row.artifact_names if run_row else []) if n in ARTIFACT_NAMES]
         raise MissingPart(
-            f"no IR is called {name[:20]!r} (names: {', '.join(ARTIFACT_NAMES)})",
+            f"no IR is called {name[:20]!r} (this run has {', '.join(has) or 'none yet'})",
             "No such IR",
             ("Back to the run", f"/runs/{job_id}"),
         )
@@ -171,7 +173,7 @@ async def run_ir(
         )
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
-    text, _ = found
+    text, cut = found
     job = _job_json(job_id, dispatcher)
     run = job.get("run")
     source = SourceText.from_run(run)
@@ -190,6 +192,8 @@ async def run_ir(
         "source_sha": source.sha256 if source else "",
         "pipeline_label": _pipeline_label(run or {}),
         "download": f"/api/v1/jobs/{job_id}/artifacts/{name}",
+        # Only its beginning was kept (the worker's or the server's cut at the cap).
+        "cut_at": state.settings.ARTIFACT_MAX_BYTES if cut else None,
         "job_id": job_id,
         "nav": "runs",
     }

@@ -348,3 +348,14 @@ CREATE TABLE fit_probes (
 CREATE INDEX fit_probes_job ON fit_probes (job_id);
 """
 """SQLITE_7 in PostgreSQL's types."""
+
+SQLITE_8 = """
+UPDATE jobs SET client = '' WHERE client IS NULL;
+CREATE INDEX jobs_client_leased ON jobs (client, leased_at);
+"""
+"""Leasing takes turns between clients: the client served longest ago goes first, found
+from each client's latest lease through this index. A job from before clients were
+recorded counts as the client ''; every job has one from now on."""
+
+POSTGRES_8 = SQLITE_8
+"""SQLITE_8 as it is: an index reads alike on both."""

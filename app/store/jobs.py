@@ -3,10 +3,18 @@
 Every change of a job's state is one conditional statement (`UPDATE … WHERE <the state
 it must be in> RETURNING …`), so that it holds on PostgreSQL, where replicas write at
 once, as it does on SQLite's single writer: two finishers, a finisher and the reaper,
-or two reapers can never both move a job. Leasing picks the oldest job a worker can run
+or two reapers can never both move a job. Leasing picks the next job a worker can run
 with `FOR UPDATE SKIP LOCKED` on PostgreSQL, so concurrent leases take different jobs
 instead of queueing behind one row lock. Every time stored or compared is the database's
 clock (`{NOW}`).
+
+Clients take turns (a client is whom admission counts a job under, `jobs.client`): the
+next job is the oldest of the client with the fewest jobs running now, and among clients
+running as many, of the one whose latest lease is oldest (never served first). So one
+client's long queue never stands in front of another's job: that job waits only for a
+worker to come free. Two replicas leasing at the same instant may both serve one client
+(each skips the other's locked row and takes that client's next job); the turn evens out
+at the next lease.
 
 A part of `app.store.Store`, on the backend of `app.store.base.StoreBase`.
 """
@@ -44,7 +52,8 @@ INSERT_ONE = {
 }
 CLEAR_WORKER = "UPDATE workers SET current_job = NULL WHERE id = ? AND current_job = ?"
 
-# The oldest queued job whose requirements JSON is one of {IN}, taken in one statement.
+# The next queued job whose requirements JSON is one of {IN}, taken in one statement:
+# clients take turns (the module's docstring), and a client's own jobs go oldest first.
 # The scalar subquery is evaluated once, so LIMIT 1 holds; SKIP LOCKED lets a concurrent
 # lease take the next job instead of waiting for this one's row lock.
 _SET_LEASED = (
@@ -53,8 +62,18 @@ _SET_LEASED = (
     "updated_at = {NOW}"
 )
 _PICK = (
-    "SELECT id FROM jobs WHERE status = 'queued' AND requirements IN ({IN}) "
-    "ORDER BY created_at, id LIMIT 1{SKIP_LOCKED}"
+    # Each client with a job this worker can run, with its jobs running now and its
+    # latest lease (0: never served); its jobs in that order, the oldest first. On
+    # PostgreSQL the row lock applies to the jobs picked, not to the WITH queries.
+    "WITH waiting AS (SELECT DISTINCT client FROM jobs "
+    "WHERE status = 'queued' AND requirements IN ({IN})), "
+    "turns AS MATERIALIZED (SELECT w.client, "
+    "(SELECT count(*) FROM jobs r WHERE r.client = w.client AND r.status = 'running') AS running, "
+    "coalesce((SELECT max(s.leased_at) FROM jobs s WHERE s.client = w.client), 0) AS served "
+    "FROM waiting w) "
+    "SELECT q.id FROM jobs q JOIN turns t ON t.client = q.client "
+    "WHERE q.status = 'queued' AND q.requirements IN ({IN}) "
+    "ORDER BY t.running, t.served, q.created_at, q.id LIMIT 1{SKIP_LOCKED}"
 )
 LEASE = f"UPDATE jobs SET {_SET_LEASED} WHERE status = 'queued' AND id = ({_PICK}) {_RETURNING}"
 LEASED_WORKER = (
@@ -96,8 +115,8 @@ class NewJob:
     requirements: dict[str, Any]
 
 
-def insert_in(tx: Tx, dialect: Dialect, job: NewJob, client: str | None) -> JobRow:
-    """Queue `job` inside the caller's transaction (admission's)."""
+def insert_in(tx: Tx, dialect: Dialect, job: NewJob, client: str) -> JobRow:
+    """Queue `job` for `client` inside the caller's transaction (admission's)."""
     args = (
         job.id,
         json.dumps(job.spec),
@@ -236,14 +255,14 @@ class Jobs(StoreBase):
         if one is not None:
             rows = self._read(
                 one.replace("{IN}", in_list),
-                (*requirements, worker_id, lease_id, lease_s, worker_id, worker_id, detail,
-                 self.origin),
+                (*requirements, *requirements, worker_id, lease_id, lease_s, worker_id,
+                 worker_id, detail, self.origin),
             )  # fmt: skip
             return JobRow.from_row(rows[0][:-1]) if rows else None
         with self._tx() as tx:
             rows = tx.execute(
                 self._sql(LEASE.replace("{IN}", in_list)),
-                (worker_id, lease_id, lease_s, worker_id, *requirements),
+                (worker_id, lease_id, lease_s, worker_id, *requirements, *requirements),
             )
             if not rows:
                 return None

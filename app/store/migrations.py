@@ -44,6 +44,7 @@ MIGRATIONS = [
         {"sqlite": ddl.SQLITE_6, "postgresql": ddl.POSTGRES_6},
     ),
     Migration(7, "fit searches", {"sqlite": ddl.SQLITE_7, "postgresql": ddl.POSTGRES_7}),
+    Migration(8, "turns between clients", {"sqlite": ddl.SQLITE_8, "postgresql": ddl.POSTGRES_8}),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

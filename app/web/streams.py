@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,9 +30,19 @@ def is_stream(scope: Scope) -> bool:
     return scope["method"] == "GET" and STREAMS.fullmatch(scope["path"]) is not None
 
 
+class StreamsFull(Exception):
+    """A client holds as many streams as it may (429), or the server does (503)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
 @dataclass
 class StreamLedger:
-    """One app's caps and the streams it holds open, by client."""
+    """One app's caps and the streams it holds open, by client. An MCP tool call that
+    waits for a job holds one too (app.mcp.mount): it holds a connection as long."""
 
     per_client: int
     total: int
@@ -40,6 +51,27 @@ class StreamLedger:
 
     def count(self) -> int:
         return sum(self.open.values())
+
+    @contextmanager
+    def hold(self, client: str, what: str = "live streams") -> Iterator[None]:
+        """One of `client`'s streams, held for the block and given back however it ends;
+        StreamsFull, before the block, when the client or the server is at its cap."""
+        held = self.open.get(client, 0)
+        if held >= self.per_client:
+            raise StreamsFull(
+                429, f"this client has {held} {what} open, the most one client may have"
+            )
+        if self.count() >= self.total:
+            raise StreamsFull(503, f"the server holds its maximum of {self.total:,} {what}")
+        self.open[client] = held + 1
+        try:
+            yield
+        finally:
+            left = self.open[client] - 1
+            if left:
+                self.open[client] = left
+            else:
+                del self.open[client]
 
 
 class StreamCap:
@@ -56,28 +88,14 @@ class StreamCap:
             await self.app(scope, receive, send)
             return
         ledger = self.ledger_of(scope)
-        client = client_of(scope, ledger.trusted)
-        held = ledger.open.get(client, 0)
-        if held >= ledger.per_client:
-            detail = (
-                f"this client has {held} live streams open, the most one client may have; "
-                "close a run's page and try again"
-            )
-            await _answer(send, 429, detail)
-            return
-        if ledger.count() >= ledger.total:
-            detail = f"the server holds its maximum of {ledger.total:,} live streams"
-            await _answer(send, 503, detail)
-            return
-        ledger.open[client] = held + 1
-        try:
+        with ExitStack() as held:
+            try:
+                held.enter_context(ledger.hold(client_of(scope, ledger.trusted)))
+            except StreamsFull as full:
+                close = "; close a run's page and try again" if full.status == 429 else ""
+                await _answer(send, full.status, full.detail + close)
+                return
             await self.app(scope, receive, send)
-        finally:
-            left = ledger.open[client] - 1
-            if left:
-                ledger.open[client] = left
-            else:
-                del ledger.open[client]
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:

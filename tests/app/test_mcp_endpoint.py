@@ -8,20 +8,17 @@ saying so."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from app.main import create_app
 from app.mcp.bounds import MAX_ANSWER_CHARS, bounded
 from app.settings import Settings
+from tests.app.mcp_clients import mcp_client
 
 pytestmark = pytest.mark.anyio
 
@@ -32,17 +29,6 @@ TOOLS = {"list_targets", "list_workloads", "compile", "get_ir", "memory", "compa
 
 def _settings(tmp_path: Path, **extra: Any) -> Settings:
     return Settings(DB=tmp_path / "db.sqlite3", CACHE_DIR=tmp_path / "jax-cache", **extra)
-
-
-@asynccontextmanager
-async def mcp_client(app: Any, token: str | None = None) -> AsyncIterator[Client]:
-    """The SDK's client of `app`'s /mcp, in-process, with `token` as its bearer."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://testserver", headers=headers
-    )
-    async with http, Client(streamable_http_client("http://testserver/mcp", http_client=http)) as c:
-        yield c
 
 
 @pytest.fixture

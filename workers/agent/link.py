@@ -148,13 +148,18 @@ class ProgressForwarder:
 
 
 def cap_artifacts(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """Cut IR text the server would not store anyway, so the upload stays small."""
+    """Cut IR text the server would not store anyway, so the upload stays small, and say
+    which (`artifacts_cut`): a text cut to exactly the cap looks whole to the server."""
     artifacts = result.get("artifacts") or {}
+    cut = list(result.get("artifacts_cut") or [])
     for name, text in list(artifacts.items()):
         if isinstance(text, str) and len(text) > max_bytes:
             data = text.encode()
             if len(data) > max_bytes:
                 artifacts[name] = data[:max_bytes].decode(errors="ignore")
+                cut += [] if name in cut else [name]
+    if cut:
+        result["artifacts_cut"] = cut
     return result
 
 

@@ -44,6 +44,7 @@ from workers.catalog.server_figures import (
 )
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.protocol import (
+    ARTIFACT_NAMES,
     CacheEvents,
     CachePolicy,
     CostAnalysis,
@@ -125,6 +126,9 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
             "placement": bounded_placement(run.placement),
             "target": bounded_target(run.target, run.job),
             "memory_report": _memory_report(run, memory),
+            "artifacts_cut": [
+                n for n in ARTIFACT_NAMES if n in run.artifacts_cut and getattr(run.artifacts, n)
+            ],
             "group": bounded_group(run.group),
             "source": source,
             "environment": run.environment.model_copy(

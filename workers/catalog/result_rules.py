@@ -42,6 +42,7 @@ RULES: tuple[Rule, ...] = (
     Rule("inputs[].*", "recomputed", "an upload's from its header; else within the job's bytes"),
     Rule("stage_seconds.*", "bounded", "finite and not negative; warm_up withheld with times"),
     Rule("artifacts.*", "text", "the compiler's output, capped in size"),
+    Rule("artifacts_cut", "bounded", "names of artifacts the run has, each once"),
     Rule("hlo_summary.*", "recomputed", "from the stored optimized HLO text"),
     Rule("cost_analysis.*", "bounded", "the compiler's count: finite and not negative"),
     Rule("memory_analysis.*", "bounded", "not negative; no TPU temp_bytes without the device"),

@@ -309,6 +309,9 @@ class RunResult(OpenModel):
     inputs: list[InputInfo] = Field(default_factory=list)
     stage_seconds: StageSeconds = Field(default_factory=StageSeconds)
     artifacts: Artifacts = Field(default_factory=Artifacts)
+    artifacts_cut: list[str] = Field(
+        default_factory=list, description="Artifacts the worker cut to the server's cap."
+    )
     hlo_summary: HloSummary | None = None
     cost_analysis: CostAnalysis | None = None
     memory_analysis: MemoryAnalysis | None = None

@@ -208,6 +208,7 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
                     "name": name,
                     "size": len(getattr(run.artifacts, name) or ""),
                     "download": artifact_links.get(name),
+                    "cut": name in run.artifacts_cut,
                 }
                 for name in ARTIFACT_NAMES
                 if getattr(run.artifacts, name)
