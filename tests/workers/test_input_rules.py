@@ -49,14 +49,20 @@ def test_draws_are_seeded_and_unruled_arguments_keep_the_default() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[-1], c[-1])
     plain = by_name(generate(SPECS, {"tokens": {"kind": "zeros"}}, seed=0))
-    assert 0.9 < plain["params/w"].std() < 1.1  # standard normal
+    assert 0.018 < plain["params/w"].std() < 0.022  # N(0, 0.02²), as weights start out
+    assert abs(plain["params/w"].mean()) < 0.002
     counts = generate([ArgumentSpec("n", (1000,), "int32")], None, 0)[0]
     assert counts.min() == -8 and counts.max() == 7
-    # No rules draw exactly what a worker drew before rules existed (one PCG64 stream,
-    # float32 standard normals rounded to the dtype).
+    # The default draw is float32 standard normals times 0.02 from one PCG64 stream,
+    # rounded to the dtype: the numbers export-fn's reference was computed on.
     rng = np.random.default_rng(7)
-    want = rng.standard_normal((3, 4), dtype=np.float32).astype(np.float16)
+    want = (rng.standard_normal((3, 4), dtype=np.float32) * np.float32(0.02)).astype(np.float16)
     assert np.array_equal(generate([ArgumentSpec("x", (3, 4), "float16")], {}, 7)[0], want)
+    (z,) = generate([ArgumentSpec("z", (2000,), "complex64")], None, 0)
+    assert z.dtype == np.complex64 and 0.018 < z.real.std() < 0.022 and 0.018 < z.imag.std() < 0.022
+    # A rule still reaches the old standard normal: normal without a scale.
+    wide = by_name(generate(SPECS, {"params/w": {"kind": "normal"}}, seed=0))
+    assert 0.9 < wide["params/w"].std() < 1.1
 
 
 @pytest.mark.parametrize(

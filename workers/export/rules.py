@@ -10,11 +10,13 @@ A rule set maps an argument's path (`tokens`), or a path prefix ending in `/*`
     {"kind": "positive"}                  |standard normal| + 0.001: never 0, never negative
 
 The longest matching pattern wins (an exact path beats a prefix of the same length).
-Arguments no rule matches keep the default draw: standard normal floats, integers in
-[-8, 8) ([0, 8) unsigned), booleans at random. Draws come from one NumPy PCG64 stream
-seeded by `seed`, argument after argument in the artifact's flat order; `zeros` and
-`ones` draw nothing. NumPy's generator gives the same numbers on every machine, so
-`boundary export-fn` computes a reference on exactly the inputs a worker generates.
+Arguments no rule matches keep the default draw: floats from N(0, 0.02²) (DEFAULT_SCALE,
+the scale transformer weights are initialized at; a complex number's two parts alike),
+integers in [-8, 8) ([0, 8) unsigned), booleans at random. Draws come from one NumPy
+PCG64 stream seeded by `seed`, argument after argument in the artifact's flat order;
+`zeros` and `ones` draw nothing. NumPy's generator gives the same numbers on every
+machine, so `boundary export-fn` computes a reference on exactly the inputs a worker
+generates: both call `generate`.
 
 Checking a rule set (`resolve_rules`) needs only the arguments' names, shapes and dtype
 names, so the server refuses a bad one (422 naming the argument path) before anything
@@ -53,6 +55,11 @@ INTEGER_RANGES: dict[str, tuple[int, int]] = {
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
 POSITIVE_FLOOR = 1e-3
 MAX_RULES = 256
+DEFAULT_SCALE = 0.02
+"""The standard deviation of a float argument no rule names: the scale GPT-2 and BERT
+initialize their weights at. A network fed values this small stays in range (softmax
+unsaturated, activations near 1 or below) where standard normal values saturate it; see
+docs/design/exported-programs.md."""
 
 
 class Named(Protocol):
@@ -223,7 +230,7 @@ def numpy_dtype(name: str) -> Any:
 
 
 def _default(spec: Named, rng: Any) -> Any:
-    """The draw of an argument no rule names."""
+    """The draw of an argument no rule names (DEFAULT_SCALE for floats: see there)."""
     import numpy as np
 
     dtype = numpy_dtype(spec.dtype)
@@ -232,10 +239,12 @@ def _default(spec: Named, rng: Any) -> Any:
     if np.issubdtype(dtype, np.integer):
         low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -8
         return np.asarray(rng.integers(low, 8, size=spec.shape).astype(dtype))
+    scale = np.float32(DEFAULT_SCALE)
     if np.issubdtype(dtype, np.complexfloating):
-        real = rng.standard_normal(spec.shape) + 1j * rng.standard_normal(spec.shape)
-        return np.asarray(real.astype(dtype))
-    return np.asarray(rng.standard_normal(spec.shape, dtype=np.float32).astype(dtype))
+        real = rng.standard_normal(spec.shape, dtype=np.float32) * scale
+        imaginary = rng.standard_normal(spec.shape, dtype=np.float32) * scale
+        return np.asarray((real + 1j * imaginary).astype(dtype))
+    return np.asarray((rng.standard_normal(spec.shape, dtype=np.float32) * scale).astype(dtype))
 
 
 def draw(spec: Named, rule: Rule | None, rng: Any) -> Any:
