@@ -96,8 +96,8 @@ def export_and_upload(url: str, folder: Path) -> tuple[float, dict[str, Any]]:
     program = PROGRAMS["dp"]
     args = [f"{MODEL}:{program.function}", "--example", f"{MODEL}:{program.example}"]
     args += ["-o", str(folder / "dp.jaxexport"), "--devices", "8"]
-    args += ["--input-rules", json.dumps(rules_of(program)), "--save-output-sample", "64"]
-    args += ["--upload", url]
+    args += ["--input-rules", json.dumps(rules_of(program)), "--generated-inputs"]
+    args += ["--save-output-sample", "64", "--upload", url]
     for target in TARGETS:
         args += ["--target", target]
     started = time.time()

@@ -25,12 +25,14 @@ from workers.catalog.jaxexport import (
     ArtifactError,
     ExportHeader,
     InputRuleError,
+    InputsError,
     Member,
     ReferenceError,
     check_ranges,
     dims_problem,
+    given_arguments,
     plan,
-    resolve_rules,
+    resolve_drawn,
 )
 from workers.catalog.npz import ArrayInfo
 from workers.catalog.peak import dense_peak, refusal
@@ -65,6 +67,7 @@ def check_job_files(spec: JobSpec, store: Store, max_job_bytes: int) -> FileChec
     found = FileCheck()
     header: ExportHeader | None = None
     arrays: list[tuple[str, ArrayInfo]] = []
+    given: list[str] | None = None
     for name, media_type in fields.items():  # the artifact first: the others follow its names
         sha = spec.params.get(name)
         if not isinstance(sha, str):
@@ -91,8 +94,12 @@ def check_job_files(spec: JobSpec, store: Store, max_job_bytes: int) -> FileChec
                 found.problems.append((where, f"file {sha[:12]}…: {exc}"))
                 continue
             arrays.extend((where, a) for a in members)
+            if name == "inputs":
+                given = [a.name for a in members]
             if name == "reference" and header is not None:
                 found.problems += _reference(source, members, header)
+    if header is not None:
+        found.problems += _inputs(spec, header, given)
     declared = sum(a.nbytes for _, a in arrays)
     if declared > max_job_bytes:
         biggest_field, biggest = max(arrays, key=lambda fa: fa[1].nbytes)
@@ -152,12 +159,20 @@ def _artifact(
     problem = refusal(dense_peak(inputs, outputs, itemsize, alive), byte_cap(spec, max_job_bytes))
     if problem is not None and StageId.EXECUTE in spec.stages:
         found.problems.append((where, problem.removeprefix("params: ")))
+    return header
+
+
+def _inputs(spec: JobSpec, header: ExportHeader, members: list[str] | None) -> Problems:
+    """Input rules that do not fit the arguments they draw, or an inputs file whose
+    members name no argument: the arguments an inputs file gives are not drawn."""
+    dims = spec.params.get("dims") or {}
     specs = [ArgumentSpec(n, tuple(a.dims(dims)), a.dtype) for n, a in header.arguments()]
     try:
-        resolve_rules(spec.params.get("input_rules") or {}, specs)
-    except InputRuleError as exc:
-        found.problems.append((exc.field, str(exc)))
-    return header
+        given = given_arguments(specs, members or [])
+        resolve_drawn(spec.params.get("input_rules") or {}, specs, given.keys())
+    except (InputsError, InputRuleError) as exc:
+        return [(exc.field, str(exc))]
+    return []
 
 
 def _reference(data: IO[bytes], members: list[ArrayInfo], header: ExportHeader) -> Problems:

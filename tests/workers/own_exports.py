@@ -1,6 +1,7 @@
 """The tests' own model exported as a user exports theirs: `boundary export-fn
 MODEL:FUNCTION --example MODEL:EXAMPLE`, a real command in its own process (the 8-device
-program with `--devices 8`), with input rules and a sampled reference."""
+program with `--devices 8`), with input rules (`--generated-inputs`: the example's arrays
+give shapes only) and a sampled reference."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def export_program(name: str, folder: Path, *extra: str) -> Exported:
     artifact = folder / f"{name}.jaxexport"
     sample = folder / f"{name}.sample.npz"
     args = [f"{MODEL}:{program.function}", "--example", f"{MODEL}:{program.example}"]
-    args += ["-o", str(artifact), "--input-rules", json.dumps(rules)]
+    # Drawn under the rules, not the example's own values: the tests' jobs name the rules.
+    args += ["-o", str(artifact), "--input-rules", json.dumps(rules), "--generated-inputs"]
     args += ["--save-output-sample", str(SAMPLE), "--sample-file", str(sample)]
     if program.devices > 1:
         args += ["--devices", str(program.devices)]

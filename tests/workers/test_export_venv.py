@@ -93,8 +93,6 @@ def test_export_fn_runs_in_a_model_environment_without_the_server(tmp_path: Path
             "mymodel:step",
             "--example",
             "mymodel:example",
-            "--input-rules",
-            '{"tokens": {"kind": "int", "low": 0, "high": 16}}',
             "--save-output-sample",
             "5",
         ],
@@ -106,6 +104,9 @@ def test_export_fn_runs_in_a_model_environment_without_the_server(tmp_path: Path
     header = read_header((model / "step.jaxexport").read_bytes())  # the server's reading
     assert header.function_name == "step" and header.platforms == ("cpu", "cuda", "tpu")
     assert (model / "step.sample.npz").is_file()
+    # The example's arrays are the runs' inputs, written beside the artifact.
+    assert summary["run_inputs"]["file"] == "step.inputs.npz"
+    assert (model / "step.inputs.npz").is_file()
     refused = subprocess.run(
         [str(venv / "bin/boundary"), "run", "matmul"],
         cwd=model,

@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from workers.export.rules import ArgumentSpec, InputRuleError, generate, resolve_rules
+from workers.export.rules import (
+    ArgumentSpec,
+    InputRuleError,
+    InputsError,
+    generate,
+    given_arguments,
+    resolve_rules,
+)
 from workers.export.samples import Member, ReferenceError, expected, plan, write_sample
 
 SPECS = [
@@ -49,14 +56,59 @@ def test_draws_are_seeded_and_unruled_arguments_keep_the_default() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not np.array_equal(a[-1], c[-1])
     plain = by_name(generate(SPECS, {"tokens": {"kind": "zeros"}}, seed=0))
-    assert 0.9 < plain["params/w"].std() < 1.1  # standard normal
+    assert 0.018 < plain["params/w"].std() < 0.022  # N(0, 0.02²), as weights start out
+    assert abs(plain["params/w"].mean()) < 0.002
     counts = generate([ArgumentSpec("n", (1000,), "int32")], None, 0)[0]
     assert counts.min() == -8 and counts.max() == 7
-    # No rules draw exactly what a worker drew before rules existed (one PCG64 stream,
-    # float32 standard normals rounded to the dtype).
+    # The default draw is float32 standard normals times 0.02 from one PCG64 stream,
+    # rounded to the dtype: the numbers export-fn's reference was computed on.
     rng = np.random.default_rng(7)
-    want = rng.standard_normal((3, 4), dtype=np.float32).astype(np.float16)
+    want = (rng.standard_normal((3, 4), dtype=np.float32) * np.float32(0.02)).astype(np.float16)
     assert np.array_equal(generate([ArgumentSpec("x", (3, 4), "float16")], {}, 7)[0], want)
+    (z,) = generate([ArgumentSpec("z", (2000,), "complex64")], None, 0)
+    assert z.dtype == np.complex64 and 0.018 < z.real.std() < 0.022 and 0.018 < z.imag.std() < 0.022
+    # A rule still reaches the old standard normal: normal without a scale.
+    wide = by_name(generate(SPECS, {"params/w": {"kind": "normal"}}, seed=0))
+    assert 0.9 < wide["params/w"].std() < 1.1
+
+
+def test_given_arguments_are_used_as_they_are_and_the_rest_drawn() -> None:
+    tokens = np.arange(128, dtype=np.int32).reshape(8, 16)
+    given = {"tokens": tokens}
+    values = by_name(generate(SPECS, RULES | {"tokens": {"kind": "int", "low": 0, "high": 2}}, 3))
+    assert values["tokens"].max() == 1  # drawn: the rule applies
+    rules = {k: v for k, v in RULES.items() if k != "tokens"}
+    mixed = by_name(generate(SPECS, rules, 3, given))
+    assert mixed["tokens"] is tokens  # given: as it is, drawn nothing
+    assert (mixed["opt_state/0/nu/w"] > 0).all() and 0.03 < mixed["params/w"].std() < 0.07
+    # The same seed, rules and given values give the same inputs on both sides.
+    again = by_name(generate(SPECS, rules, 3, given))
+    assert all(np.array_equal(mixed[n], again[n]) for n in mixed)
+    # A rule naming only given arguments is refused; a prefix that also draws one is not.
+    with pytest.raises(InputRuleError) as caught:
+        generate(SPECS, RULES, 3, given)
+    assert caught.value.field == "params.input_rules.tokens"
+    assert "names only arguments whose values are given (tokens)" in str(caught.value)
+    everything = {s.name: np.zeros(s.shape, s.dtype) for s in SPECS}
+    with pytest.raises(InputRuleError, match="params/ln_f/scale, params/w"):
+        generate(SPECS, {"params/*": {"kind": "ones"}}, 0, everything)
+    drawn = {n: v for n, v in everything.items() if n != "params/w"}
+    assert (
+        by_name(generate(SPECS, {"params/*": {"kind": "ones"}}, 0, drawn))["params/w"] == 1
+    ).all()
+
+
+def test_an_inputs_archive_names_arguments_by_path_or_position() -> None:
+    assert given_arguments(SPECS, ["tokens", "arg0"]) == {
+        "tokens": "tokens",
+        "opt_state/0/count": "arg0",
+    }
+    with pytest.raises(InputsError) as caught:
+        given_arguments(SPECS, ["token"])
+    assert caught.value.field == "params.inputs"
+    assert "token names no argument (did you mean: tokens" in str(caught.value)
+    with pytest.raises(InputsError, match="tokens and arg5 both give tokens"):
+        given_arguments(SPECS, ["tokens", "arg5"])
 
 
 @pytest.mark.parametrize(

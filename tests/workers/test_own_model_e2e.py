@@ -1,7 +1,8 @@
 """End to end, as a user goes: the tests' own three programs exported with `boundary
 export-fn --example`, uploaded to a real server, the forward pass compiled by a real worker
-for v6e:1x1, v6e:2x4, b200:1 and h100:8 from the one command, and all three run on the CPU
-(the 8-device step on 8 virtual CPUs) under input rules, checked against a sample.
+for v6e:1x1, v6e:2x4, b200:1 and h100:8 from the one command and run on the CPU on the
+example's own weights and tokens (uploaded with it), the two train steps (the 8-device one
+on 8 virtual CPUs) under input rules; each run checked against a sample.
 
 The train step's and the 8-device step's compiles for targets are the browser's to ask for
 (tests/browser/test_own_model_browser.py, from the artifact page's form, each row held to
@@ -40,8 +41,9 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
     c.start_worker("w1")
     c.wait_worker("w1", timeout=120)
 
-    # The forward pass goes the whole way in one command: export, upload, one compile per
-    # target and a jax-cpu run checked against its sample.
+    # The forward pass goes the whole way in one command: export, upload (the example's
+    # arrays as the inputs), one compile per target and a jax-cpu run on those inputs
+    # checked against its sample.
     model = Path(__file__).with_name("own_model.py")
     done = export_fn(
         [
@@ -50,8 +52,6 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
             f"{model}:forward_example",
             "-o",
             str(tmp_path / "forward.jaxexport"),
-            "--input-rules",
-            json.dumps(own_exports["forward"].rules),
             "--save-output-sample",
             "64",
             "--upload",
@@ -61,8 +61,11 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
         tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    uploaded = json.loads(done.stdout)["uploaded"]
-    assert uploaded["artifact"] == json.loads(done.stdout)["sha256"]
+    summary = json.loads(done.stdout)
+    uploaded = summary["uploaded"]
+    assert uploaded["artifact"] == summary["sha256"]
+    assert uploaded["inputs"] == summary["run_inputs"]["sha256"]  # the example's own arrays
+    assert summary["run_inputs"]["example"] == summary["arguments"]
     jobs: dict[tuple[str, str | None], str] = {
         ("forward", j["target"]): j["id"] for j in uploaded["jobs"]
     }
@@ -94,6 +97,8 @@ def test_three_programs_from_export_to_targets_and_checked_cpu_runs(
             assert verdict["reference"] == "an uploaded sample of the reference outputs"
             assert run["environment"]["device_count"] == exported.devices
             assert [i["name"] for i in run["inputs"]] == exported.summary["arguments"]
+            if name == "forward":
+                assert job["params"]["inputs"] == uploaded["inputs"]
             continue
         report = run["target"]
         assert report["deviceless"] and report["id"] == target

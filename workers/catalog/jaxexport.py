@@ -16,7 +16,14 @@ from workers.export.header import (
     ExportHeader,
     read_header,
 )
-from workers.export.rules import ArgumentSpec, InputRuleError, resolve_rules
+from workers.export.rules import (
+    ArgumentSpec,
+    InputRuleError,
+    InputsError,
+    given_arguments,
+    resolve_drawn,
+    resolve_rules,
+)
 from workers.export.samples import INDICES, Member, ReferenceError, check_ranges, plan
 from workers.export.sources import (
     MAX_SOURCES_BYTES,
@@ -40,6 +47,7 @@ __all__ = [
     "DimError",
     "ExportHeader",
     "InputRuleError",
+    "InputsError",
     "Member",
     "ReferenceError",
     "SentFile",
@@ -48,8 +56,10 @@ __all__ = [
     "boundary_frame",
     "check_ranges",
     "dims_problem",
+    "given_arguments",
     "parse_sources",
     "plan",
     "read_header",
+    "resolve_drawn",
     "resolve_rules",
 ]

@@ -12,17 +12,23 @@ without any of the user's code.
   arguments, or ((args), {kwargs}); leaves are arrays, arrays placed with a NamedSharding
   (a multi-device export), or ShapeDtypeStructs (nothing allocated). `--arg DTYPE[SHAPE]`,
   one per positional argument, still works for a function of plain arrays.
+- The example's arrays are the runs' inputs: written beside the artifact as
+  FUNCTION.inputs.npz (named by path), uploaded with it, and named as `params.inputs` of
+  the run it queues; arguments given as ShapeDtypeStructs are drawn from `--seed` under
+  `--input-rules` (`workers.export.rules`), and `--generated-inputs` draws them all. The
+  summary's `run_inputs` says which.
 - `--devices N` gives this process N virtual CPU devices before jax starts, for an example
   that builds a mesh of N.
 - `--save-inputs`, `--save-output` and `--save-output-sample K` run the artifact itself
-  on this machine's CPU, on exactly the inputs a worker generates from `--seed` and
-  `--input-rules`, and write them, its results, or K seeded (index, value) pairs per result.
+  on this machine's CPU, on exactly the inputs a worker uses (the example's arrays, the
+  rest drawn from `--seed` and `--input-rules`), and write them, its results, or K seeded
+  (index, value) pairs per result.
 - The Python lines the program names (with a few lines around each, bounded) are written
   beside the artifact as FUNCTION.sources.json (`workers.export.sources`), so that run pages
   show each line next to its `file:line`; `--no-source` sends none.
-- `--upload URL` posts the artifact (its source lines and the sample) to a server, then
-  queues one compile per `--target`, and a jax-cpu run checked against the sample when
-  there is one.
+- `--upload URL` posts the artifact (its source lines, its inputs file and the sample) to a
+  server, then queues one compile per `--target`, and a jax-cpu run on those inputs checked
+  against the sample when there is one.
 - `--state MODULE:NAME` writes a model's or optimizer's state (flax.nnx, equinox, optax, any
   pytree) as an .npz of arrays named by path, and prints those names.
 
@@ -33,7 +39,6 @@ server refused something (what was done before is printed).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -162,7 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", type=Path, help="the file (default FUNCTION.jaxexport)")
     parser.add_argument("--input-rules", metavar="JSON|@FILE", help="per-argument input rules")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
-    parser.add_argument("--save-inputs", type=Path, metavar="NPZ", help="the generated inputs")
+    parser.add_argument("--save-inputs", type=Path, metavar="NPZ", help="the run's inputs, all")
+    parser.add_argument(
+        "--generated-inputs",
+        action="store_true",
+        help="use the example for shapes only: every input is drawn from --seed and "
+        "--input-rules (by default the example's arrays are the runs' inputs)",
+    )
     parser.add_argument("--save-output", type=Path, metavar="NPZ", help="every result, whole")
     parser.add_argument(
         "--save-output-sample", type=int, metavar="K", help="K sampled elements per result"
@@ -258,8 +269,31 @@ def export_command(argv: list[str]) -> int:
     _prepare_process(args.devices)
     if args.state is not None:
         return _write_state(args)
-    from workers.cli.export_runs import run_here, save_runs
-    from workers.export.rules import InputRuleError
+    made = _export(args, specs, platforms, symbolic)
+    if isinstance(made, int):
+        return made
+    from workers.cli.export_runs import finish
+    from workers.export.rules import GIVEN_ONLY, InputRuleError
+    from workers.export.trees import ExportError
+
+    try:
+        return EXIT_OK if finish(args, made, rules) else EXIT_UPLOAD_FAILED
+    except InputRuleError as exc:
+        hint = " (or add --generated-inputs to draw them)" if GIVEN_ONLY in str(exc) else ""
+        print(f"boundary export-fn: {exc}{hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except ExportError as exc:
+        print(f"boundary export-fn: {exc}", file=sys.stderr)
+        return EXIT_EXPORT_FAILED
+
+
+def _export(
+    args: argparse.Namespace,
+    specs: list[tuple[str, tuple[int, ...]]],
+    platforms: list[str],
+    symbolic: dict[str, list[str]],
+) -> Any:
+    """The function exported from its example (a trees.Exported), or the exit status."""
     from workers.export.trees import ExportError, export_example
 
     try:
@@ -276,7 +310,7 @@ def export_command(argv: list[str]) -> int:
         return EXIT_EXPORT_FAILED
     try:
         # --arg names arguments by position (arg0, …), as it always has; --example by name.
-        made = export_example(
+        return export_example(
             function,
             example,
             platforms,
@@ -289,55 +323,6 @@ def export_command(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way
         print(f"boundary export-fn: export failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_EXPORT_FAILED
-    output = args.output or Path(f"{made.header.function_name}.jaxexport")
-    output.write_bytes(made.data)
-    summary = _summary(output, made.data, made.header)
-    summary["sources"] = None  # --no-source: none written, none sent
-    sources = None if args.no_source else _write_sources(made, output, summary)
-    sample: bytes | None = None
-    if args.save_inputs or args.save_output or args.save_output_sample is not None:
-        try:
-            inputs, results = run_here(made.data, rules, args.seed, made.dims)
-        except InputRuleError as exc:
-            print(f"boundary export-fn: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        sample = save_runs(
-            args, output, header=made.header, inputs=inputs, results=results, summary=summary
-        )
-    if made.dims:  # the example's value of each symbolic dimension: its runs take one each
-        summary["dims"] = made.dims
-        args.dims = made.dims
-    if args.upload:
-        from workers.cli.export_upload import upload_noted
-
-        if not upload_noted(args, made.data, summary, sources=sources, sample=sample, rules=rules):
-            return EXIT_UPLOAD_FAILED
-    print(json.dumps(summary, indent=2))
-    return EXIT_OK
-
-
-def _write_sources(made: Any, output: Path, summary: dict[str, Any]) -> bytes | None:
-    """The sources document of the exported program, written beside the artifact
-    (FUNCTION.sources.json) and noted in the summary; None (with a warning) when its
-    lines cannot be gathered, which never fails the export."""
-    from workers.export.sources import parse_sources, sources_document
-
-    try:
-        document = sources_document(made.exported.mlir_module(), summary["sha256"])
-    except Exception as exc:  # noqa: BLE001 - reading the user's files may fail in any way
-        print(f"boundary export-fn: no source lines: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return None
-    where = output.with_suffix(".sources.json")
-    where.write_bytes(document)
-    sent = parse_sources(document).summary()
-    summary["sources"] = {
-        "file": str(where),
-        "sha256": hashlib.sha256(document).hexdigest(),
-        "files": sent["files"],
-        "lines": sent["lines"],
-        "cut": sent["cut"],
-    }
-    return document
 
 
 def _example(args: argparse.Namespace, specs: list[tuple[str, tuple[int, ...]]]) -> Any:
@@ -351,23 +336,6 @@ def _example(args: argparse.Namespace, specs: list[tuple[str, tuple[int, ...]]])
         return tuple(struct(shape, numpy_dtype(dtype)) for dtype, shape in specs)
     example = load_object(args.example, "--example")
     return example() if callable(example) else example
-
-
-def _summary(output: Path, data: bytes, header: Any) -> dict[str, Any]:
-    names = list(header.result_names)
-    return {
-        "file": str(output),
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "function_name": header.function_name,
-        "platforms": list(header.platforms),
-        "nr_devices": header.nr_devices,
-        "meshes": [m.text() for m in header.meshes()],
-        "in_avals": [a.text() for a in header.in_avals],
-        "out_avals": [a.text() for a in header.out_avals],
-        "arguments": list(header.argument_names),
-        "results": names,
-    }
 
 
 def _write_state(args: argparse.Namespace) -> int:

@@ -9,8 +9,9 @@ library, NumPy and the model's own jax.
   HLO shardings an older jax wrote instead);
 - `sources`: the Python lines an exported program names, which export-fn sends beside
   it, and the server's check of them;
-- `rules`: generated inputs under per-argument rules (`params.input_rules`), the same
-  draws on every machine;
+- `rules`: a run's inputs: the arguments given (an inputs file's, an example's) and the
+  rest drawn under per-argument rules (`params.input_rules`), the same draws on every
+  machine;
 - `samples`: references as a sample of (index, value) pairs per result;
 - `trees` (jax): a function exported from example arguments of any structure, through
   plain trees named by path.

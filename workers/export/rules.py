@@ -10,22 +10,30 @@ A rule set maps an argument's path (`tokens`), or a path prefix ending in `/*`
     {"kind": "positive"}                  |standard normal| + 0.001: never 0, never negative
 
 The longest matching pattern wins (an exact path beats a prefix of the same length).
-Arguments no rule matches keep the default draw: standard normal floats, integers in
-[-8, 8) ([0, 8) unsigned), booleans at random. Draws come from one NumPy PCG64 stream
-seeded by `seed`, argument after argument in the artifact's flat order; `zeros` and
-`ones` draw nothing. NumPy's generator gives the same numbers on every machine, so
-`boundary export-fn` computes a reference on exactly the inputs a worker generates.
+Arguments no rule matches keep the default draw: floats from N(0, 0.02²) (DEFAULT_SCALE,
+the scale transformer weights are initialized at; a complex number's two parts alike),
+integers in [-8, 8) ([0, 8) unsigned), booleans at random. Draws come from one NumPy
+PCG64 stream seeded by `seed`, argument after argument in the artifact's flat order;
+`zeros`, `ones` and arguments given as values (an inputs file's, or the example's in
+`boundary export-fn`) draw nothing. NumPy's generator gives the same numbers on every
+machine, so `boundary export-fn` computes a reference on exactly the inputs a worker
+generates: both call `generate`.
 
-Checking a rule set (`resolve_rules`) needs only the arguments' names, shapes and dtype
-names, so the server refuses a bad one (422 naming the argument path) before anything
-is queued. NumPy is imported only to draw.
+An inputs .npz may give some arguments and leave the rest to be drawn: a member is named
+by the argument's path or `argN` (its flat position), and `given_arguments` says which
+argument each member gives (refusing a member that names none). A rule applies to the
+arguments that are drawn; one that names only given arguments is refused.
+
+Checking a rule set (`resolve_rules`, `resolve_drawn`) needs only the arguments' names,
+shapes and dtype names, so the server refuses a bad one (422 naming the argument path)
+before anything is queued. NumPy is imported only to draw.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +61,13 @@ INTEGER_RANGES: dict[str, tuple[int, int]] = {
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
 POSITIVE_FLOOR = 1e-3
 MAX_RULES = 256
+GIVEN_ONLY = "names only arguments whose values are given"
+"""How a rule for given arguments alone is refused (export-fn adds what to do instead)."""
+DEFAULT_SCALE = 0.02
+"""The standard deviation of a float argument no rule names: the scale GPT-2 and BERT
+initialize their weights at. A network fed values this small stays in range (softmax
+unsaturated, activations near 1 or below) where standard normal values saturate it; see
+docs/design/exported-programs.md."""
 
 
 class Named(Protocol):
@@ -83,6 +98,15 @@ class InputRuleError(ValueError):
     def __init__(self, pattern: str, message: str) -> None:
         super().__init__(f"params.input_rules[{pattern!r}]: {message}")
         self.field = f"params.input_rules.{pattern}" if pattern else "params.input_rules"
+
+
+class InputsError(ValueError):
+    """An inputs archive whose members do not name the arguments; `field` is params.inputs."""
+
+    field = "params.inputs"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"params.inputs: {message}")
 
 
 @dataclass(frozen=True)
@@ -211,6 +235,46 @@ def resolve_rules(raw_rules: Any, specs: Sequence[Named]) -> dict[str, Rule]:
     return chosen
 
 
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def resolve_drawn(
+    raw_rules: Any, specs: Sequence[Named], given: Collection[str]
+) -> dict[str, Rule]:
+    """`resolve_rules` for the arguments that are drawn, those not in `given` (given as
+    values); InputRuleError for a rule that names only given arguments."""
+    if not given or not isinstance(raw_rules, Mapping):
+        return resolve_rules(raw_rules, [s for s in specs if s.name not in given])
+    drawn = [s for s in specs if s.name not in given]
+    for pattern in raw_rules:
+        named = [s.name for s in specs if matches(str(pattern), s.name)]
+        if named and not any(matches(str(pattern), s.name) for s in drawn):
+            raise InputRuleError(
+                str(pattern),
+                f"{GIVEN_ONLY} ({_listed(named)}): a rule draws an argument the inputs leave out",
+            )
+    return resolve_rules(raw_rules, drawn)
+
+
+def given_arguments(specs: Sequence[Named], members: Sequence[str]) -> dict[str, str]:
+    """Which member of an inputs archive gives each argument it names: argument name →
+    member, a member being the argument's path or `argN` (its flat position).
+    InputsError for a member that names no argument, or two members naming one."""
+    names = [s.name for s in specs]
+    position = {f"arg{i}": name for i, name in enumerate(names)}
+    found: dict[str, str] = {}
+    for member in members:
+        name = member if member in names else position.get(member)
+        if name is None:
+            near = ", ".join(_near(member, names))
+            raise InputsError(f"{member} names no argument (did you mean: {near})")
+        if name in found:
+            raise InputsError(f"{found[name]} and {member} both give {name}")
+        found[name] = member
+    return found
+
+
 def numpy_dtype(name: str) -> Any:
     """The NumPy dtype of a dtype name, bfloat16 included (from ml_dtypes, a jax dependency)."""
     import numpy as np
@@ -223,7 +287,7 @@ def numpy_dtype(name: str) -> Any:
 
 
 def _default(spec: Named, rng: Any) -> Any:
-    """The draw of an argument no rule names."""
+    """The draw of an argument no rule names (DEFAULT_SCALE for floats: see there)."""
     import numpy as np
 
     dtype = numpy_dtype(spec.dtype)
@@ -232,10 +296,12 @@ def _default(spec: Named, rng: Any) -> Any:
     if np.issubdtype(dtype, np.integer):
         low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -8
         return np.asarray(rng.integers(low, 8, size=spec.shape).astype(dtype))
+    scale = np.float32(DEFAULT_SCALE)
     if np.issubdtype(dtype, np.complexfloating):
-        real = rng.standard_normal(spec.shape) + 1j * rng.standard_normal(spec.shape)
-        return np.asarray(real.astype(dtype))
-    return np.asarray(rng.standard_normal(spec.shape, dtype=np.float32).astype(dtype))
+        real = rng.standard_normal(spec.shape, dtype=np.float32) * scale
+        imaginary = rng.standard_normal(spec.shape, dtype=np.float32) * scale
+        return np.asarray((real + 1j * imaginary).astype(dtype))
+    return np.asarray((rng.standard_normal(spec.shape, dtype=np.float32) * scale).astype(dtype))
 
 
 def draw(spec: Named, rule: Rule | None, rng: Any) -> Any:
@@ -261,10 +327,19 @@ def draw(spec: Named, rule: Rule | None, rng: Any) -> Any:
     return np.asarray(values.astype(dtype))
 
 
-def generate(specs: Sequence[Named], raw_rules: Any, seed: int) -> list[Any]:
-    """Every argument's values (NumPy arrays), in the artifact's flat order."""
+def generate(
+    specs: Sequence[Named], raw_rules: Any, seed: int, given: Mapping[str, Any] | None = None
+) -> list[Any]:
+    """Every argument's values (NumPy arrays), in the artifact's flat order: those `given`
+    (argument name → values, already checked against the argument) as they are, the rest
+    drawn under the rules. The one definition of a run's inputs, for a worker and for
+    `boundary export-fn` alike."""
     import numpy as np
 
-    chosen = resolve_rules(raw_rules or {}, specs)
+    given = given or {}
+    chosen = resolve_drawn(raw_rules or {}, specs, given.keys())
     rng = np.random.default_rng(seed)
-    return [draw(spec, chosen.get(spec.name), rng) for spec in specs]
+    return [
+        given[spec.name] if spec.name in given else draw(spec, chosen.get(spec.name), rng)
+        for spec in specs
+    ]

@@ -242,6 +242,31 @@ class Exported:
     header: ExportHeader
     dims: dict[str, int] = field(default_factory=dict)
     """Each symbolic dimension's value in the example (`--symbolic`)."""
+    example: tuple[Any, ...] = ()
+    """The example's leaf of each flat argument, in the artifact's order: an array (the
+    user's own values) or a ShapeDtypeStruct (a shape only)."""
+
+    def given(self) -> dict[str, Any]:
+        """The example's values of the arguments it gives as arrays, by argument name, as
+        NumPy arrays of the artifact's dtypes (a float64 array under jax's default
+        float32 is what the function was exported for: float32): the run's inputs."""
+        from workers.export.rules import numpy_dtype
+
+        given: dict[str, Any] = {}
+        header = self.header
+        for name, aval, leaf in zip(
+            header.argument_names, header.in_avals, self.example, strict=True
+        ):
+            if isinstance(leaf, jax.ShapeDtypeStruct):
+                continue
+            try:
+                given[name] = np.asarray(leaf).astype(numpy_dtype(aval.dtype), copy=False)
+            except (TypeError, ValueError) as exc:
+                raise ExportError(
+                    f"{name}: its values cannot be the run's input ({exc}): give it as a "
+                    "jax.ShapeDtypeStruct, or export with --generated-inputs"
+                ) from None
+        return given
 
 
 def _abstract(x: Any) -> Any:
@@ -366,4 +391,8 @@ def export_example(
         data = bytes(exported.serialize())
     except ValueError as exc:
         raise ExportError(f"the artifact cannot be serialized: {exc}") from None
-    return Exported(data, exported, read_header(data), dims)
+    # The leaves in the order jax flattened the call: keywords sorted by name, positions
+    # in order; the artifact's flat arguments are these.
+    plains = {name: t.plain for name, t in taken.items()}
+    leaves = jax.tree.leaves(plains if by_name else tuple(plains.values()))
+    return Exported(data, exported, read_header(data), dims, tuple(leaves))

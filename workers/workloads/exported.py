@@ -9,10 +9,10 @@ argument and result is named by its tree path (`params/blocks/0/attn/key/kernel`
 `out1/…`), from the artifact's header as the server reads it.
 
 An artifact exported for N devices runs on N devices: the export's mesh rebuilt on them,
-each argument placed with the export's own sharding. Inputs are drawn under the job's
-`input_rules` (or read from an uploaded .npz, by path or `argN`); every result is checked
-against the uploaded reference (whole or sampled), or, on a GPU or TPU, against the same
-artifact run on the CPU, and the run reports the worst.
+each argument placed with the export's own sharding. Inputs are read from an uploaded
+.npz (by path or `argN`), and those it leaves out drawn under the job's `input_rules`;
+every result is checked against the uploaded reference (whole or sampled), or, on a GPU
+or TPU, against the same artifact run on the CPU, and the run reports the worst.
 
 Stored files (the artifact, .npz inputs and reference outputs) live in a content-addressed
 directory: the agent fetches them from the server before the job reaches the runner, and
@@ -34,7 +34,13 @@ from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.target_rules import check_target_platforms, placement_on
 from workers.export.meshes import MeshError, argument_shardings, flat_call
-from workers.export.rules import InputRuleError, generate, resolve_rules
+from workers.export.rules import (
+    InputRuleError,
+    InputsError,
+    generate,
+    given_arguments,
+    resolve_rules,
+)
 from workers.export.samples import ReferenceError, as_dtype, dtype_name, expected
 from workers.files import FileCache
 from workers.measure.correctness import check_results
@@ -141,29 +147,37 @@ class ExportedFunction(Workload[ExportedParams]):
     # --- inputs, function, results -------------------------------------------------------------
 
     def make_inputs(self, params: ExportedParams, rng: np.random.Generator) -> list[HostArray]:
+        """The uploaded inputs' arrays, and the arguments they leave out drawn under the
+        input rules (`workers.export.rules.generate`, as export-fn draws them)."""
         specs = self.input_specs(params)
-        if params.inputs is None:
-            try:
-                return generate(specs, params.input_rules, params.seed)
-            except InputRuleError as exc:
-                raise CatalogError(str(exc), exc.field) from None
+        given = {} if params.inputs is None else self._given(params, specs)
+        try:
+            return generate(specs, params.input_rules, params.seed, given)
+        except InputRuleError as exc:
+            raise CatalogError(str(exc), exc.field) from None
+
+    def _given(self, params: ExportedParams, specs: list[InputSpec]) -> dict[str, HostArray]:
+        """The arguments the inputs file gives, by name, each checked against its argument."""
+        assert params.inputs is not None
         stored = self.files.checked(params.inputs, "params.inputs")
         arrays = load_npz(stored, "params.inputs", self.max_bytes)
-        out = []
-        for i, spec in enumerate(specs):
-            given = arrays.get(spec.name, arrays.get(f"arg{i}"))
-            if given is None:
+        try:
+            members = given_arguments(specs, list(arrays))
+        except InputsError as exc:
+            raise CatalogError(str(exc), exc.field) from None
+        given: dict[str, HostArray] = {}
+        for spec in specs:
+            if spec.name not in members:
+                continue
+            found = arrays[members[spec.name]]
+            if tuple(found.shape) != spec.shape or dtype_name(found.dtype) != spec.dtype:
                 raise CatalogError(
-                    f"params.inputs: no array {spec.name} (or arg{i})", "params.inputs"
-                )
-            if tuple(given.shape) != spec.shape or dtype_name(given.dtype) != spec.dtype:
-                raise CatalogError(
-                    f"params.inputs: {spec.name} is {dtype_name(given.dtype)}"
-                    f"{list(given.shape)}, the function takes {spec.dtype}{list(spec.shape)}",
+                    f"params.inputs: {spec.name} is {dtype_name(found.dtype)}"
+                    f"{list(found.shape)}, the function takes {spec.dtype}{list(spec.shape)}",
                     "params.inputs",
                 )
-            out.append(as_dtype(given, spec.dtype))
-        return out
+            given[spec.name] = as_dtype(found, spec.dtype)
+        return given
 
     def function(self, params: ExportedParams) -> JaxFunction:
         call: JaxFunction = flat_call(_load(params).exp)
