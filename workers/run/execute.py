@@ -1,6 +1,6 @@
 """The JAX path's execute stage: inputs placed on the device and ready, an uncounted
 warm-up, samples under the job's mode (profiled when the job asks), then the output
-judged against its float64 reference before any speed is presented."""
+judged against its float64 reference (`Workload.checker`) before any speed is presented."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 
 from workers.catalog.base import WorkloadParams
 from workers.measure import harness
-from workers.measure.correctness import check_output
 from workers.measure.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.measure.publish import Measured
 from workers.protocol import Correctness, Mode
@@ -83,8 +82,7 @@ def execute(
     if judge is not None:  # a workload that picks its own reference, or has none
         correctness: Correctness = judge(params, host_inputs, output)
     else:
-        reference = workload.reference(params, host_inputs)
-        correctness = check_output(output, reference, workload.tolerance(params))
+        correctness = workload.checker(params, host_inputs)(output)
     unreported["check"] = clock() - t0
     emit("checked", message="passed" if correctness.passed else correctness.detail)
     return correctness

@@ -18,6 +18,8 @@ import numpy.typing as npt
 
 from workers.catalog.base import Precision, WorkloadParams
 from workers.catalog.kernels import KernelChoice
+from workers.measure.correctness import check_output
+from workers.protocol import Correctness
 
 HostArray = npt.NDArray[Any]
 """A NumPy array on the host (float64 references, inputs of any storage type)."""
@@ -25,6 +27,10 @@ HostArray = npt.NDArray[Any]
 JaxFunction = Callable[..., Any]
 """A pure function of device arrays returning one array (an uploaded function: a list of
 its results): what gets traced and compiled."""
+
+Check = Callable[[HostArray], Correctness]
+"""Judges one output of a workload's inputs; several outputs of the same inputs (the cuda
+path's kernel, cuBLAS and JAX) share one."""
 
 P = TypeVar("P", bound=WorkloadParams)
 
@@ -89,6 +95,14 @@ class Workload(ABC, Generic[P]):
     @abstractmethod
     def reference(self, params: P, inputs: Sequence[HostArray]) -> HostArray:
         """The expected output, computed in float64 with NumPy."""
+
+    def checker(self, params: P, inputs: Sequence[HostArray]) -> Check:
+        """What judges an output of `inputs`: by default `check_output` against the float64
+        reference, computed once here. A dense product checks a large output by random
+        projections instead (workers.workloads.matmul.product_checker)."""
+        reference = self.reference(params, inputs)
+        tolerance = self.tolerance(params)
+        return lambda output: check_output(output, reference, tolerance)
 
     def flop_count(self, params: P) -> float:
         """Floating-point operations one call performs (analytic, not XLA's estimate): the
