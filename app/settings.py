@@ -14,8 +14,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.store.url import BadDatabaseSetting, parse_db
-from workers.catalog import DEFAULT_MAX_BYTES
 from workers.catalog.exported import MAX_EXPORT_BYTES
+from workers.catalog.job_limit import host_job_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIN_TOKEN_CHARS = 16
@@ -64,7 +64,12 @@ class Settings(BaseSettings):
         default=Path.home() / ".cache" / "boundary" / "jax",
         description="JAX persistent compilation cache for the `persistent` cache policy.",
     )
-    MAX_JOB_BYTES: int = Field(default=DEFAULT_MAX_BYTES, ge=1)
+    MAX_JOB_BYTES: int = Field(
+        default_factory=host_job_bytes,
+        ge=1,
+        description="The most host memory a job's estimated peak may need; unset: half of "
+        "this host's memory (its control group's limit where less), at least 2 GiB.",
+    )
     QUEUE_TIMEOUT_S: float = Field(default=600.0, gt=0, description="Queued longer: expired.")
     LEASE_S: float = Field(default=30.0, gt=0, le=30, description="A lease's deadline.")
     MAX_ATTEMPTS: int = Field(default=3, ge=1, description="Leases a job may lose.")

@@ -19,6 +19,7 @@ from pgcluster import Cluster, PostgresMissing, reset, running_cluster
 
 from tests.servers import SERVER_WORKER_TOKEN, serve
 from workers.agent.runner import CEILINGS_ENV
+from workers.catalog.job_limit import FLOOR_BYTES, MAX_JOB_BYTES_ENV
 from workers.compiler.jaxenv import apply_jax_environment
 
 # Before any test imports jax, and inherited by every process a test starts: a machine
@@ -29,6 +30,11 @@ apply_jax_environment()
 # setting back on: tests/workers/test_ceilings.py in-process, and the server of
 # tests/browser/test_every_page.py, whose profiled run's roofline is drawn against them.
 os.environ[CEILINGS_ENV] = "0"
+# The job limit follows the host's memory unless set (workers.catalog.job_limit); the
+# tests judge job sizes alike on every machine by setting it to the default's floor, for
+# every server, worker and `boundary run` they start. The tests of the default itself
+# give the memory size.
+os.environ[MAX_JOB_BYTES_ENV] = str(FLOOR_BYTES)
 
 from app.settings import Settings  # noqa: E402
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.catalog import CatalogError
+from workers.catalog.job_limit import host_job_bytes
 from workers.measure.publish import regroup
 from workers.measure.stopping import lockstep
 from workers.protocol import (
@@ -219,7 +220,7 @@ def _run(job: JobSpec, options: dict[str, Any]) -> RunResult:
             group_job(job),
             options.get("progress"),
             cache_dir=Path(cache_dir) if cache_dir else None,
-            max_bytes=int(options.get("max_bytes") or 2 * 1024**3),
+            max_bytes=int(options.get("max_bytes") or host_job_bytes()),
         )
 
 

@@ -47,6 +47,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from workers.catalog.job_limit import env_bytes
 from workers.catalog.peak import size_text
 
 MAX_MEMORY_ENV = "BOUNDARY_RUNNER_MAX_MEMORY"
@@ -76,7 +77,8 @@ _FIELDS = {
 
 def default_max_memory(max_job_bytes: int) -> int:
     """BOUNDARY_RUNNER_MAX_MEMORY when unset: the job's cap with the allocator's slack,
-    plus the runtime's own (3.5 GiB for the default 2 GiB cap)."""
+    plus the runtime's own (3.5 GiB for a 2 GiB cap; 26 GiB for 20 GiB, the default on a
+    host of 40 GiB)."""
     return int(ALLOCATOR_SLACK * max_job_bytes) + RUNTIME_BYTES
 
 
@@ -102,17 +104,6 @@ class MemoryPolicy:
             keep_bytes=DEFAULT_KEEP_BYTES if keep_bytes is None else keep_bytes,
             limit_data=platforms in ("", "cpu"),
         )
-
-
-def env_bytes(env: Mapping[str, str], name: str) -> int | None:
-    """The positive whole number of bytes `name` holds in `env`, None when it is unset or
-    empty (ValueError naming the variable when it holds anything else, such as "2GiB")."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isascii() or not raw.isdigit() or int(raw) <= 0:
-        raise ValueError(f"{name}: expected a positive number of bytes, got {raw[:40]!r}")
-    return int(raw)
 
 
 def read_status(pid: int) -> dict[str, int]:

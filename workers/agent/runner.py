@@ -197,6 +197,7 @@ def _maybe_hang() -> None:
 
 def _run(channel: Channel, request: dict[str, Any]) -> None:
     from workers.catalog import CatalogError
+    from workers.catalog.job_limit import host_job_bytes
     from workers.protocol import JobSpec, ProgressEvent
     from workers.run.engine import PathUnavailable, run_job
 
@@ -224,7 +225,7 @@ def _run(channel: Channel, request: dict[str, Any]) -> None:
                 job,
                 progress,
                 cache_dir=Path(cache_dir) if cache_dir else None,
-                max_bytes=int(request.get("max_bytes") or 2 * 1024**3),
+                max_bytes=int(request.get("max_bytes") or host_job_bytes()),
                 files_dir=Path(request["files_dir"]) if request.get("files_dir") else None,
             )
     except CatalogError as exc:

@@ -18,6 +18,7 @@ from workers.catalog.elementwise import ElementwiseParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.ffi import FfiParams
 from workers.catalog.gather import GatherParams
+from workers.catalog.job_limit import host_job_bytes
 from workers.catalog.kernels import PALLAS_FIELDS, pallas_refusal
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
@@ -35,9 +36,6 @@ from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
-
-DEFAULT_MAX_BYTES = 2 * 1024**3
-"""Cap on a job's input + output bytes unless a setting says otherwise."""
 
 WORKLOADS: dict[str, type[WorkloadParams]] = {
     cls.workload: cls
@@ -114,9 +112,11 @@ def describe_validation_error(
 
 
 def parse_params(
-    workload: str, params: dict[str, Any], max_bytes: int = DEFAULT_MAX_BYTES
+    workload: str, params: dict[str, Any], max_bytes: int | None = None
 ) -> WorkloadParams:
-    """Validate `params` for `workload`, or raise CatalogError naming the field."""
+    """Validate `params` for `workload`, or raise CatalogError naming the field; their
+    input and output bytes may not pass `max_bytes` (None: this host's default job limit,
+    workers.catalog.job_limit)."""
     cls = WORKLOADS.get(workload)
     if cls is None:
         known = ", ".join(sorted(WORKLOADS))
@@ -129,22 +129,29 @@ def parse_params(
     except ValidationError as exc:
         message, field = describe_validation_error(exc, "params.", cls)
         raise CatalogError(message, field) from None
-    size = parsed.input_bytes()
-    if size > max_bytes:
-        raise CatalogError(f"params: {over_limit(size, max_bytes)}", "params")
+    size, cap = parsed.input_bytes(), _cap(max_bytes)
+    if size > cap:
+        raise CatalogError(f"params: {over_limit(size, cap)}", "params")
     return parsed
 
 
-def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+def check_peak(params: WorkloadParams, job: JobSpec, max_bytes: int | None = None) -> None:
     """Refuse, naming params, a job whose estimated peak memory (WorkloadParams.peak: its
     inputs, outputs, float64 references and, for a sweep, every size's buffers) passes
-    `max_bytes`. A job that only compiles makes no arrays: it is not counted."""
+    `max_bytes` (None: this host's default job limit). A job that only compiles makes no
+    arrays: it is not counted."""
     if StageId.EXECUTE not in job.stages:
         return
     alive = job.measure.calls_per_sample if job.measure.mode is Mode.THROUGHPUT else 1
-    problem = refusal(params.peak(alive), max_bytes)
+    cap = _cap(max_bytes)
+    problem = refusal(params.peak(alive), cap)
     if problem is not None:
         raise CatalogError(problem, "params")
+
+
+def _cap(max_bytes: int | None) -> int:
+    """The job limit a check applies: `max_bytes`, or this host's default when None."""
+    return host_job_bytes() if max_bytes is None else max_bytes
 
 
 def over_limit(size: int, max_bytes: int) -> str:
@@ -167,7 +174,7 @@ def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:
 def check_live_outputs(
     params: WorkloadParams,
     measure: MeasureOptions,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_bytes: int | None = None,
     output_bytes: int | None = None,
 ) -> None:
     """Refuse, naming measure.calls_per_sample, a throughput job whose K outputs alive at
@@ -179,12 +186,12 @@ def check_live_outputs(
     out = output_bytes if output_bytes is not None else params.output_bytes()
     if out is None:
         return  # unknown here; the worker checks again once the program is compiled
-    k = measure.calls_per_sample
+    k, cap = measure.calls_per_sample, _cap(max_bytes)
     total = params.input_bytes() + k * out
-    if total > max_bytes:
+    if total > cap:
         raise CatalogError(
             f"measure.calls_per_sample: {k} calls keep {k} outputs of {out:,} bytes alive at "
-            f"once; with the inputs that is {total:,} bytes, over the limit of {max_bytes:,}",
+            f"once; with the inputs that is {total:,} bytes, over the limit of {cap:,}",
             "measure.calls_per_sample",
         )
 

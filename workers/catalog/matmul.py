@@ -10,6 +10,8 @@ from pydantic import Field
 from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision, WorkloadParams
 from workers.catalog.kernels import MatmulBlockFields
+from workers.catalog.peak import Peak
+from workers.catalog.product_check import product_peak
 from workers.catalog.tolerances import contraction_tolerance
 from workers.protocol import PathId
 
@@ -73,3 +75,8 @@ class MatmulParams(WorkloadParams, MatmulBlockFields):
 
     def tolerance_at(self, arithmetic: Arithmetic | None) -> float:
         return contraction_tolerance(self.dtype, self.precision, self.k, arithmetic)
+
+    def peak(self, calls_alive: int = 1) -> Peak:
+        """As workers.run.execute runs it, the output checked exactly or, when large, by
+        projections (workers.catalog.product_check)."""
+        return product_peak((self.m, self.n, self.k), DTYPE_BYTES[self.dtype.value], calls_alive)

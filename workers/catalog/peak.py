@@ -13,6 +13,25 @@ baseline, budgeted apart (BOUNDARY_RUNNER_MAX_MEMORY, workers.agent.memory).
 Calibrated on the project's runner (jax-cpu, a fresh runner per job, peak RSS over the
 runner's warm RSS): estimates were within 0.95 to 1.30 of what was measured for sweeps
 of 64 to 512 sizes and within 1.03 for matmuls of 0.7 to 1.3 GB.
+
+A dense product has its own phases (workers.catalog.product_check.product_peak): a large
+one is checked by projections with no float64 copy, and a narrow one counts XLA's float32
+temporaries. Measured with bench/peak_model.py (jax-cpu, the runner warmed by a small
+matmul first), estimate ÷ measured peak:
+
+| product (m × k @ k × n) | check | estimate | measured | ratio |
+|---|---|---|---|---|
+| 16384 × 64 @ 64 × 16384, float32 | projected | 1.17 GB | 1.18 GB | 0.99 |
+| 64 × 16384 @ 16384 × 8192, float32 | projected | 1.16 GB | 1.17 GB | 0.99 |
+| 8192 × 256 @ 256 × 8192, float32 | projected | 375 MB | 411 MB | 0.91 |
+| the same, throughput, K = 3 | projected | 839 MB | 847 MB | 0.99 |
+| 4096 × 2048 @ 2048 × 4096, float32 | exact | 604 MB | 616 MB | 0.98 |
+| 8192 × 128 @ 128 × 8192, bfloat16 | projected | 493 MB | 449 MB | 1.10 |
+| the same, throughput, K = 4 | projected | 822 MB | 843 MB | 0.98 |
+| 2048³, bfloat16 | exact | 193 MB | 188 MB | 1.03 |
+| 64 × 16384 @ 16384 × 8192, bfloat16 | projected | 1.16 GB | 1.13 GB | 1.02 |
+
+Before the float32 temporaries were counted, three bfloat16 rows were 0.49 to 0.73.
 """
 
 from __future__ import annotations
@@ -21,9 +40,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 F64 = 8
+BLOCK_BYTES = 64 * 1024**2
+"""The float64 rows a blocked check (a large product's projections, attention's reference)
+widens at a time, at most (one row at least)."""
 COMPILE_BYTES = 1024 * 1024
 """Host memory one compiled CPU program keeps, about (fitted on sweeps of hundreds of
 sizes: 0.25 MiB left them 20–40 % under, 1.5 MiB over)."""
+
+
+def float64_rows(rows: int, width: int) -> int:
+    """Rows of a matrix `width` wide widened to float64 at a time: BLOCK_BYTES' worth, at
+    least one, at most all of them."""
+    return max(1, min(rows, BLOCK_BYTES // (F64 * max(width, 1))))
 
 
 def size_text(size: int, *, exact: bool = False) -> str:

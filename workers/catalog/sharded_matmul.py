@@ -9,6 +9,7 @@ which takes all-gathers. `custom` reads the three partition specs from the param
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated
 
@@ -18,7 +19,16 @@ from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import DTYPE_BYTES, Dtype, Lax, Precision
 from workers.catalog.kernels import MatmulBlockFields
 from workers.catalog.matmul import product_flops
-from workers.catalog.mesh import ArrayLayout, MeshError, MeshParams, Spec, parse_spec
+from workers.catalog.mesh import (
+    ArrayLayout,
+    MeshError,
+    MeshParams,
+    Spec,
+    parse_spec,
+    shard_shape,
+)
+from workers.catalog.peak import Peak
+from workers.catalog.product_check import product_peak
 from workers.catalog.tolerances import contraction_tolerance
 
 
@@ -125,3 +135,14 @@ class ShardedMatmulParams(MeshParams, MatmulBlockFields):
 
     def tolerance_at(self, arithmetic: Arithmetic | None) -> float:
         return contraction_tolerance(self.dtype, self.precision, self.k, arithmetic)
+
+    def peak(self, calls_alive: int = 1) -> Peak:
+        """As workers.run.execute runs it, with every device's shards placed (a replicated
+        array: a whole copy on each), the output checked exactly or, when large, by
+        projections (workers.catalog.product_check)."""
+        sizes, size = self.axis_sizes(), self.element_bytes()
+        placed = {"input": 0, "output": 0}
+        for layout in self.arrays():
+            placed[layout.role] += math.prod(shard_shape(layout, sizes)) * size * self.devices_
+        shape = (self.m, self.n, self.k)
+        return product_peak(shape, size, calls_alive, (placed["input"], placed["output"]))

@@ -219,9 +219,11 @@ def _correctness_lines(run: RunResult) -> list[str]:
         return [f"correct   UNCHECKED: {why or 'nothing to check it against'}"]
     verdict = "passed" if c.passed else "FAILED"
     error = f"{c.error:.3g}" if c.error is not None else "not finite"
+    # As the run page words it: a reference that names itself is not called one again.
+    reference = c.reference if "reference" in c.reference else f"{c.reference} reference"
     lines = [
         f"correct   {verdict}: relative error {error}, tolerance {c.tolerance:.3g} "
-        f"({c.reference} reference)" + (f"; {c.detail}" if c.detail else "")
+        f"({reference})" + (f"; {c.detail}" if c.detail else "")
     ]
     if c.arithmetic_words:
         lines.append(f"          checked at the device's arithmetic: {c.arithmetic_words}")

@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.catalog import DEFAULT_MAX_BYTES, WORKLOADS, CatalogError, describe_validation_error
+from workers.catalog import WORKLOADS, CatalogError, describe_validation_error
+from workers.catalog.job_limit import job_limit
 from workers.catalog.values import parse_value
 from workers.cli.printout import print_result
 from workers.export.server_address import EXAMPLES, ServerAddress, server_option
@@ -48,7 +49,6 @@ from workers.protocol.compiler_options import (
 EXIT_BAD_JOB = 2
 
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
-MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
 
 _INTEGER = re.compile(r"^[+-]?\d+$")
 
@@ -270,12 +270,10 @@ def _with_files(job: JobSpec, server: ServerAddress | None) -> JobSpec:
 def _settings() -> tuple[Path | None, int]:
     """The cache directory and byte cap from BOUNDARY_* environment variables."""
     cache_dir = os.environ.get(CACHE_DIR_ENV)
-    raw_bytes = os.environ.get(MAX_BYTES_ENV)
-    max_bytes = DEFAULT_MAX_BYTES
-    if raw_bytes:
-        if not _INTEGER.match(raw_bytes) or int(raw_bytes) <= 0:
-            raise UsageError(f"{MAX_BYTES_ENV}: expected a positive integer, got {raw_bytes!r}")
-        max_bytes = int(raw_bytes)
+    try:
+        max_bytes = job_limit(os.environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return (Path(cache_dir).expanduser() if cache_dir else None), max_bytes
 
 

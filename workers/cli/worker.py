@@ -17,16 +17,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.agent.agent import PARENT_ENV, Agent, AgentConfig
-from workers.agent.memory import MemoryPolicy, env_bytes
+from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
-from workers.catalog import DEFAULT_MAX_BYTES
+from workers.catalog.job_limit import env_bytes, job_limit
 from workers.compiler.jaxenv import apply_jax_environment
 from workers.export.server_address import EXAMPLES, server_option
 from workers.files import FILES_DIR_ENV, FILES_MAX_ENV
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"
-MAX_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +54,7 @@ def agent_config(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfi
     token = args.token or env.get(TOKEN_ENV)
     if not token:
         raise ValueError(f"give --token or set {TOKEN_ENV}")
-    max_job_bytes = env_bytes(env, MAX_BYTES_ENV)
+    max_job_bytes = job_limit(env)
     env_bytes(env, FILES_MAX_ENV)  # read again by each job's file cache
     cache_dir, files_dir = env.get(CACHE_DIR_ENV), env.get(FILES_DIR_ENV)
     return AgentConfig(
@@ -66,7 +65,7 @@ def agent_config(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfi
         cache_dir=Path(cache_dir).expanduser() if cache_dir else None,
         files_dir=Path(files_dir).expanduser() if files_dir else None,  # before cache_dir's
         max_job_bytes=max_job_bytes,
-        memory=MemoryPolicy.from_env(env, max_job_bytes or DEFAULT_MAX_BYTES),
+        memory=MemoryPolicy.from_env(env, max_job_bytes),
     )
 
 

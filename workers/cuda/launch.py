@@ -12,7 +12,8 @@ warm-up has run, under two boundaries, each in its own loop:
 - `host-sync` (`host-throughput` in throughput mode): the host clock from the launch to
   the end of a stream synchronize.
 A launch or execution error raises KernelFailed: a failed kernel yields an error, never
-a timing. Each subject's output is checked against the float64 reference.
+a timing. Each subject's output is checked against the float64 reference, computed once
+(`Workload.checker`: by projections for a large product).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from workers.catalog.base import WorkloadParams
 from workers.catalog.matmul import MatmulParams
 from workers.cuda.env import cublas_module
 from workers.cuda.plan import KernelPlan
-from workers.measure.correctness import check_output
 from workers.measure.harness import ProgressSink, ProgressTicker
 from workers.measure.stopping import Stopper, measurement
 from workers.protocol import (
@@ -40,7 +40,7 @@ from workers.protocol import (
     cuda_host_boundary,
 )
 from workers.protocol.speeds import CUBLAS_SUBJECT, JAX_SUBJECT, KERNEL_SUBJECT
-from workers.workloads import HostArray, Workload
+from workers.workloads import Check, HostArray, Workload
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
 CUBLAS_COMPUTE_32F = 68
@@ -224,7 +224,7 @@ def _jax_subject(
     workload: Workload[Any],
     params: WorkloadParams,
     host_inputs: Sequence[HostArray],
-    reference: HostArray,
+    check: Check,
     options: MeasureOptions,
 ) -> tuple[Subject | None, str | None]:
     """The same workload through JAX on this GPU, timed like the jax-gpu path (host-sync)."""
@@ -256,9 +256,7 @@ def _jax_subject(
     subject.measurements = sampled.measurements
     for m in subject.measurements:
         m.subject, m.note = subject.name, subject.note
-    subject.correctness = check_output(
-        np.asarray(sampled.output), reference, workload.tolerance(params)
-    )
+    subject.correctness = check(np.asarray(sampled.output))
     return subject, None
 
 
@@ -290,8 +288,7 @@ def execute(
             "intervals): cold-cache timings."
         )
     sampler = Sampler(cp, stream, options, flush)
-    reference = workload.reference(params, host_inputs)
-    tolerance = workload.tolerance(params)
+    check = workload.checker(params, host_inputs)
     kernel = Subject(KERNEL, f"{plan.kernel}: {plan.description}")
     subjects = [kernel]
     timed = 0.0
@@ -302,7 +299,7 @@ def execute(
             raise KernelFailed(f"{plan.kernel}: could not load the cubin: {exc}") from None
         sampler.timed(kernel, run, progress)
         output = _to_host(buffers["out"], storage)
-        kernel.correctness = check_output(output, reference, tolerance)
+        kernel.correctness = check(output)
         if isinstance(params, MatmulParams):
             out = cp.zeros(plan.output_shape, dtype=_device_dtype(storage))
             cublas = Subject(
@@ -311,12 +308,12 @@ def execute(
                 "(CUBLAS_COMPUTE_32F): the optimized library",
             )
             sampler.timed(cublas, _cublas_runner(cp, params, buffers, out))
-            cublas.correctness = check_output(_to_host(out, storage), reference, tolerance)
+            cublas.correctness = check(_to_host(out, storage))
             subjects.append(cublas)
     for subject in subjects:
         for m in subject.measurements:
             timed += sum(m.samples_s) * m.calls_per_sample
-    jax_subject, skipped = _jax_subject(workload, params, host_inputs, reference, options)
+    jax_subject, skipped = _jax_subject(workload, params, host_inputs, check, options)
     if jax_subject is not None:
         subjects.append(jax_subject)
         timed += sum(sum(m.samples_s) * m.calls_per_sample for m in jax_subject.measurements)

@@ -12,17 +12,45 @@ from workers.measure import faults
 from workers.protocol import Correctness, ResultCheck
 
 
-def _non_finite(out: npt.NDArray[Any], tolerance: float) -> Correctness | None:
-    """A failed verdict if `out` holds NaN or Inf anywhere, else None."""
-    bad = int(np.count_nonzero(~np.isfinite(out)))
-    if not bad:
-        return None
+def non_finite_verdict(bad: int, tolerance: float) -> Correctness:
+    """The failed verdict on an output holding `bad` NaN or Inf values."""
     return Correctness(
         passed=False,
         error=None,
         tolerance=tolerance,
         detail=f"the output holds {bad} NaN or Inf value{'s' if bad != 1 else ''}",
     )
+
+
+def shape_verdict(
+    shape: tuple[int, ...], expected: tuple[int, ...], tolerance: float
+) -> Correctness:
+    """The failed verdict on an output whose shape is not the reference's."""
+    return Correctness(
+        passed=False,
+        error=None,
+        tolerance=tolerance,
+        detail=f"output shape {list(shape)} differs from the reference's {list(expected)}",
+    )
+
+
+def error_verdict(error: float, tolerance: float, *, estimated: bool = False) -> Correctness:
+    """The verdict on a finite relative error: passed when within `tolerance`. An
+    `estimated` error (random projections) says so when it fails."""
+    passed = error <= tolerance
+    kind = " (estimated)" if estimated else ""
+    detail = (
+        None
+        if passed
+        else f"relative error {error:.3g}{kind} exceeds the tolerance {tolerance:.3g}"
+    )
+    return Correctness(passed=passed, error=error, tolerance=tolerance, detail=detail)
+
+
+def _non_finite(out: npt.NDArray[Any], tolerance: float) -> Correctness | None:
+    """A failed verdict if `out` holds NaN or Inf anywhere, else None."""
+    bad = int(np.count_nonzero(~np.isfinite(out)))
+    return non_finite_verdict(bad, tolerance) if bad else None
 
 
 def _wide(array: npt.NDArray[Any], complex_: bool) -> npt.NDArray[Any]:
@@ -45,21 +73,13 @@ def check_output(
     out = _wide(raw, complex_)
     ref = _wide(np.asarray(reference), complex_)
     if out.shape != ref.shape:
-        return Correctness(
-            passed=False,
-            error=None,
-            tolerance=tolerance,
-            detail=f"output shape {list(out.shape)} differs from the reference's {list(ref.shape)}",
-        )
+        return shape_verdict(out.shape, ref.shape, tolerance)
     failed = _non_finite(out, tolerance)
     if failed is not None:
         return failed
     difference = float(np.linalg.norm((out - ref).ravel()))
     scale = float(np.linalg.norm(ref.ravel()))
-    error = difference / scale if scale > 0 else difference
-    passed = error <= tolerance
-    detail = None if passed else f"relative error {error:.3g} exceeds the tolerance {tolerance:.3g}"
-    return Correctness(passed=passed, error=error, tolerance=tolerance, detail=detail)
+    return error_verdict(difference / scale if scale > 0 else difference, tolerance)
 
 
 def unchecked(output: npt.NDArray[Any], tolerance: float, why: str) -> Correctness:

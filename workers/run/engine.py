@@ -18,14 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.catalog import (
-    DEFAULT_MAX_BYTES,
-    CatalogError,
-    check_live_outputs,
-    check_peak,
-    parse_params,
-)
+from workers.catalog import CatalogError, check_live_outputs, check_peak, parse_params
 from workers.catalog.base import WorkloadParams
+from workers.catalog.job_limit import host_job_bytes
 from workers.catalog.kernels import (
     INTERPRET_WARNING,
     KernelChoice,
@@ -122,7 +117,7 @@ def run_job(
     progress: Progress | None = None,
     *,
     cache_dir: Path | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_bytes: int | None = None,
     files_dir: Path | None = None,
 ) -> RunResult:
     """Run `job` (a protocol.JobSpec) on this process's devices and return its run.
@@ -130,11 +125,13 @@ def run_job(
     Raises CatalogError for an unknown workload or parameters out of bounds, and
     PathUnavailable when the job's path needs devices this process lacks. `cache_dir`
     is the persistent compilation cache (default ~/.cache/boundary/jax); `max_bytes`
-    caps the job's input and output bytes. `files_dir` holds stored files by SHA-256 (an
+    caps the job's estimated peak memory (default: this host's job limit,
+    workers.catalog.job_limit). `files_dir` holds stored files by SHA-256 (an
     exported function's artifact and .npz archives; see workers.workloads.exported).
     """
     started = time.perf_counter()
     job = apply_target(job)  # a target's pairing and device count; CatalogError if they clash
+    max_bytes = host_job_bytes() if max_bytes is None else max_bytes
     params, choice = _validate(job, max_bytes)
     elsewhere = _run_elsewhere(
         job,

@@ -1,6 +1,6 @@
 """The JAX path's execute stage: inputs placed on the device and ready, an uncounted
 warm-up, samples under the job's mode (profiled when the job asks), then the output
-judged against its float64 reference before any speed is presented."""
+judged against its float64 reference (`Workload.checker`) before any speed is presented."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import numpy as np
 from workers.catalog.arithmetic import Arithmetic, phrase
 from workers.catalog.base import WorkloadParams
 from workers.measure import harness
-from workers.measure.correctness import check_output
 from workers.measure.device_time import DEVICE_CALLS, module_name, profiled_pass
 from workers.measure.profile import OVERHEAD_WARNING, ProfileCapture
 from workers.measure.publish import Measured
@@ -113,11 +112,7 @@ def _judged(
     if judge is not None:  # a workload that picks its own reference, or has none
         verdict: Correctness = judge(params, host_inputs, output, arithmetic=arithmetic)
     else:
-        reference = workload.reference(params, host_inputs)
-        tolerance = params.tolerance_at(arithmetic)
-        if tolerance is None:
-            tolerance = workload.tolerance(params)
-        verdict = check_output(output, reference, tolerance)
+        verdict = workload.checker(params, host_inputs, arithmetic)(output)
     if arithmetic is None:
         return verdict
     return verdict.model_copy(

@@ -16,7 +16,6 @@ import numpy as np
 
 from workers.catalog.mesh import MeshError, MeshParams, SeriesMode, series_counts, shard_shape
 from workers.compiler.options import CompileOptions
-from workers.measure.correctness import check_output
 from workers.protocol import MeasureOptions, ProgressEvent, ScalingPoint, ScalingSeries
 from workers.protocol.hlo_summary import summarize_hlo
 from workers.scale.prepare import prepare
@@ -141,7 +140,7 @@ def _point(
         if t1 >= deadline and len(times) >= MIN_POINT_SAMPLES:
             break
     output = prepared.to_host(compiled(*args))
-    verdict = check_output(output, workload.reference(params, host), workload.tolerance(params))
+    verdict = workload.checker(params, host)(output)
     sizes = params.axis_sizes()
     kinds = [c.kind for c in summarize_hlo(compiled.as_text() or "").collectives]
     note = None if len(times) == samples else f"time cap reached after {len(times)} samples"

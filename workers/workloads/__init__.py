@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.workloads.attention import Attention
-from workers.workloads.base import HostArray, InputSpec, JaxFunction, Workload
+from workers.workloads.base import Check, HostArray, InputSpec, JaxFunction, Workload
 from workers.workloads.collective import Collective
 from workers.workloads.elementwise import Elementwise
 from workers.workloads.exported import ExportedFunction
@@ -18,7 +18,15 @@ from workers.workloads.matmul import Matmul
 from workers.workloads.reduction import Reduction
 from workers.workloads.sharded_matmul import ShardedMatmul
 
-__all__ = ["WORKLOADS", "HostArray", "InputSpec", "JaxFunction", "Workload", "get_workload"]
+__all__ = [
+    "WORKLOADS",
+    "Check",
+    "HostArray",
+    "InputSpec",
+    "JaxFunction",
+    "Workload",
+    "get_workload",
+]
 
 WORKLOADS: dict[str, Workload[Any]] = {
     w.name: w for w in (Matmul(), Elementwise(), Reduction(), Gather(), Attention())

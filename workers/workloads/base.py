@@ -16,8 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import Precision, WorkloadParams
 from workers.catalog.kernels import KernelChoice
+from workers.measure.correctness import check_output
+from workers.protocol import Correctness
 
 HostArray = npt.NDArray[Any]
 """A NumPy array on the host (float64 references, inputs of any storage type)."""
@@ -25,6 +28,10 @@ HostArray = npt.NDArray[Any]
 JaxFunction = Callable[..., Any]
 """A pure function of device arrays returning one array (an uploaded function: a list of
 its results): what gets traced and compiled."""
+
+Check = Callable[[HostArray], Correctness]
+"""Judges one output of a workload's inputs; several outputs of the same inputs (the cuda
+path's kernel, cuBLAS and JAX) share one."""
 
 P = TypeVar("P", bound=WorkloadParams)
 
@@ -90,6 +97,17 @@ class Workload(ABC, Generic[P]):
     def reference(self, params: P, inputs: Sequence[HostArray]) -> HostArray:
         """The expected output, computed in float64 with NumPy."""
 
+    def checker(
+        self, params: P, inputs: Sequence[HostArray], arithmetic: Arithmetic | None = None
+    ) -> Check:
+        """What judges an output of `inputs`, allowing for the `arithmetic` the platform ran
+        the program's float32 products at (None: unknown): by default `check_output` against
+        the float64 reference, computed once here. A dense product checks a large output by
+        random projections instead (workers.workloads.matmul.product_checker)."""
+        reference = self.reference(params, inputs)
+        tolerance = self.tolerance(params, arithmetic)
+        return lambda output: check_output(output, reference, tolerance)
+
     def flop_count(self, params: P) -> float:
         """Floating-point operations one call performs (analytic, not XLA's estimate): the
         catalog's formula (`WorkloadParams.flop_count`), the one the server uses too."""
@@ -100,10 +118,10 @@ class Workload(ABC, Generic[P]):
         written): the catalog's formula (`WorkloadParams.byte_count`)."""
         return _required(params.byte_count(), self.name, "byte_count")
 
-    def tolerance(self, params: P) -> float:
+    def tolerance(self, params: P, arithmetic: Arithmetic | None = None) -> float:
         """The largest relative error ‖out − ref‖ / ‖ref‖ that still passes: the catalog's
-        (`WorkloadParams.tolerance`)."""
-        return _required(params.tolerance(), self.name, "tolerance")
+        at `arithmetic` (`WorkloadParams.tolerance_at`)."""
+        return _required(params.tolerance_at(arithmetic), self.name, "tolerance")
 
 
 def _required(figure: float | None, workload: str, name: str) -> float:

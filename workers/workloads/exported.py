@@ -256,7 +256,7 @@ class ExportedFunction(Workload[ExportedParams]):
         header = _load(params).header  # its symbolic dimensions at the job's values
         return float(sum(a.nbytes(params.dims) for a in (*header.in_avals, *header.out_avals)))
 
-    def tolerance(self, params: ExportedParams) -> float:
+    def tolerance(self, params: ExportedParams, arithmetic: Arithmetic | None = None) -> float:
         # The catalog's only when the job declares one; else its first result's dtype's.
         specs = self.result_specs(params)
-        return params.result_tolerance(specs[0].dtype if specs else "float32")
+        return params.result_tolerance(specs[0].dtype if specs else "float32", arithmetic)

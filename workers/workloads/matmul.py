@@ -8,11 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.kernels import KernelChoice
 from workers.catalog.matmul import MatmulParams
+from workers.catalog.product_check import projected
+from workers.measure.correctness import check_output
+from workers.measure.projected import ProjectedProduct
 from workers.pallas import matmul as pallas_matmul
 from workers.workloads.base import (
     LAX_PRECISION,
+    Check,
     HostArray,
     InputSpec,
     JaxFunction,
@@ -26,6 +31,18 @@ def product_reference(inputs: Sequence[HostArray]) -> HostArray:
     a, b = inputs
     result: HostArray = np.matmul(as_float64(a), as_float64(b))
     return result
+
+
+def product_checker(inputs: Sequence[HostArray], tolerance: float) -> Check:
+    """What judges an output of A @ B (workers.catalog.product_check): against the whole
+    float64 product while its copies are small, else by random projections of it, with
+    no float64 copy of A, B or C."""
+    a, b = inputs
+    if not projected(a.shape[0], b.shape[1], a.shape[1]):
+        reference = product_reference(inputs)
+        return lambda output: check_output(output, reference, tolerance)
+    product = ProjectedProduct(a, b)
+    return lambda output: product.check(output, tolerance)
 
 
 class Matmul(Workload[MatmulParams]):
@@ -57,3 +74,11 @@ class Matmul(Workload[MatmulParams]):
 
     def reference(self, params: MatmulParams, inputs: Sequence[HostArray]) -> HostArray:
         return product_reference(inputs)
+
+    def checker(
+        self,
+        params: MatmulParams,
+        inputs: Sequence[HostArray],
+        arithmetic: Arithmetic | None = None,
+    ) -> Check:
+        return product_checker(inputs, self.tolerance(params, arithmetic))

@@ -13,13 +13,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 
+from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.kernels import KernelChoice
 from workers.catalog.mesh import format_spec
 from workers.catalog.sharded_matmul import ShardedMatmulParams, Sharding
 from workers.pallas import matmul as pallas_matmul
 from workers.scale.mesh import partition_spec
-from workers.workloads.base import LAX_PRECISION, HostArray, InputSpec, JaxFunction
-from workers.workloads.matmul import product_reference
+from workers.workloads.base import LAX_PRECISION, Check, HostArray, InputSpec, JaxFunction
+from workers.workloads.matmul import product_checker, product_reference
 from workers.workloads.scale_base import ScaleWorkload
 
 _constrain = cast(
@@ -64,6 +65,14 @@ class ShardedMatmul(ScaleWorkload[ShardedMatmulParams]):
 
     def reference(self, params: ShardedMatmulParams, inputs: Sequence[HostArray]) -> HostArray:
         return product_reference(inputs)
+
+    def checker(
+        self,
+        params: ShardedMatmulParams,
+        inputs: Sequence[HostArray],
+        arithmetic: Arithmetic | None = None,
+    ) -> Check:
+        return product_checker(inputs, self.tolerance(params, arithmetic))
 
     def explain(self, params: ShardedMatmulParams, kind: str, source: str | None) -> str:
         a, b, out = (format_spec(s) for s in params.specs())
