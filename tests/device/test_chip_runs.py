@@ -46,11 +46,13 @@ def test_a_catalog_run_on_the_chip_is_checked_timed_and_predicted(
     chip: Chip,
     chip_server: ChipServer,
     record: Callable[..., None],
+    keep: Callable[[dict[str, Any]], None],
     workload: str,
     params: dict[str, Any],
     arithmetic: str | None,
 ) -> None:
     job = chip_server.run(body(chip, workload, params))
+    keep(job)
     run = job["run"]
     assert job["status"] == "done" and run is not None, job.get("reason")
     c = run["correctness"]
@@ -95,7 +97,13 @@ def test_a_catalog_run_on_the_chip_is_checked_timed_and_predicted(
 @pytest.mark.parametrize("mode", ["latency", "throughput"])
 @pytest.mark.parametrize("size", [8192, 16384])
 def test_the_big_matmuls_run_with_the_defaults(
-    chip: Chip, chip_server: ChipServer, record: Callable[..., None], size: int, mode: str
+    *,
+    chip: Chip,
+    chip_server: ChipServer,
+    record: Callable[..., None],
+    keep: Callable[[dict[str, Any]], None],
+    size: int,
+    mode: str,
 ) -> None:
     n = chip.size(size, size // 32)
     job = chip_server.run(
@@ -106,6 +114,7 @@ def test_the_big_matmuls_run_with_the_defaults(
             "measure": {"mode": mode},
         }
     )
+    keep(job)
     run = job["run"]
     assert job["status"] == "done" and run is not None, job.get("reason")
     c = run["correctness"]
@@ -130,15 +139,21 @@ def test_the_big_matmuls_run_with_the_defaults(
 
 
 def test_host_sync_of_a_small_program_is_mostly_dispatch(
-    chip: Chip, chip_server: ChipServer, record: Callable[..., None]
+    chip: Chip,
+    chip_server: ChipServer,
+    record: Callable[..., None],
+    keep: Callable[[dict[str, Any]], None],
 ) -> None:
     """A row sum over 1M values takes microseconds on the chip and hundreds of them
     host-sync; a 4096³ matmul's device time is most of its host-sync."""
     if not chip.on_tpu:
         pytest.skip("device time is a chip's: the CPU has none")
-    small = stats(chip_server.run(body(chip, "reduction", {"rows": 16, "cols": 1 << 16}))["run"])
+    sums = chip_server.run(body(chip, "reduction", {"rows": 16, "cols": 1 << 16}))
     big = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"}
-    large = stats(chip_server.run(body(chip, "matmul", big))["run"])
+    products = chip_server.run(body(chip, "matmul", big))
+    keep(sums)
+    keep(products)
+    small, large = stats(sums["run"]), stats(products["run"])
     ratio_small = small["host-sync"] / small["device-time"]
     ratio_large = large["host-sync"] / large["device-time"]
     record("dispatch", small_host_over_device=ratio_small, large_host_over_device=ratio_large)

@@ -94,15 +94,18 @@ def job(chip: Chip, params: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("label", list(MODELS))
 def test_a_users_model_passes_on_the_chip_and_publishes_its_times(
+    *,
     chip: Chip,
     chip_server: ChipServer,
     exported: dict[str, Exported],
     record: Callable[..., None],
+    keep: Callable[[dict[str, Any]], None],
     label: str,
 ) -> None:
     e = exported[label]
     params = {"artifact": e.artifact, "inputs": e.inputs, "dims": {"batch": e.batch}}
     done = chip_server.run(job(chip, params))
+    keep(done)
     run = done["run"]
     assert done["status"] == "done" and run is not None, done.get("reason")
     c = run["correctness"]
@@ -130,6 +133,7 @@ def test_a_users_model_passes_on_the_chip_and_publishes_its_times(
 
 @pytest.mark.parametrize("label", list(MODELS))
 def test_a_wrong_answer_still_fails_on_the_chip(
+    *,
     chip: Chip,
     chip_server: ChipServer,
     exported: dict[str, Exported],
