@@ -128,6 +128,6 @@ async def test_a_worker_advertising_a_target_no_one_sells_is_refused_naming_it(
     assert r.status_code == 422, r.text
     (problem,) = r.json()["detail"]
     assert problem["field"] == "capabilities.targets"
-    assert repr(bad) in problem["message"] and "v6e:2x4" in problem["message"]
+    assert repr(bad) in problem["message"] and "v6e:1x1 … v6e:16x16" in problem["message"]
     listed = (await bench_client.get("/api/v1/workers")).json()["data"]
     assert all(bad not in (w.get("targets") or []) for w in listed)

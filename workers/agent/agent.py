@@ -38,6 +38,7 @@ from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
 from workers.files import FileCache, files_folder, job_files
+from workers.protocol import TPU_TARGET_IDS
 
 log = logging.getLogger("boundary.worker")
 
@@ -165,6 +166,7 @@ class Agent:
                     await self.handle(grant)
                 else:
                     await self._refresh_ceilings()
+                    await self._read_capacities()
             return 0
         except httpx.TransportError:
             if self.stop.stopping:
@@ -203,6 +205,25 @@ class Agent:
         if fresh is not None and fresh != ceilings:
             self.capabilities = {**self.capabilities, "ceilings": fresh}
             await self.register()  # the same worker id: the server keeps the new ceilings
+
+    async def _read_capacities(self) -> None:
+        """Idle: read a few more TPU targets' usable bytes from libtpu (about a second
+        each, once per machine and libtpu version) and tell the server."""
+        known = self.capabilities.get("capacities") or {}
+        targets = [t for t in self.capabilities.get("targets") or [] if t in TPU_TARGET_IDS]
+        if self.stop.stopping or all(t in known for t in targets):
+            return
+        try:
+            runner = await self.pool.get(1)
+            fresh = await runner.capacities(targets)
+        except RunnerFailed as exc:
+            log.warning("reading the TPU targets' usable bytes failed: %s", exc)
+            return
+        if fresh != known:
+            self.capabilities = {**self.capabilities, "capacities": fresh}
+            await self.register()  # the same worker id: the server keeps the new figures
+        if all(t in fresh for t in targets):
+            log.info("libtpu's usable bytes read for all %d TPU targets", len(targets))
 
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. A later one (not of the same

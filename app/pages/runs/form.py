@@ -12,6 +12,7 @@ from app.dispatch.requirements import Requirements, has_real, unmet
 from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.kernels import JAX_PATHS, PALLAS, PALLAS_FIELDS, PALLAS_WORKLOADS, XLA
 from workers.catalog.mesh import MeshParams
+from workers.catalog.peak import size_text
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     MAX_SAMPLES,
@@ -23,6 +24,9 @@ from workers.protocol import (
     Mode,
     PathId,
     StageId,
+    Target,
+    gpu_usable_bytes,
+    merge_capacities,
     parse_target,
 )
 
@@ -333,7 +337,9 @@ class TargetOption:
 
 def target_options(workload: str, path: str, workers: list[Capabilities]) -> list[TargetOption]:
     """The targets that combine with `workload` on `path` (the catalog's rules), each marked
-    "compiled without the hardware" unless a connected worker has such devices."""
+    "compiled without the hardware" unless a connected worker has such devices, with what
+    one device may hold (libtpu's usable bytes, as a worker read them; JAX's GPU share)."""
+    capacities = merge_capacities(caps.capacities for caps in workers)
     options = []
     for target_id in TARGET_IDS:
         target = parse_target(target_id)
@@ -347,14 +353,23 @@ def target_options(workload: str, path: str, workers: list[Capabilities]) -> lis
             continue  # e.g. b200:8 for a one-device workload
         real = any(has_real(caps, target) for caps in workers)
         offered = real or any(target_id in caps.targets for caps in workers)
-        unit = "chip" if target.grid else "GPU"
-        size = f"{target.count} {unit}{'s' if target.count > 1 else ''}"
         how = "on real devices" if real else "compiled without the hardware"
         if not offered:
             how += "; no connected worker compiles for it"
-        label = f"{target_id} — {target.chip.name}, {size} ({how})"
+        usable = capacities.get(target_id) or gpu_usable_bytes(target.chip)
+        held = f", {size_text(usable)} usable a device" if usable else ""
+        label = f"{target_id} — {target.chip.name}, {size_words(target)}{held} ({how})"
         options.append(TargetOption(target_id, label, real, offered))
     return options
+
+
+def size_words(target: Target) -> str:
+    """A target's size: '8 chips', '4 chips, 8 devices' (two TensorCores a chip), '2 GPUs'."""
+    unit = "chip" if target.grid else "GPU"
+    words = f"{target.chips} {unit}{'s' if target.chips > 1 else ''}"
+    if target.count != target.chips:
+        words += f", {target.count} devices"
+    return words
 
 
 def wider_targets_note(workload: str, path: str, offered: list[TargetOption]) -> str | None:
