@@ -211,11 +211,13 @@ def read_missing(target_ids: Iterable[str], budget_s: float) -> dict[str, int]:
     until `budget_s` has passed (at least one); the rest wait for the next call."""
     known = cached_capacities()
     deadline = time.monotonic() + budget_s
+    read = 0
     for target_id in target_ids:
         if target_id in known:
             continue
-        if time.monotonic() > deadline:
+        if read and time.monotonic() > deadline:
             break
+        read += 1
         usable = usable_bytes(target_id)
         if usable is not None:
             known[target_id] = usable
