@@ -15,15 +15,8 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.compiler_options import options_context
-from app.pages.runs.form import (
-    FormState,
-    choose_path,
-    measure_fields,
-    param_fields,
-    target_note,
-    target_options,
-    wider_targets_note,
-)
+from app.pages.runs.form import FormState, choose_path, measure_fields, param_fields
+from app.pages.runs.target_options import target_note, target_options, wider_targets_note
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number

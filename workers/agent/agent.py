@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from workers.agent.idle import Idle
 from workers.agent.link import (
     Fatal,
     ProgressForwarder,
@@ -38,7 +39,6 @@ from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES
 from workers.agent.runner_pool import Outcome, Runner, RunnerFailed, RunnerPool
 from workers.files import FileCache, files_folder, job_files
-from workers.protocol import TPU_TARGET_IDS
 
 log = logging.getLogger("boundary.worker")
 
@@ -47,10 +47,6 @@ ESCALATE_AFTER_S = 1.0
 PARENT_ENV = "BOUNDARY_WORKER_PARENT"
 """Set by `boundary serve` (app/local_workers.py) for its local workers: they stop when it
 dies."""
-CEILINGS_REFRESH_S = 900.0
-"""An idle worker measures its ceilings again at most this often."""
-CEILINGS_CHEAP_S = 5.0
-"""…and only when the last round took at most this long (a CPU's takes about 2 s)."""
 
 
 @dataclass
@@ -85,7 +81,7 @@ class Agent:
         self._stop_at = 0.0
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
-        self.ceilings_at = time.monotonic()
+        self.idle = Idle(self.pool)
 
     # --- talking to the server ---------------------------------------------------------
 
@@ -165,8 +161,7 @@ class Agent:
                 if grant is not None:
                     await self.handle(grant)
                 else:
-                    await self._refresh_ceilings()
-                    await self._read_capacities()
+                    await self._idle_round()
             return 0
         except httpx.TransportError:
             if self.stop.stopping:
@@ -185,45 +180,16 @@ class Agent:
             await self.pool.close()
             await self.link.aclose()
 
-    async def _refresh_ceilings(self) -> None:
-        """Idle (a long poll came back empty): measure the ceilings again when a round is
-        cheap and the last is old, keep the best of every round, and tell the server."""
-        ceilings = self.capabilities.get("ceilings")
-        if not ceilings or self.stop.stopping:
-            return
-        now = time.monotonic()
-        cheap = float(ceilings.get("seconds") or 0.0) <= CEILINGS_CHEAP_S
-        if not cheap or now - self.ceilings_at < CEILINGS_REFRESH_S:
-            return
-        self.ceilings_at = now
-        try:
-            runner = await self.pool.get(1)
-            fresh = await runner.ceilings(ceilings)
-        except RunnerFailed as exc:
-            log.warning("re-measuring the ceilings failed: %s", exc)
-            return
-        if fresh is not None and fresh != ceilings:
-            self.capabilities = {**self.capabilities, "ceilings": fresh}
-            await self.register()  # the same worker id: the server keeps the new ceilings
-
-    async def _read_capacities(self) -> None:
-        """Idle: read a few more TPU targets' usable bytes from libtpu (about a second
-        each, once per machine and libtpu version) and tell the server."""
-        known = self.capabilities.get("capacities") or {}
-        targets = [t for t in self.capabilities.get("targets") or [] if t in TPU_TARGET_IDS]
-        if self.stop.stopping or all(t in known for t in targets):
-            return
-        try:
-            runner = await self.pool.get(1)
-            fresh = await runner.capacities(targets)
-        except RunnerFailed as exc:
-            log.warning("reading the TPU targets' usable bytes failed: %s", exc)
-            return
-        if fresh != known:
-            self.capabilities = {**self.capabilities, "capacities": fresh}
-            await self.register()  # the same worker id: the server keeps the new figures
-        if all(t in fresh for t in targets):
-            log.info("libtpu's usable bytes read for all %d TPU targets", len(targets))
+    async def _idle_round(self) -> None:
+        """A long poll came back empty: the idle steps (workers.agent.idle), telling the
+        server what each changed."""
+        for step in (self.idle.ceilings, self.idle.capacities):
+            if self.stop.stopping:
+                return
+            fresh = await step(self.capabilities)
+            if fresh is not None:
+                self.capabilities = fresh
+                await self.register()  # the same worker id: the server keeps the new figures
 
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. A later one (not of the same

@@ -179,19 +179,8 @@ def _row(
     }
 
 
-def _bars(
-    memory: dict[str, Any],
-    hbm: int,
-    word: str,
-    needed: int | None,
-    model: str,
-    *,
-    count: int,
-    chart_id: str,
-) -> Chart:
-    """One stacked bar per device: the program's parts, and what it may hold (`hbm`: the
-    usable bytes, or the HBM where those are not reported) as a line."""
-    scale_to = max(hbm, needed or 0) or 1
+def _parts(memory: dict[str, Any], scale_to: int) -> list[El]:
+    """The program's parts, side by side along one bar, each its share of `scale_to`."""
     x = 0.0
     parts: list[El] = []
     for i, (key, label) in enumerate(PARTS):
@@ -211,12 +200,29 @@ def _bars(
             )
         )
         x += width
+    return parts
+
+
+def _bars(
+    memory: dict[str, Any],
+    hbm: int,
+    word: str,
+    needed: int | None,
+    model: str,
+    *,
+    count: int,
+    chart_id: str,
+) -> Chart:
+    """One stacked bar per device: the program's parts, and what it may hold (`hbm`: the
+    usable bytes, or the HBM where those are not reported) as a line."""
+    scale_to = max(hbm, needed or 0) or 1
+    parts = _parts(memory, scale_to)
     line = BAR_W * hbm / scale_to
     over = needed is not None and needed > hbm
     title = (
         f"Memory per device for {count} × {model}: "
         f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} "
-        f"{'usable' if word == 'usable' else 'of HBM'}"
+        f"{word}"
     )
     hbm_rect = el(
         "rect",
