@@ -110,6 +110,7 @@ def memory_answer(report: dict[str, Any], top: int, address: str) -> dict[str, A
         "run_id": report.get("id"),
         "address": address,
         "peak_bytes": report.get("peak_bytes"),
+        "usable_bytes": report.get("usable_bytes"),
         "hbm_bytes": report.get("hbm_bytes"),
         "peak_make_up": report.get("by_kind"),
         "padding_bytes": report.get("padding_bytes"),
