@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from workers.agent.idle import Idle
+from workers.agent.runner_pool import RunnerPool
 from workers.files import FileCache
 from workers.protocol import JobSpec, RunResult, parse_target
 from workers.run.engine import run_job
@@ -105,3 +108,16 @@ def test_an_uploaded_model_compiles_on_every_new_generation(
         if target != "v5e:1x1":  # exported for one device: one of the slice's
             assert run.target is not None and run.target.mesh is not None
             assert run.target.mesh.startswith(f"one device of {target}'s ")
+
+
+def test_an_idle_worker_reads_the_rest_apart_from_its_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # this machine has read nothing yet
+    caps = {"targets": ["v5e:1x1", "v5e:2x2", "h100:1"], "capacities": {}}
+    idle = Idle(RunnerPool())
+    fresh = anyio.run(idle.capacities, caps)
+    assert fresh is not None and fresh["targets"] == caps["targets"]
+    assert fresh["capacities"]["v5e:1x1"] == V5E_BYTES_LIMIT
+    assert set(fresh["capacities"]) == {"v5e:1x1", "v5e:2x2"}  # a GPU's is not libtpu's
+    assert anyio.run(idle.capacities, fresh) is None  # all read: nothing more to do

@@ -44,9 +44,8 @@ CEILINGS_ENV = "BOUNDARY_WORKER_CEILINGS"
 """Set to 0 to skip measuring the roofline's ceilings when a worker starts."""
 START_CAPACITY_S = 2.0
 """How long a starting worker reads TPU targets' usable bytes it has not read before
-(about a second each, once per machine and libtpu version); the rest are read while idle."""
-IDLE_CAPACITY_S = 1.5
-"""How long one idle round reads them."""
+(about a second each, once per machine and libtpu version); the rest are read while idle
+(workers.agent.idle)."""
 
 
 def die_with_parent(parent_env: str = PARENT_ENV, sig: int = signal.SIGKILL) -> None:
@@ -319,10 +318,7 @@ def child_main() -> None:
             )
         elif op == "ceilings":
             channel.send("ceilings", data=_remeasure(request.get("previous")))
-        elif op == "capacities":
-            targets = list(request.get("targets") or [])
-            budget = float(request.get("budget_s") or IDLE_CAPACITY_S)
-            channel.send("capacities", data=_capacities(targets, budget))
+
         elif op == "run":
             _run(channel, request)
         else:

@@ -171,13 +171,6 @@ class Runner:
         data: dict[str, Any] | None = message["data"]
         return data
 
-    async def capacities(self, targets: list[str]) -> dict[str, int]:
-        """The TPU targets' usable bytes this machine has read, reading a few more."""
-        await self.send({"op": "capacities", "targets": targets})
-        message = await self.receive(120.0)
-        data: dict[str, int] = message["data"]
-        return data
-
     async def run(
         self,
         request: dict[str, Any],

@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -33,7 +34,7 @@ from typing import Any
 
 from workers.protocol import CachePolicy, Platform, Target, parse_target
 from workers.xla_targets.misfit import hbm_misfit
-from workers.xla_targets.topology import compiler_of, target_devices
+from workers.xla_targets.topology import build_devices, compiler_of
 
 log = logging.getLogger("boundary.capacity")
 
@@ -114,7 +115,7 @@ class _Prober:
     def __init__(self, target: Target) -> None:
         import jax
 
-        self.device = target_devices(target)[0]
+        self.device = build_devices(target)[0]
         self.compiles = 0
         self._jax = jax
 
@@ -224,6 +225,28 @@ def read_missing(target_ids: Iterable[str], budget_s: float) -> dict[str, int]:
     return known
 
 
+def reading_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The environment of a process that only reads capacities: JAX on the CPU whatever the
+    machine has (a deviceless topology needs no device, and a real TPU stays its runner's),
+    libtpu allowed beside another process's."""
+    from workers.compiler.jaxenv import jax_environment
+
+    env = {**environ, **jax_environment(environ, found="")}
+    return {**env, "JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+
+
+def main(argv: list[str]) -> int:
+    """`python -m workers.xla_targets.capacity SECONDS TARGET...`: read the targets this
+    machine has not, for about SECONDS, keep them, and print every reading as JSON. An
+    idle worker runs it apart from its runner, which need not hold the topologies of
+    6,144-chip slices for the rest of its life (about 300 MB for all of them)."""
+    if len(argv) < 2:
+        print("usage: python -m workers.xla_targets.capacity SECONDS TARGET...", file=sys.stderr)
+        return 2
+    print(json.dumps(read_missing(argv[1:], float(argv[0]))))
+    return 0
+
+
 def capacity_report(target: Target) -> dict[str, Any]:
     """usable_bytes and usable_source for a TPU target's memory report (empty when the
     figure cannot be read: the page then says not reported)."""
@@ -231,3 +254,7 @@ def capacity_report(target: Target) -> dict[str, Any]:
     if usable is None:
         return {}
     return {"usable_bytes": usable, "usable_source": source_text(target.id, _version())}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -54,6 +54,12 @@ def compiler_of(target: Target) -> tuple[str, str | None]:
 def target_devices(target: Target) -> tuple[Any, ...]:
     """The target's devices, in the topology's order (kept per process: building a
     topology starts the compiler's client once)."""
+    return build_devices(target)
+
+
+def build_devices(target: Target) -> tuple[Any, ...]:
+    """The target's devices from a topology built now, kept by no one (a capacity reading
+    of a 6,144-chip slice need not hold its client for the life of the process)."""
     from jax.experimental import topologies
 
     name, version = compiler_of(target)
