@@ -24,7 +24,7 @@ from app.dispatch.requirements import describe_need, unmet
 from app.settings import Settings
 from app.store import JobRow, Store, WorkerRow
 from app.store.registry import key_hash
-from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus
+from workers.protocol import FINAL_STATUSES, Capabilities, JobStatus, merge_capacities
 
 KNOWN_KEYS = 10_000
 """Workers whose key this replica has checked, remembered so that each message does not
@@ -257,6 +257,12 @@ class DispatcherCore:
         if self._recent is not None and time.monotonic() - self._recent[0] < RECENT_S:
             return self._recent[1]
         return self.connected_workers()
+
+    def capacities(self) -> dict[str, int]:
+        """TPU target id → the bytes libtpu makes available to a program on it, as the
+        connected workers read it from their libtpu (the latest registered first)."""
+        workers = sorted(self.recent_workers(), key=lambda w: w.registered_at, reverse=True)
+        return merge_capacities(w.capabilities.capacities for w in workers)
 
     def recent_worker(self, worker_id: str) -> WorkerEntry | None:
         """A worker as `recent_workers` saw it, or as the store has it now."""

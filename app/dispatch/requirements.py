@@ -58,11 +58,9 @@ def job_requirements(spec: JobSpec, devices: int) -> Requirements:
 
 def has_real(caps: Capabilities, target: Target) -> bool:
     """Whether a worker has real devices of `target`'s model, at least its count."""
-    kind = caps.device_kind.lower()
-    markers = [m.lower() for m in target.chip.kind_markers]
     return (
         caps.platform is target.platform
-        and any(m in kind for m in markers)
+        and target.chip.matches(caps.device_kind)
         and caps.device_count >= target.count
     )
 

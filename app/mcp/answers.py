@@ -82,8 +82,9 @@ def hlo_summary(summary: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def fit_of(target: dict[str, Any]) -> dict[str, Any] | None:
-    """Does it fit? One device's needs against the chip's published HBM (decimal GB), with
-    the verdict sentence and by how much it is over; None without memory figures."""
+    """Does it fit? One device's needs against its usable bytes (libtpu's own on a TPU,
+    JAX's share on a GPU), the chip's published HBM beside them, with the verdict
+    sentence and by how much it is over; None without memory figures."""
     memory = target.get("memory")
     if not memory:
         return None
@@ -94,6 +95,8 @@ def fit_of(target: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "peak_bytes": fit["peak_bytes"],
         "needed_bytes": fit["needed_bytes"],
+        "usable_bytes": fit["usable_bytes"],
+        "usable_source": fit["usable_source"],
         "hbm_bytes": fit["hbm_bytes"],
         "hbm_label": fit["hbm_label"],
         "fits": fit["fits"],
@@ -117,6 +120,7 @@ def memory_answer(report: dict[str, Any], top: int, address: str) -> dict[str, A
         "run_id": report.get("id"),
         "address": address,
         "peak_bytes": report.get("peak_bytes"),
+        "usable_bytes": report.get("usable_bytes"),
         "hbm_bytes": report.get("hbm_bytes"),
         "peak_make_up": report.get("by_kind"),
         "padding_bytes": report.get("padding_bytes"),

@@ -1,16 +1,16 @@
 """What an assistant can ask for: the targets and the workloads with their limits.
 
-Targets are the build's own list (workers.protocol, shared with the workers), each with
-the connected workers (from the API) that compile for it or have its chips. Workloads
-are the API's listing, each parameter's JSON Schema read down to its type, bounds,
-default and description.
+Targets are the API's listing (`GET /api/v1/targets`), grouped by device model so every
+target fits one answer: each with what one device may hold (usable_bytes: libtpu's own
+figure on a TPU, as a connected worker read it; JAX's share on a GPU) beside the
+published HBM, and the connected workers that compile for it or have its chips.
+Workloads are the API's listing, each parameter's JSON Schema read down to its type,
+bounds, default and description.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from workers.protocol import TARGET_IDS, Platform, parse_target
 
 NO_WORKER = (
     "no connected worker compiles for it: a compile for this target waits in the queue "
@@ -18,46 +18,48 @@ NO_WORKER = (
 )
 
 
-def targets_answer(workers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every target id, what it is, and which connected workers compile for it (without the
-    hardware) or could run it (with the chips)."""
-    rows = []
-    for target_id in TARGET_IDS:
-        target = parse_target(target_id)
-        chip = target.chip
-        compilers = [w["name"] for w in workers if target_id in (w.get("targets") or [])]
-        runners = [w["name"] for w in workers if _has_chips(w, target.count, chip.kind_markers)]
-        rows.append(
+def targets_answer(listing: dict[str, Any]) -> dict[str, Any]:
+    """Every target id by device model: the model's published figures once, then each
+    target's devices, usable bytes and workers (named only where there are any)."""
+    models = []
+    for chip in listing.get("chips") or []:
+        rows = [t for t in listing.get("data") or [] if t["model"] == chip["model"]]
+        if not rows:
+            continue
+        models.append(
             {
-                "id": target_id,
-                "chip": chip.name,
-                "count": target.count,
-                "paths": [p.value for p in chip.paths],
-                "hbm_bytes_per_device": chip.hbm_bytes,
-                "hbm_label": chip.hbm_label,
-                "compiled_by": compilers,
-                "executed_by": runners,
-                **({} if compilers else {"note": NO_WORKER}),
+                "model": chip["model"],
+                "chip": chip["name"],
+                "path": rows[0]["path"],
+                "paths": chip["paths"],
+                "hbm_bytes_per_device": rows[0]["hbm_bytes"],
+                "hbm_label": rows[0]["hbm_label"],
+                "usable_source": rows[0]["usable_source"],
+                "targets": [_target(t) for t in rows],
             }
         )
     return {
-        "targets": rows,
-        "how": "compile takes a target and compiles without its hardware (no time, no speed); "
-        "run needs a worker in executed_by, or waits with the reason.",
-        "workers": [
-            {k: w.get(k) for k in ("name", "platform", "device_kind", "device_count", "paths")}
-            for w in workers
-        ],
+        "models": models,
+        "how": "usable_bytes is what one device may hold (null: not read yet); compile takes "
+        "a target, on the path it names, and compiles without its hardware (no time, no "
+        "speed); run needs a worker in executed_by, or waits with the reason. "
+        "GET /api/v1/targets adds each chip's bandwidth, peak rates and clock.",
     }
 
 
-def _has_chips(worker: dict[str, Any], count: int, markers: tuple[str, ...]) -> bool:
-    platform = worker.get("platform")
-    if platform not in (Platform.TPU.value, Platform.GPU.value):
-        return False
-    kind = str(worker.get("device_kind") or "").lower()
-    enough = int(worker.get("device_count") or 0) >= count
-    return enough and any(m.lower() in kind for m in markers)
+def _target(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "devices": row["devices"],
+        "usable_bytes": row["usable_bytes"],
+    }
+    if row["compiled_by"]:
+        out["compiled_by"] = row["compiled_by"]
+    else:
+        out["note"] = NO_WORKER
+    if row["executed_by"]:
+        out["executed_by"] = row["executed_by"]
+    return out
 
 
 def workloads_answer(listing: list[dict[str, Any]], name: str | None) -> dict[str, Any]:

@@ -21,17 +21,21 @@ from app.mcp.catalog import targets_answer, workloads_answer
 from app.mcp.resources import add_cards
 
 INSTRUCTIONS = (
-    "Boundary compiles real JAX programs for TPU v6e slices and NVIDIA GPUs without the "
-    "hardware, and times runs on real workers. Start with list_targets and list_workloads; "
-    "compile a workload (or an uploaded artifact, by its id) for a target; read memory, "
-    "get_ir and compare with the run ids it answers. Answers are JSON of at most "
-    f"{MAX_ANSWER_CHARS:,} characters; a cut answer says truncated: true and its total_chars."
+    "Boundary compiles real JAX programs for TPU slices (v4, v5e, v5p, v6e, TPU7x) and "
+    "NVIDIA GPUs without the hardware, and times runs on real workers. Start with "
+    "list_targets and list_workloads; compile a workload (or an uploaded artifact, by its "
+    "id) for a target; read memory, get_ir and compare with the run ids it answers. "
+    f"Answers are JSON of at most {MAX_ANSWER_CHARS:,} characters; a cut answer says "
+    "truncated: true and its total_chars."
 )
 
 RunId = Annotated[str, Field(min_length=1, max_length=64, description="A run's id.")]
 Target = Annotated[
     str | None,
-    Field(max_length=40, description="What to compile for, e.g. v6e:2x4, h100:8, b200:1."),
+    Field(
+        max_length=40,
+        description="What to compile for, e.g. v5e:1x1, v6e:2x4, v5p:2x2x1, h100:8, b200:1.",
+    ),
 ]
 Workload = Annotated[
     str | None, Field(max_length=64, description="A catalog workload's name (list_workloads).")
@@ -91,12 +95,14 @@ def build_server(connect: Connect) -> MCPServer:
 def _catalog_tools(server: MCPServer, connect: Connect) -> None:
     @server.tool(structured_output=False)
     async def list_targets(ctx: Context) -> str:
-        """Every target Boundary compiles for (TPU v6e slices, NVIDIA GPU hosts): the chip,
-        how many, its published HBM per device, its paths, and which connected workers
-        compile for it without the hardware or could run it on real chips."""
+        """Every target Boundary compiles for (TPU slices of v4, v5e, v5p, v6e and TPU7x;
+        NVIDIA GPU hosts), by device model: how many devices, what one device may hold
+        (usable_bytes: libtpu's own figure on a TPU, JAX's share on a GPU) beside the
+        published HBM, the path it names, and which connected workers compile for it
+        without the hardware or could run it on real chips."""
         async with connect(ctx) as api:
-            workers = (await api.get("/api/v1/workers"))["data"]
-        return bounded(targets_answer(workers))
+            listing = await api.get("/api/v1/targets")
+        return bounded(targets_answer(listing))
 
     @server.tool(structured_output=False)
     async def list_workloads(ctx: Context, workload: Workload = None) -> str:
@@ -129,9 +135,10 @@ def _compile_tools(server: MCPServer, connect: Connect) -> None:
         """Compile a catalog workload or an uploaded artifact for a target (stages: compile
         only, nothing executes). Waits up to timeout_s, then answers the run's id and
         address, the optimized HLO's summary (fusions, collectives with bytes per device)
-        and the memory fit (peak per device against the chip's HBM: fits, or by how much
-        not), with the parameters, dims and compiler_options it compiled with. A compile
-        still running answers its run_id: call again with it."""
+        and the memory fit (peak + code per device against its usable bytes, the
+        published HBM beside them: fits, or by how much not), with the parameters, dims and
+        compiler_options it compiled with. A compile still running answers its run_id: call
+        again with it."""
         body = None
         if not run_id:
             body = calls.job_body(

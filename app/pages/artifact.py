@@ -30,6 +30,7 @@ from workers.protocol import (
     PathId,
     Target,
     TargetModel,
+    fit_limit,
     parse_target,
 )
 from workers.protocol.compiler_options import as_text
@@ -43,15 +44,16 @@ MAX_LISTED = 12
 
 
 def target_label(target: Target) -> str:
-    """`v6e-8` for a v6e slice (its chips), `H100 ×8` for GPUs."""
-    if target.model is TargetModel.V6E:
-        return f"v6e-{target.count}"
+    """A TPU slice by Google's name for it (`v6e-8`, `v5p-8`: chips, or TensorCores on v4,
+    v5p and TPU7x), `H100 ×8` for GPUs."""
+    if target.grid is not None:
+        return f"{target.model.value}-{target.chips * target.chip.cores_per_chip}"
     return f"{target.model.value.upper()} ×{target.count}"
 
 
 def target_path(target: Target) -> PathId:
-    """The JAX path a target compiles on: jax-tpu for v6e, jax-gpu for NVIDIA GPUs."""
-    return PathId.JAX_TPU if target.model is TargetModel.V6E else PathId.JAX_GPU
+    """The JAX path a target compiles on: the one it names (jax-tpu, jax-gpu)."""
+    return target.path
 
 
 def fitting_targets(header: dict[str, Any]) -> list[Target]:
@@ -126,7 +128,7 @@ def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
         "final": job.status in FINAL_STATUSES,
         "reason": dispatcher.waiting_reason(job) or job.reason,
         "placement": placement_on(target, devices),
-        "hbm": target.chip.hbm_label,
+        "hbm": target.chip.device_hbm_label,
         "compiled": False,
         "peak_bytes": None,
         "peak": None,
@@ -146,6 +148,9 @@ def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
     report = run.get("target") or {}
     memory = report.get("memory") or {}
     needed, hbm = facts.get("memory_needed_bytes"), facts.get("hbm_bytes")
+    limit, usable = fit_limit(memory) if hbm else (None, False)
+    if usable and limit is not None:
+        row["hbm"] = f"{gb(limit)} usable ({limit:,} bytes); published {row['hbm']}"
     row.update(
         compiled=True,
         placement=report.get("mesh") or row["placement"],
@@ -157,11 +162,11 @@ def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
         collectives=_collectives(run),
         compile=format_seconds(float(compile_s)) if compile_s is not None else None,
     )
-    if needed is not None and hbm:
+    if needed is not None and limit:
         row["verdict"] = (
-            f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
-            if needed <= hbm
-            else f"Does not fit by {gb(needed - hbm)}"
+            f"Fits: {gb(needed)} of {gb(limit)} ({100 * needed / limit:.3g} %)"
+            if needed <= limit
+            else f"Does not fit by {gb(needed - limit)}"
         )
     return row
 

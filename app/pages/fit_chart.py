@@ -1,5 +1,5 @@
 """A fit search as a server-rendered SVG: each probe's peak against the searched value,
-one colour per target, with each target's HBM (and, on a GPU, its usable bytes) as a
+one colour per target, with each target's published HBM and its usable bytes as a
 horizontal line.
 
 Both axes are logarithmic when their values span more than a factor of 8 (a search over
@@ -109,12 +109,14 @@ def _axes(fit: dict[str, Any], x: _Axis, y: _Axis) -> list[El]:
 
 
 def _limits(index: int, target: dict[str, Any], x: _Axis, y: _Axis) -> list[El]:
-    """A target's HBM line, and its usable bytes on a GPU."""
+    """A target's published HBM line, and its usable bytes (libtpu's on a TPU, a share
+    of the HBM on a GPU)."""
     bottom = PAD_T + PLOT_H
     lines = [("hbm", target["hbm_bytes"], f"{target['target']}: {target['hbm_label']}")]
     if target["usable_bytes"]:
         fraction = target["usable_fraction"]
-        lines.append(("usable", target["usable_bytes"], f"{target['target']}: {fraction:g} × HBM"))
+        whose = f"{fraction:g} × HBM" if fraction is not None else "libtpu's usable bytes"
+        lines.append(("usable", target["usable_bytes"], f"{target['target']}: {whose}"))
     return [
         el(
             "line",
@@ -180,7 +182,7 @@ def fit_svg(fit: dict[str, Any], title_id: str = "fit-chart") -> Chart | None:
     ]
     title = (
         f"Peak memory per device against {fit['dimension']}, one colour per target, with "
-        "each target's HBM as a dashed line (and its usable bytes dotted on a GPU); filled "
+        "each target's published HBM as a dashed line and its usable bytes dotted; filled "
         "points fit, hollow ones do not."
     )
     height = max(H, below + 14 * len(notes) + 10)  # a legend of many targets lengthens it

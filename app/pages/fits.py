@@ -50,6 +50,9 @@ ANSWER_KEYS = (
 """A target's answer: null until it is proved."""
 
 
+UNREAD = "not reported yet: no connected worker has read it from its libtpu"
+
+
 def fit_links(fit_id: str) -> dict[str, str]:
     return {
         "self": f"/api/v1/fits/{fit_id}",
@@ -146,7 +149,7 @@ def fit_public(fit: FitRow, probes: list[ProbeRow], dispatcher: Dispatcher) -> d
     """The search as GET /api/v1/fits/{id} answers it (and the page reads it)."""
     spec = FitSpec.model_validate(fit.spec)
     ended = fit.status if fit.status != LIVE else None
-    states = target_states(spec, probes)
+    states = target_states(spec, probes, dispatcher.capacities())
     return {
         "id": fit.id,
         "status": _status(fit, probes),
@@ -242,7 +245,7 @@ def fit_view(public: dict[str, Any]) -> dict[str, Any]:
                 "peak_text": _bytes_text(t.get("peak_bytes_at_largest")),
                 "above_text": _bytes_text(t.get("peak_bytes_above")),
                 "hbm_text": f"{t['hbm_label']} ({t['hbm_bytes']:,} bytes)",
-                "usable_text": _bytes_text(t["usable_bytes"]),
+                "usable_text": _bytes_text(t["usable_bytes"]) or UNREAD,
                 "progress": _progress_text(t),
                 "probe_rows": [
                     {**p, "peak_text": _bytes_text(p["peak_bytes"])} for p in t["probes"]

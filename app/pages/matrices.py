@@ -19,7 +19,7 @@ from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
-from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus, hlo
+from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus, fit_limit, hlo
 
 NEVER_A_SPEED_NOTE = (
     "host-dispatch times the call returning, not the work finishing: a teaching demo of "
@@ -51,6 +51,7 @@ CSV_COLUMNS = (
     "library_calls",
     "collectives",
     "memory_needed_bytes",
+    "usable_bytes",
     "hbm_bytes",
     "fits",
     "run",
@@ -138,7 +139,8 @@ def group_size(collective: dict[str, Any]) -> str:
 
 def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
     """What the compiler produced, per cell: fusions, library calls, collectives (with the
-    size of their replica groups) and memory per device against the target's HBM."""
+    size of their replica groups) and memory per device against what the device may hold
+    (its usable bytes; the published HBM for a run that reports none)."""
     summary = run.get("hlo_summary") or {}
     collectives = [f"{c['kind']} ({group_size(c)})" for c in summary.get("collectives") or []]
     target = run.get("target") or {}
@@ -148,6 +150,7 @@ def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
         analysis = run.get("memory_analysis") or {}
         needed = analysis.get("peak_bytes")
     hbm = memory.get("hbm_bytes")
+    limit = fit_limit(memory)[0] if hbm else None
     return {
         "target": target.get("id"),
         "fusions": len(summary.get("fusions") or []) if summary else None,
@@ -161,8 +164,9 @@ def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
         ),
         "collectives": ", ".join(collectives),
         "memory_needed_bytes": needed,
+        "usable_bytes": memory.get("usable_bytes"),
         "hbm_bytes": hbm,
-        "fits": (needed <= hbm) if needed is not None and hbm else None,
+        "fits": (needed <= limit) if needed is not None and limit else None,
     }
 
 
@@ -271,7 +275,9 @@ def cell_view(cell: dict[str, Any]) -> dict[str, Any]:
     needed, hbm = cell.get("memory_needed_bytes"), cell.get("hbm_bytes")
     view["memory"] = gb(needed) if needed is not None else None
     if needed is not None and hbm:
-        view["memory"] += f" of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
-        if needed > hbm:
-            view["memory"] += f": does not fit by {gb(needed - hbm)}"
+        limit, usable = fit_limit(cell)
+        of = f"{gb(limit)} usable" if usable else f"{gb(limit)} HBM"
+        view["memory"] += f" of {of} ({100 * needed / limit:.3g} %)"
+        if needed > limit:
+            view["memory"] += f": does not fit by {gb(needed - limit)}"
     return view

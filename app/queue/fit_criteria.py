@@ -1,15 +1,20 @@
 """What "fits" means for a fit search's target, stated, not implied.
 
 - **TPU (libtpu).** libtpu's own verdict: it refuses to compile a program whose memory
-  passes what it keeps of the chip's HBM ("Ran out of memory on HBM, the total memory
-  required for HLO temporaries (31.31G) exceeds available HBM (31.25G)"). A probe that
-  compiled fits; a refused one does not. The peak of a probe that fitted is its
+  (peak + generated code) passes what it makes available on the target, its usable
+  bytes ("Ran out of memory on HBM, the total memory required for HLO temporaries
+  (31.31G) exceeds available HBM (31.25G)"). A probe that compiled fits; a refused one
+  does not. The usable bytes are the workers' reading of their libtpu
+  (`Capabilities.capacities`, workers.xla_targets.capacity), shown with the published
+  HBM beside them and aimed at by the planner. The peak of a probe that fitted is its
   `memory_analysis()` peak; a refused one has only the figure of the refusal.
 - **NVIDIA GPU (XLA:GPU).** XLA:GPU compiles a program whatever its size, so the
   verdict is ours: its `memory_analysis()` peak, nothing added, at most the usable
   bytes, `usable_fraction` of the chip's published HBM. The default is JAX's default
   on a GPU: it preallocates 75% of the device's memory (`XLA_PYTHON_CLIENT_MEM_FRACTION`,
   `XLA_CLIENT_MEM_FRACTION` in newer jax). docs/fit-search.md cites it.
+
+Both name the figure `usable_bytes`, with `hbm_bytes` beside it.
 
 Pure: the server decides each probe's verdict here from the run's own figures, and
 bench/fit_search.py from a compile of its own.
@@ -18,18 +23,14 @@ bench/fit_search.py from a compile of its own.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from workers.protocol import Platform, Target, TargetModel
+from workers.protocol import GPU_USABLE_FRACTION, Platform, Target, gpu_usable_bytes
 
-DEFAULT_USABLE_FRACTION = 0.75
+DEFAULT_USABLE_FRACTION = GPU_USABLE_FRACTION
 """JAX's GPU allocator preallocates 75% of the device's memory unless told otherwise."""
-
-LIBTPU_KEEPS: dict[TargetModel, int] = {TargetModel.V6E: int(31.25 * 2**30)}
-"""What libtpu (0.0.42) keeps of a chip's HBM for a program, as its refusals say
-("exceeds available HBM (31.25G)" on a v6e, whose 32 GB label is 32 GiB): where a TPU
-search aims until a refusal names the figure itself. Only an aim: the verdict is libtpu's."""
 
 _REFUSAL = re.compile(
     r"required for HLO temporaries \((?P<need>[\d.]+)(?P<need_unit>[KMGT])\) exceeds "
@@ -60,20 +61,25 @@ class Criterion:
 
     rule: Rule
     hbm_bytes: int
-    """The chip's published HBM (decimal bytes, the vendor's figure)."""
+    """The published HBM of one device (the vendor's figure)."""
     hbm_label: str
     usable_fraction: float | None
     usable_bytes: int | None
-    """GPU: the most a peak may be; None on TPU, where libtpu decides."""
-    kept_bytes: int | None = None
-    """TPU: what libtpu is known to keep of the HBM (`LIBTPU_KEEPS`), for the aim."""
+    """What one device may hold: on a GPU the most a peak may be; on a TPU what libtpu
+    makes available (its verdict decides; None until a worker has read it)."""
 
     def text(self) -> str:
         """The criterion in one sentence, as the page and the API state it."""
         if self.rule is Rule.LIBTPU:
+            usable = (
+                f"its usable bytes, {self.usable_bytes:,} of the published {self.hbm_label}"
+                if self.usable_bytes is not None
+                else "its usable bytes (not reported yet: no connected worker has read them "
+                f"from its libtpu), of the published {self.hbm_label}"
+            )
             return (
-                "fits when libtpu compiles it: libtpu refuses a program whose memory passes "
-                "what it keeps of the chip's HBM"
+                "fits when libtpu compiles it: libtpu refuses a program whose peak + "
+                f"generated code pass what it makes available on the target, {usable}"
             )
         assert self.usable_fraction is not None and self.usable_bytes is not None
         return (
@@ -94,28 +100,33 @@ class Criterion:
         return peak_bytes <= self.usable_bytes
 
     def aim(self, refusals: list[str]) -> int:
-        """The peak the planner aims at: the usable bytes on a GPU; on a TPU what libtpu
-        said it keeps in its last refusal, else what it is known to keep, else the
-        published HBM."""
+        """The peak the planner aims at: the usable bytes; on a TPU whose usable bytes no
+        worker has read, what libtpu said it has in its last refusal, else the published
+        HBM."""
         if self.usable_bytes is not None:
             return self.usable_bytes
         for message in reversed(refusals):
             figures = refusal_figures(message)
             if figures is not None:
                 return figures[1]
-        return self.kept_bytes or self.hbm_bytes
+        return self.hbm_bytes
 
 
-def criterion_of(target: Target, usable_fraction: float | None = None) -> Criterion:
+def criterion_of(
+    target: Target,
+    usable_fraction: float | None = None,
+    capacities: Mapping[str, int] | None = None,
+) -> Criterion:
     """The criterion of `target`; `usable_fraction` applies to GPU targets (default
-    `DEFAULT_USABLE_FRACTION`)."""
+    `DEFAULT_USABLE_FRACTION`), `capacities` (target id → usable bytes, the workers'
+    reading of libtpu) to TPU targets."""
     chip = target.chip
+    hbm, label = chip.device_hbm_bytes, chip.device_hbm_label
     if target.platform is Platform.TPU:
-        kept = LIBTPU_KEEPS.get(target.model)
-        return Criterion(Rule.LIBTPU, chip.hbm_bytes, chip.hbm_label, None, None, kept)
+        usable = (capacities or {}).get(target.id)
+        return Criterion(Rule.LIBTPU, hbm, label, None, usable)
     fraction = DEFAULT_USABLE_FRACTION if usable_fraction is None else usable_fraction
-    usable = int(chip.hbm_bytes * fraction)
-    return Criterion(Rule.USABLE, chip.hbm_bytes, chip.hbm_label, fraction, usable)
+    return Criterion(Rule.USABLE, hbm, label, fraction, gpu_usable_bytes(chip, fraction))
 
 
 def refusal_figures(message: str) -> tuple[int, int] | None:

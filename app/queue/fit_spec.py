@@ -52,7 +52,7 @@ class FitSpec(StrictModel):
     path: Annotated[PathId, Lax] | None = Field(
         default=None,
         description="The path every target compiles on; by default each target's own "
-        "(jax-tpu for v6e, jax-gpu for NVIDIA GPUs).",
+        "(jax-tpu for a TPU slice, jax-gpu for NVIDIA GPUs).",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="The program's other parameters, as for a job."

@@ -7,6 +7,7 @@ that queues probes and the page that shows them read the same answer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -69,13 +70,16 @@ class TargetState:
         return next((p for p in self.probes if p.value == value), None)
 
 
-def target_states(spec: FitSpec, probes: list[ProbeRow]) -> list[TargetState]:
-    """Each target of `spec`, in the order it names them, from the search's probes."""
+def target_states(
+    spec: FitSpec, probes: list[ProbeRow], capacities: Mapping[str, int] | None = None
+) -> list[TargetState]:
+    """Each target of `spec`, in the order it names them, from the search's probes;
+    `capacities` are the TPU targets' usable bytes as the workers read them."""
     grid = spec.grid
     states = []
     for target in spec.targets:
         mine = [p for p in probes if p.target == target]
-        criterion = criterion_of(parse_target(target), spec.usable_fraction)
+        criterion = criterion_of(parse_target(target), spec.usable_fraction, capacities)
         judged = [Probe(p.value, p.fits, p.peak_bytes) for p in mine if p.fits is not None]
         refusals = [p.refused for p in mine if p.refused]
         step = next_step(grid, judged, criterion.aim(refusals))

@@ -71,7 +71,7 @@ class FitSearches:
         """Store `spec` and queue its first probes for every target, whole or not at all
         (429 from admission when they cannot all queue); its id."""
         fit_id = secrets.token_hex(8)
-        planned = self._plan(spec, target_states(spec, []))
+        planned = self._plan(spec, target_states(spec, [], self.dispatcher.capacities()))
         spec_json = spec.model_dump(mode="json")
 
         def store_fit(admitting: Admitting) -> None:
@@ -103,7 +103,7 @@ class FitSearches:
             return
         spec = FitSpec.model_validate(fit.spec)
         self._record(spec, self.store.fit_probes(fit_id))
-        states = target_states(spec, self.store.fit_probes(fit_id))
+        states = target_states(spec, self.store.fit_probes(fit_id), self.dispatcher.capacities())
         if all(s.status is not TargetStatus.SEARCHING for s in states):
             self._end(fit, states)
             return

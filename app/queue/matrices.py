@@ -82,7 +82,7 @@ class MatrixSpec(StrictModel):
         description=(
             "Compile-only columns, one per target ('cpu' for the host reference, or a "
             "target id such as v6e:2x4 or b200:1), each on the path it goes with (the first "
-            "of `paths` that does, else jax-tpu for v6e and jax-gpu for GPUs)."
+            "of `paths` that does, else jax-tpu for a TPU slice and jax-gpu for GPUs)."
         ),
     )
     columns: MatrixAxis | None = Field(

@@ -17,6 +17,7 @@ from app.deps import AdmissionDep, DispatcherDep, SettingsDep
 from app.dispatch import Dispatcher
 from app.ir.pipeline import PIPELINE_ARTIFACT
 from app.pages.jobs import PREFIX, iso, job_links, job_public, job_summary
+from app.pages.targets import targets_public
 from app.queue.submission import read_json_body, validate_submission
 from app.routes.routing import reads
 from app.routes.schemas import (
@@ -24,6 +25,7 @@ from app.routes.schemas import (
     JobPublic,
     JobsPublic,
     MessagePublic,
+    TargetsPublic,
     WorkerPublic,
     WorkersPublic,
     WorkloadsPublic,
@@ -208,6 +210,20 @@ async def list_workloads() -> JSONResponse:
 
 
 @read_route(
+    "/targets",
+    response_model=TargetsPublic,
+    tags=["catalog"],
+    summary="List targets",
+)
+async def list_targets(dispatcher: DispatcherDep) -> JSONResponse:
+    """Every target: its size, what one device may hold (usable_bytes: on a TPU what
+    libtpu makes available, as a connected worker read it; on a GPU JAX's default share)
+    beside the published HBM, which connected workers compile for it or could run it,
+    and each chip's published figures (HBM, bandwidth, peak rates, clock) with sources."""
+    return JSONResponse(targets_public(dispatcher))
+
+
+@read_route(
     "/workers",
     response_model=WorkersPublic,
     tags=["workers"],
@@ -229,6 +245,7 @@ async def list_workers(dispatcher: DispatcherDep) -> JSONResponse:
             cuda_compile=caps.cuda_compile,
             cuda_run=caps.cuda_run,
             targets=caps.targets,
+            capacities=caps.capacities,
             jax_version=caps.jax_version,
             hostname=caps.hostname,
             registered_at=iso(w.registered_at),

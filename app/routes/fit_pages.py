@@ -25,7 +25,7 @@ from app.routes.forms import FormValueError, number, typed_value, whole_number
 from app.web.bodylimit import PAGE_FORM_BYTES
 from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
-from workers.protocol import TARGET_IDS
+from workers.protocol import TARGET_IDS, target_groups
 
 router = APIRouter(include_in_schema=False)
 
@@ -102,6 +102,7 @@ def _form_context(
         "dimensions": dimensions,
         "workloads": [(w, cls.title) for w, cls in WORKLOADS.items() if w != "exported"],
         "all_targets": list(TARGET_IDS),
+        "target_groups": target_groups(),
         "token_needed": state.settings.SUBMIT_TOKEN is not None,
         "nav": "fits",
     }

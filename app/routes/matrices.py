@@ -32,7 +32,7 @@ from app.settings import Settings
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
 from workers.catalog import WORKLOADS
-from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId
+from workers.protocol import TARGET_IDS, CachePolicy, Mode, PathId, target_groups
 
 router = APIRouter(tags=["matrices"])
 
@@ -208,6 +208,7 @@ def _form_context(
         "workloads": [(w.workload, w.title) for w in WORKLOADS.values()],
         "all_paths": [p.value for p in PathId],
         "all_targets": [HOST, *TARGET_IDS],
+        "target_groups": target_groups(),
         "connected": connected_paths(dispatcher),
         "modes": [m.value for m in Mode],
         "caches": [c.value for c in CachePolicy],

@@ -4,6 +4,7 @@ the job through the one admission and lands on the run's own page."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
@@ -14,15 +15,8 @@ from starlette.responses import Response
 from app.deps import AdmissionDep, DispatcherDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.compiler_options import options_context
-from app.pages.runs.form import (
-    FormState,
-    choose_path,
-    measure_fields,
-    param_fields,
-    target_note,
-    target_options,
-    wider_targets_note,
-)
+from app.pages.runs.form import FormState, choose_path, measure_fields, param_fields
+from app.pages.runs.target_options import target_note, target_options, wider_targets_note
 from app.queue.submission import form_errors, read_capped_body, validate_submission
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, number, sample_count, whole_number
@@ -31,7 +25,7 @@ from app.state import AppState
 from app.web.bodylimit import PAGE_FORM_BYTES
 from workers.catalog import WORKLOADS
 from workers.catalog.kernels import PALLAS, PALLAS_FIELDS
-from workers.protocol import PathId, StageId
+from workers.protocol import PathId, StageId, TargetError, parse_target
 from workers.protocol.compiler_options import (
     PATH_COMPILER,
     OptionError,
@@ -176,6 +170,9 @@ async def new_run(
     """
     if workload not in WORKLOADS:
         workload = "matmul"
+    if path is None and target is not None:  # a target names its path
+        with contextlib.suppress(TargetError):
+            path = parse_target(target).path.value
     workers = [w.capabilities for w in dispatcher.recent_workers()]
     picked = shown_path is not None  # the user chose this path in the form itself
     choice = choose_path(workload, path, workers, state.settings.QUEUE_TIMEOUT_S, insist=picked)

@@ -163,6 +163,35 @@ class WorkloadsPublic(BaseModel):
     count: int
 
 
+class TargetPublic(BaseModel):
+    id: str
+    model: str
+    chip: str
+    path: str = Field(description="The path the target names.")
+    devices: int = Field(description="Devices as the compiler lists them.")
+    chips: int
+    grid: list[int] | None = Field(description="A TPU slice's chip grid.")
+    usable_bytes: int | None = Field(
+        description="What one device may hold: on a TPU what libtpu makes available to a "
+        "program (read from libtpu by a connected worker; null until one has), on a GPU "
+        "JAX's default share of the HBM."
+    )
+    usable_source: str
+    hbm_bytes: int = Field(description="The published HBM of one device, in bytes.")
+    hbm_label: str
+    compiled_by: list[str] = Field(description="Connected workers that compile for it.")
+    executed_by: list[str] = Field(description="Connected workers with its chips.")
+
+
+class TargetsPublic(BaseModel):
+    data: list[TargetPublic]
+    count: int
+    chips: list[dict[str, Any]] = Field(
+        description="Each device model's published figures (HBM, bandwidth, peak rates "
+        "per dtype, the clock), each with its source."
+    )
+
+
 class WorkerPublic(BaseModel):
     id: str
     name: str | None
@@ -175,6 +204,11 @@ class WorkerPublic(BaseModel):
     cuda_run: bool
     targets: list[str] = Field(
         default_factory=list, description="Targets it compiles for without the hardware."
+    )
+    capacities: dict[str, int] = Field(
+        default_factory=dict,
+        description="TPU target id → usable_bytes: what its libtpu makes available to a "
+        "program on that target, read by compiling.",
     )
     jax_version: str | None
     hostname: str | None

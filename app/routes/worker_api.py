@@ -46,7 +46,12 @@ from app.web.bodylimit import Caps
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION, JobStatus
 from workers.protocol.bounds import environment_problems
-from workers.protocol.targets import TARGET_IDS
+from workers.protocol.targets import (
+    TARGET_IDS,
+    TPU_TARGET_IDS,
+    parse_target,
+    targets_in_words,
+)
 
 HEARTBEAT_FRACTION = 0.25  # heartbeats at a quarter of the lease leave room for three misses
 
@@ -127,7 +132,15 @@ async def register(
 ) -> RegisterReply:
     """Record a worker's capabilities; the reply says how often to heartbeat."""
     message = await read_message(request, WorkerRegister, check=_same_versions)
-    unknown = [t for t in message.capabilities.targets if t not in TARGET_IDS]
+    caps = message.capabilities
+    unknown = [t for t in caps.targets if t not in TARGET_IDS]
+    unread = [
+        t
+        for t, usable in caps.capacities.items()
+        if t not in TPU_TARGET_IDS
+        or t not in caps.targets
+        or usable > 2 * parse_target(t).chip.device_hbm_bytes
+    ]
     if unknown:
         # A worker lists what it compiles for; the server leases by these ids and shows them,
         # so an id this build does not know is refused rather than stored.
@@ -136,7 +149,18 @@ async def register(
                 (
                     "capabilities.targets",
                     f"unknown target {unknown[0][:40]!r}: this server knows "
-                    f"{', '.join(TARGET_IDS)}",
+                    f"{targets_in_words()} (GET /api/v1/targets lists them)",
+                )
+            ]
+        )
+    if unread:
+        # A usable figure is libtpu's, for a TPU target the worker compiles for.
+        field_errors(
+            [
+                (
+                    "capabilities.capacities",
+                    f"{unread[0][:40]!r}: a figure for a TPU target this worker lists in its "
+                    "targets, at most twice the chip's published HBM per device",
                 )
             ]
         )

@@ -70,7 +70,7 @@ async def test_the_run_is_done_at_its_compile_and_its_dumps_follow(
     page = visible((await bench_client.get(f"/runs/{job_id}")).text)
     assert f"Still coming: {' and '.join(dumped)}." in page
     assert f"a follow-up job, {follow} , makes" in page
-    assert "per device, against the published" in page  # memory is there now
+    assert "per device, against its usable bytes" in page  # memory is there now
     for name in dumped:  # the tab is there and its link answers, saying where it is
         pending = await bench_client.get(f"/runs/{job_id}/ir/{name}")
         assert pending.status_code == 200

@@ -1,11 +1,12 @@
-"""What "fits" means per target: libtpu's verdict on a TPU (aimed at what its refusals say
-it keeps, in either form), the peak against usable_fraction × HBM on a GPU (0.75 by
-default, JAX's GPU allocator's own)."""
+"""What "fits" means per target: libtpu's verdict on a TPU (aimed at the usable bytes the
+workers read from libtpu, else at what its refusals say it has, in either form), the
+peak against usable_fraction × HBM on a GPU (0.75 by default, JAX's GPU allocator's
+own). Both name the figure usable_bytes, with the published HBM beside it."""
 
 from __future__ import annotations
 
-from app.queue.fit_criteria import LIBTPU_KEEPS, Rule, criterion_of, refusal_figures
-from workers.protocol import TargetModel, parse_target
+from app.queue.fit_criteria import Rule, criterion_of, refusal_figures
+from workers.protocol import parse_target
 
 OVER_TEMPORARIES = (
     "Ran out of memory on HBM, the total memory required for HLO temporaries (31.31G) "
@@ -28,11 +29,20 @@ def test_a_gpu_fits_when_its_peak_is_within_the_usable_bytes() -> None:
     assert half.usable_bytes == 90 * 10**9 and "0.5 × 180 GB" in half.text()
 
 
-def test_a_tpu_fits_when_libtpu_compiles_it_and_aims_at_what_it_keeps() -> None:
-    v6e = criterion_of(parse_target("v6e:1x1"))
-    assert v6e.rule is Rule.LIBTPU and v6e.usable_bytes is None
+def test_a_tpu_fits_when_libtpu_compiles_it_and_aims_at_its_usable_bytes() -> None:
+    read = {"v5e:1x1": 16_909_336_064}  # as a worker read it from libtpu 0.0.42
+    v5e = criterion_of(parse_target("v5e:1x1"), capacities=read)
+    assert v5e.rule is Rule.LIBTPU and v5e.usable_bytes == 16_909_336_064
+    assert v5e.hbm_bytes == 16 * 2**30 and "16 GB HBM2 per chip" in v5e.hbm_label
+    assert v5e.aim([OVER_TEMPORARIES]) == 16_909_336_064
+    assert "16,909,336,064 of the published 16 GB HBM2" in v5e.text()
+    v6e = criterion_of(parse_target("v6e:1x1"), capacities=read)  # no worker read it yet
+    assert v6e.usable_bytes is None and "not reported yet" in v6e.text()
     assert v6e.fits(40 * 10**9, None) and not v6e.fits(None, OVER_CAPACITY)
-    assert v6e.aim([]) == LIBTPU_KEEPS[TargetModel.V6E] == int(31.25 * 2**30)
+    assert v6e.aim([]) == v6e.hbm_bytes == 32 * 2**30
+    assert v6e.aim([OVER_TEMPORARIES]) == int(31.25 * 2**30)  # what its refusal says
+    tpu7x = criterion_of(parse_target("tpu7x:2x2x1"))  # two devices a chip: half its HBM
+    assert tpu7x.hbm_bytes == 96 * 2**30
     assert refusal_figures(OVER_TEMPORARIES) == (round(31.31 * 2**30), int(31.25 * 2**30))
     assert refusal_figures(OVER_CAPACITY) == (
         int(31.25 * 2**30) + round(6.75 * 2**20),

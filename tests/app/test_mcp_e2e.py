@@ -73,7 +73,8 @@ def test_a_compile_for_a_tpu_slice_shows_its_all_reduce_and_its_fit(
     assert reduce["kind"] == "all-reduce" and reduce["bytes"] == 512 * 512 * 2
     assert reduce["groups"] == [list(range(8))]
     fit = tpu["memory_fit"]
-    assert fit["fits"] is True and fit["over_bytes"] == 0 and fit["hbm_bytes"] == 32 * 10**9
+    assert fit["fits"] is True and fit["over_bytes"] == 0 and fit["hbm_bytes"] == 32 * 2**30
+    assert fit["usable_bytes"] is not None and fit["usable_bytes"] < fit["hbm_bytes"]
     assert fit["verdict"].startswith("Fits: ")
     assert tpu["warnings"][0].startswith("Compiled without the hardware")
 
@@ -142,8 +143,10 @@ def test_boundary_mcp_over_stdio_lists_compiles_and_refuses(bench_server: str) -
             return targets, compiled, refused.content[0].text  # type: ignore[union-attr]
 
     targets, compiled, refused = anyio.run(session)
-    h100 = next(t for t in targets["targets"] if t["id"] == "h100:1")
-    assert h100["compiled_by"] and h100["executed_by"] == []
+    h100s = next(m for m in targets["models"] if m["model"] == "h100")
+    h100 = next(t for t in h100s["targets"] if t["id"] == "h100:1")
+    assert h100["compiled_by"] and "executed_by" not in h100
+    assert h100["usable_bytes"] == 60 * 10**9  # JAX's 0.75 of 80 GB
     assert compiled["status"] == "done" and compiled["target"] == "h100:1"
     assert compiled["memory_fit"]["fits"] is True
     assert "HTTP 422" in refused and "h100 takes a GPU count of one HGX host" in refused

@@ -116,6 +116,30 @@ async def test_executing_a_target_waits_for_real_chips_and_never_compiles_elsewh
     assert grant is not None and grant["job_id"] == job_id
 
 
+async def test_a_real_v5e_runs_v5e_1x1_and_a_v5p_whose_kind_begins_the_same_does_not(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    # JAX names a v5p chip "TPU v5" and a v5e chip "TPU v5 lite": matched whole.
+    v5p = FakeWorker(
+        bench_client,
+        capabilities("tpu", device_kind="TPU v5", device_count=4, paths=["jax-tpu"]),
+    )
+    await v5p.register()
+    spec = {"workload": "matmul", "target": "v5e:1x1", "stages": ["compile", "execute"]}
+    job_id = (await submit(bench_client, spec)).json()["id"]
+    assert await v5p.lease() is None
+    waiting = (await bench_client.get(f"/api/v1/jobs/{job_id}")).json()
+    assert "1 real TPU v5e device(s)" in waiting["reason"]
+    v5e = FakeWorker(
+        bench_client,
+        capabilities("tpu", device_kind="TPU v5 lite", device_count=1, paths=["jax-tpu"]),
+    )
+    await v5e.register()
+    grant = await v5e.lease()
+    assert grant is not None and grant["job_id"] == job_id
+    assert grant["spec"]["path"] == "jax-tpu"  # the target named it
+
+
 @pytest.mark.parametrize("bad", ["v6e:32x32", "bogus<script>"])
 async def test_a_worker_advertising_a_target_no_one_sells_is_refused_naming_it(
     bench_client: httpx.AsyncClient, bad: str
@@ -128,6 +152,6 @@ async def test_a_worker_advertising_a_target_no_one_sells_is_refused_naming_it(
     assert r.status_code == 422, r.text
     (problem,) = r.json()["detail"]
     assert problem["field"] == "capabilities.targets"
-    assert repr(bad) in problem["message"] and "v6e:2x4" in problem["message"]
+    assert repr(bad) in problem["message"] and "v6e:1x1 … v6e:16x16" in problem["message"]
     listed = (await bench_client.get("/api/v1/workers")).json()["data"]
     assert all(bad not in (w.get("targets") or []) for w in listed)

@@ -19,7 +19,7 @@ from app.pages.runs.memory_fit import memory_fit
 from app.reader.content import load_content
 from app.settings import Settings
 from tests.app.bench_fakes import FakeWorker, capabilities
-from workers.protocol import TARGET_IDS
+from workers.protocol import TARGET_IDS, TPU_TARGET_IDS
 
 pytestmark = pytest.mark.anyio
 
@@ -47,8 +47,9 @@ async def test_the_run_form_offers_targets_per_path(bench_client: httpx.AsyncCli
     tpu = options(
         (await bench_client.get("/runs/new?workload=matmul&path=jax-tpu&shown_path=jax-tpu")).text
     )
-    assert list(tpu) == ["v6e:1x1"]  # matmul runs on one device: one chip only
+    assert list(tpu) == ["v6e:1x1", "v5e:1x1"]  # matmul runs on one device: one chip only
     assert "compiled without the hardware" in tpu["v6e:1x1"]
+    assert "TPU v5e, 1 chip" in tpu["v5e:1x1"]
     slices = options(
         (
             await bench_client.get(
@@ -56,7 +57,8 @@ async def test_the_run_form_offers_targets_per_path(bench_client: httpx.AsyncCli
             )
         ).text
     )
-    assert list(slices) == [t for t in TARGET_IDS if t.startswith("v6e:")]
+    assert list(slices) == list(TPU_TARGET_IDS)  # every generation's slices
+    assert "TPU v4, 4 chips, 8 devices" in slices["v4:2x2x1"]
     gpu = options(
         (await bench_client.get("/runs/new?workload=matmul&path=jax-gpu&shown_path=jax-gpu")).text
     )
@@ -90,7 +92,7 @@ async def test_a_jax_path_no_worker_runs_leads_to_its_targets(
     html = (
         await bench_client.get("/runs/new?workload=matmul&path=jax-tpu&shown_path=jax-cpu")
     ).text
-    assert "Or choose a target below (v6e:1x1, …)" in html
+    assert "Or choose a target below (v6e:1x1, v5e:1x1, …)" in html
     assert re.search(r'<option value="" selected>none', html)
     assert ticked(html) == ["compile", "execute"]
 

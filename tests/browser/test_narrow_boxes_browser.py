@@ -69,10 +69,10 @@ def _inside(inner: Locator, outer: Locator, page: Page) -> None:
     assert a["x"] >= b["x"] - 0.5 and a["x"] + a["width"] <= right + 0.5, (a, b)
 
 
-def _fit_is_whole(fit: Locator, page: Page, hbm: str) -> None:
+def _fit_is_whole(fit: Locator, page: Page, usable: str) -> None:
     chart = fit.locator(".chart")
     label = fit.locator("text.mem-label")
-    expect(label).to_have_text(f"HBM {hbm}")
+    expect(label).to_have_text(f"usable {usable}")
     _inside(label, chart, page)
     _inside(fit.locator("line.mem-limit"), chart, page)
     # The chart's own box has nothing hidden to scroll to.
@@ -88,7 +88,7 @@ def test_the_hbm_line_and_its_label_fit_the_chart_on_a_phone_and_in_a_comparison
     page.goto(f"{server}/runs/{tpu}")
     fit = page.locator(".memory-fit")
     fit.scroll_into_view_if_needed()
-    _fit_is_whole(fit, page, "32 GB")
+    _fit_is_whole(fit, page, "33.6 GB")  # libtpu's usable bytes on a v6e chip
     assert checks.overflow(page)["scroll"] <= PHONE["width"]
     checks.OUTPUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(checks.OUTPUT / "narrow-fit-run-390.png"))
@@ -96,8 +96,8 @@ def test_the_hbm_line_and_its_label_fit_the_chart_on_a_phone_and_in_a_comparison
     page.goto(f"{server}/compare?a={tpu}&b={gpu}")
     sides = page.locator(".compiled-side")
     expect(sides).to_have_count(2)
-    for side, hbm in zip(sides.all(), ("32 GB", "80 GB"), strict=True):
-        _fit_is_whole(side.locator(".memory-fit"), page, hbm)
+    for side, usable in zip(sides.all(), ("33.6 GB", "60 GB"), strict=True):
+        _fit_is_whole(side.locator(".memory-fit"), page, usable)
     sides.first.locator(".memory-fit").scroll_into_view_if_needed()
     page.screenshot(path=str(checks.OUTPUT / "narrow-fit-compare-1280.png"))
 

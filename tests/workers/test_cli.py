@@ -185,3 +185,28 @@ def test_a_symbolic_dimension_takes_its_value_from_dim(capsys: pytest.CaptureFix
     for bad in (["--dim", "b"], ["--dim", "b=x"], ["--dim", "b=1", "--dim", "b=2"]):
         with pytest.raises(UsageError, match=r"--dim|params\.dims\.b: given twice"):
             build_job(parse_command_line(["exported", f"artifact={sha}", *bad]))
+
+
+def test_the_fit_line_names_the_usable_bytes_with_the_published_hbm_beside_them() -> None:
+    from workers.cli.printout import target_lines
+    from workers.protocol import TargetMemory, TargetReport
+
+    memory = TargetMemory(
+        peak_bytes=17 * 10**9,
+        generated_code_bytes=40_000,
+        usable_bytes=16_909_336_064,
+        usable_source="libtpu 0.0.42.1: the largest program it compiles for v5e:1x1 …",
+        hbm_bytes=16 * 2**30,
+        hbm_label="16 GB HBM2 per chip (Google's GB; 16 GiB)",
+        source="tpu-v5e",
+    )
+    report = TargetReport(
+        id="v5e:1x1", model="v5e", count=1, compiler="libtpu", deviceless=True, memory=memory
+    )
+    lines = target_lines(report)
+    assert lines[1] == (
+        "memory    does not fit by 90.7 MB: one device needs 17 GB of 16.9 GB usable "
+        "(16,909,336,064 bytes); published 16 GB HBM2 per chip (Google's GB; 16 GiB) "
+        "(17,179,869,184 bytes a device)"
+    )
+    assert lines[2].startswith("          usable: libtpu 0.0.42.1")

@@ -64,7 +64,9 @@ def test_a_tensor_sharded_matmul_for_a_v6e_2x4_slice(tmp_path: Path) -> None:
     assert run.placement is not None and run.placement.devices == 8
     assert [s.device for s in run.placement.shards] == [0, 1, 2, 3, 7, 6, 5, 4]
     memory = run.target.memory
-    assert memory is not None and memory.hbm_bytes == 32 * 10**9
+    assert memory is not None and memory.hbm_bytes == 32 * 2**30  # Google's 32 GiB
+    assert memory.usable_bytes is not None and 31 * 2**30 < memory.usable_bytes < 32 * 2**30
+    assert memory.usable_source and memory.usable_source.startswith("libtpu 0.0.")
     assert memory.peak_bytes and memory.fraction is not None and memory.fraction < 1
     assert any("optimal_seconds" in note for note in run.target.notes)
     assert "optimal_seconds" not in run.model_dump_json(include={"cost_analysis"})

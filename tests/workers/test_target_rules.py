@@ -14,7 +14,18 @@ from workers.catalog.target_rules import apply_target
 from workers.cli.run import EXIT_BAD_JOB, run_command
 from workers.compiler.jaxenv import PLATFORMS_ENV, jax_environment
 from workers.cuda import env
-from workers.protocol import TARGET_IDS, JobSpec, StageId, TargetError, parse_target
+from workers.protocol import (
+    CHIPS,
+    TARGET_IDS,
+    JobSpec,
+    PathId,
+    StageId,
+    TargetError,
+    TargetModel,
+    one_device_target,
+    parse_target,
+)
+from workers.protocol.chips import chip_of_kind
 
 
 def job(**fields: Any) -> JobSpec:
@@ -30,9 +41,46 @@ def test_the_sold_v6e_slices_and_hgx_gpu_counts_are_the_targets() -> None:
     assert parse_target("B200:4").id == "b200:4"
 
 
+def test_every_tpu_generation_is_a_target_with_the_slices_google_sells() -> None:
+    v5e = [t for t in TARGET_IDS if t.startswith("v5e:")]
+    assert v5e == [f"v5e:{s}" for s in ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")]
+    for first in ("v4:2x2x1", "v5p:2x2x1", "tpu7x:2x2x1"):
+        assert first in TARGET_IDS
+    # libtpu lists each TensorCore of a v4 or TPU7x chip as a device; a v5p chip is one.
+    sizes = {t: (parse_target(t).chips, parse_target(t).count) for t in ("v4:2x2x1",
+             "v5p:2x2x1", "tpu7x:2x2x1", "tpu7x:1x1x1", "v5e:2x4")}  # fmt: skip
+    assert sizes == {
+        "v4:2x2x1": (4, 8),
+        "v5p:2x2x1": (4, 4),
+        "tpu7x:2x2x1": (4, 8),
+        "tpu7x:1x1x1": (1, 2),
+        "v5e:2x4": (8, 8),
+    }
+    assert parse_target("v5e:1x1").host_bounds() == (1, 1, 1)  # under one host's 4 chips
+    assert parse_target("v5e:2x2").host_bounds() is None
+    assert [one_device_target(parse_target(t).model) for t in ("v5e:2x4", "v5p:2x2x1")] == [
+        "v5e:1x1",
+        None,
+    ]
+
+
+def test_a_target_names_its_path_and_a_real_device_names_its_model() -> None:
+    assert job(target="v5e:1x1").path is PathId.JAX_TPU
+    assert job(target="h100:8").path is PathId.JAX_GPU
+    assert job(target="b200:1", path="cuda").path is PathId.CUDA
+    kinds = {"TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v4": "v4", "TPU7x": "tpu7x",
+             "TPU v6 lite": "v6e", "NVIDIA H100 80GB HBM3": "h100"}  # fmt: skip
+    for kind, model in kinds.items():
+        found = chip_of_kind(kind)
+        assert found is not None and found.model.value == model, kind
+    assert not CHIPS[TargetModel.V5P].matches("TPU v5 lite")  # a prefix is no match
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
+        ("v5e:4x2", "not a v5e slice that is sold"),
+        ("v5p:1x1x1", "not a v5p slice that is sold"),
         ("v6e:32x32", "not a v6e slice that is sold"),  # libtpu accepts it; no one sells it
         ("v6e-8", "names no device model"),
         ("b200:3", "GPU count of one HGX host"),
@@ -94,7 +142,11 @@ def test_cuda_takes_a_gpu_target_of_one() -> None:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["matmul", "--target", "v6e:2x4"], "target: v6e:2x4 does not go with path jax-cpu"),
+        (
+            ["matmul", "--path", "jax-cpu", "--target", "v6e:2x4"],
+            "target: v6e:2x4 does not go with path jax-cpu",
+        ),
+        (["matmul", "--target", "v4:2x2x1"], "v4 sells no slice of one device; use v5e:1x1"),
         (["matmul", "--path", "jax-tpu", "--target", "v6e:32x32"], "not a v6e slice"),
         (
             ["sharded-matmul", "devices=2", "--path", "jax-gpu", "--target", "b200:8"],

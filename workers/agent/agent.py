@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from workers.agent.idle import Idle
 from workers.agent.link import (
     Fatal,
     ProgressForwarder,
@@ -48,10 +49,6 @@ ESCALATE_AFTER_S = 1.0
 PARENT_ENV = "BOUNDARY_WORKER_PARENT"
 """Set by `boundary serve` (app/local_workers.py) for its local workers: they stop when it
 dies."""
-CEILINGS_REFRESH_S = 900.0
-"""An idle worker measures its ceilings again at most this often."""
-CEILINGS_CHEAP_S = 5.0
-"""…and only when the last round took at most this long (a CPU's takes about 2 s)."""
 
 
 @dataclass
@@ -86,7 +83,7 @@ class Agent:
         self._stop_at = 0.0
         self._poll_task: asyncio.Task[dict[str, Any] | None] | None = None
         self.jobs_done = 0
-        self.ceilings_at = time.monotonic()
+        self.idle = Idle(self.pool)
 
     # --- talking to the server ---------------------------------------------------------
 
@@ -166,7 +163,7 @@ class Agent:
                 if grant is not None:
                     await self.handle(grant)
                 else:
-                    await self._refresh_ceilings()
+                    await self._idle_round()
             return 0
         except httpx.TransportError:
             if self.stop.stopping:
@@ -185,26 +182,16 @@ class Agent:
             await self.pool.close()
             await self.link.aclose()
 
-    async def _refresh_ceilings(self) -> None:
-        """Idle (a long poll came back empty): measure the ceilings again when a round is
-        cheap and the last is old, keep the best of every round, and tell the server."""
-        ceilings = self.capabilities.get("ceilings")
-        if not ceilings or self.stop.stopping:
-            return
-        now = time.monotonic()
-        cheap = float(ceilings.get("seconds") or 0.0) <= CEILINGS_CHEAP_S
-        if not cheap or now - self.ceilings_at < CEILINGS_REFRESH_S:
-            return
-        self.ceilings_at = now
-        try:
-            runner = await self.pool.get(1)
-            fresh = await runner.ceilings(ceilings)
-        except RunnerFailed as exc:
-            log.warning("re-measuring the ceilings failed: %s", exc)
-            return
-        if fresh is not None and fresh != ceilings:
-            self.capabilities = {**self.capabilities, "ceilings": fresh}
-            await self.register()  # the same worker id: the server keeps the new ceilings
+    async def _idle_round(self) -> None:
+        """A long poll came back empty: the idle steps (workers.agent.idle), telling the
+        server what each changed."""
+        for step in (self.idle.ceilings, self.idle.capacities):
+            if self.stop.stopping:
+                return
+            fresh = await step(self.capabilities)
+            if fresh is not None:
+                self.capabilities = fresh
+                await self.register()  # the same worker id: the server keeps the new figures
 
     def request_stop(self) -> None:
         """First call: finish the current job, take no more. A later one (not of the same

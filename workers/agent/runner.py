@@ -42,6 +42,10 @@ TARGETS_ENV = "BOUNDARY_WORKER_TARGETS"
 """Set to 0 so a worker offers no targets (compiles only for the devices it has)."""
 CEILINGS_ENV = "BOUNDARY_WORKER_CEILINGS"
 """Set to 0 to skip measuring the roofline's ceilings when a worker starts."""
+START_CAPACITY_S = 2.0
+"""How long a starting worker reads TPU targets' usable bytes it has not read before
+(about a second each, once per machine and libtpu version); the rest are read while idle
+(workers.agent.idle)."""
 
 
 def die_with_parent(parent_env: str = PARENT_ENV, sig: int = signal.SIGKILL) -> None:
@@ -105,6 +109,7 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
     # cuda_compile: nvcc (or NVRTC) answered here; cuda_run: also CuPy sees a GPU.
     cuda = cuda_capabilities()
     cuda_compile = cuda["cuda_compile"]
+    targets = _targets()
     if cuda_compile:
         paths.append(PathId.CUDA.value)
     return {
@@ -122,7 +127,8 @@ def _capabilities(max_virtual_devices: int) -> dict[str, Any]:
         "catalog_version": CATALOG_VERSION,
         "hostname": socket.gethostname(),
         "ceilings": _ceilings(devices),
-        "targets": _targets(),
+        "targets": targets,
+        "capacities": _capacities(targets, START_CAPACITY_S),
     }
 
 
@@ -133,6 +139,20 @@ def _targets() -> list[str]:
     from workers.xla_targets.topology import available_targets
 
     return available_targets()
+
+
+def _capacities(targets: list[str], budget_s: float) -> dict[str, int]:
+    """The usable bytes of the TPU targets among `targets` this machine has read, reading
+    missing ones (the smallest slice of each model first) for about `budget_s`."""
+    from workers.protocol import TPU_TARGET_IDS, parse_target
+
+    tpu = [t for t in TPU_TARGET_IDS if t in targets]
+    if not tpu:
+        return {}
+    from workers.xla_targets.capacity import read_missing
+
+    order = sorted(tpu, key=lambda t: parse_target(t).count)
+    return {t: v for t, v in read_missing(order, budget_s).items() if t in tpu}
 
 
 def _ceilings(devices: list[Any]) -> dict[str, Any] | None:
@@ -299,6 +319,7 @@ def child_main() -> None:
             )
         elif op == "ceilings":
             channel.send("ceilings", data=_remeasure(request.get("previous")))
+
         elif op == "run":
             _run(channel, request)
         else:

@@ -3,8 +3,9 @@
 Every rule refuses with the field at fault named, so the server answers 422 and
 `boundary run` exits 2 before anything is imported or compiled:
 
-- `v6e` goes only with `jax-tpu`; `b200`, `h100` and `h200` with `jax-gpu` or `cuda`
-  (where the target picks the SM architecture). Any other pairing names both.
+- A TPU slice (`v4`, `v5e`, `v5p`, `v6e`, `tpu7x`) goes only with `jax-tpu`; `b200`,
+  `h100` and `h200` with `jax-gpu` or `cuda` (where the target picks the SM
+  architecture). Any other pairing names both; a job with no path takes its target's.
 - A scale workload spans the target's devices: `devices` defaults to the target's count,
   and a different count is refused naming both. An exported function spans the devices
   it was exported for, on a target with at least that many (checked where its artifact is
@@ -25,7 +26,15 @@ from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.kernels import KernelChoice, KernelRefused, choose_kernel
 from workers.catalog.mesh import MeshParams
 from workers.catalog.pallas_limits import Gpu
-from workers.protocol import JobSpec, PathId, Platform, StageId, Target, parse_target
+from workers.protocol import (
+    JobSpec,
+    PathId,
+    Platform,
+    StageId,
+    Target,
+    one_device_target,
+    parse_target,
+)
 
 __all__ = [
     "COMPILE_ONLY_CAP",
@@ -84,11 +93,16 @@ def apply_target(job: JobSpec) -> JobSpec:
     spans = issubclass(cls, MeshParams) and job.path is not PathId.CUDA
     if not spans:
         if target.count != 1:
-            one = f"{target.model.value}:1x1" if target.grid else f"{target.model.value}:1"
             what = "the cuda path" if job.path is PathId.CUDA else job.workload
+            one = one_device_target(target.model)
+            use = (
+                f"use {one}"
+                if one is not None
+                else f"{target.model.value} sells no slice of one device; use v5e:1x1 or v6e:1x1"
+            )
             raise CatalogError(
                 f"target: {what} runs on one device and {target.id} has {target.count}; "
-                f"use {one}, or a scale workload (sharded-matmul, collective) to span several",
+                f"{use}, or a scale workload (sharded-matmul, collective) to span several",
                 "target",
             )
         return job

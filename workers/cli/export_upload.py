@@ -32,7 +32,7 @@ class UploadRefused(ValueError):
 
 
 def path_of(target: str) -> str:
-    """The job path a target compiles on: jax-tpu for v6e, jax-gpu for NVIDIA GPUs."""
+    """The job path a target compiles on: jax-tpu for a TPU slice, jax-gpu for NVIDIA GPUs."""
     model = target.strip().lower().split(":", 1)[0]
     return "jax-gpu" if model in GPU_MODELS else "jax-tpu"
 

@@ -19,6 +19,7 @@ from workers.protocol import (
     PipelineCapture,
     RunResult,
     TargetReport,
+    fit_limit,
 )
 
 EXIT_OK = 0
@@ -119,12 +120,16 @@ def target_lines(target: TargetReport) -> list[str]:
     if memory is not None and memory.peak_bytes is not None:
         needed = memory.peak_bytes + (memory.generated_code_bytes or 0)
         least = "at least " if target.refused else ""
-        over = needed - memory.hbm_bytes
+        limit, usable = fit_limit(memory.model_dump())
+        over = needed - limit
         verdict = f"does not fit by {byte_size(over)}" if over > 0 else "fits"
+        held = f"{byte_size(limit)} usable ({limit:,} bytes)" if usable else byte_size(limit)
         lines.append(
-            f"memory    {verdict}: one device needs {least}{byte_size(needed)} of "
-            f"{byte_size(memory.hbm_bytes)} ({memory.hbm_label})"
+            f"memory    {verdict}: one device needs {least}{byte_size(needed)} of {held}; "
+            f"published {memory.hbm_label} ({memory.hbm_bytes:,} bytes a device)"
         )
+        if usable and memory.usable_source:
+            lines.append(f"          usable: {memory.usable_source}")
     return lines
 
 

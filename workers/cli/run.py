@@ -37,6 +37,8 @@ from workers.protocol import (
     PathId,
     ProgressEvent,
     StageId,
+    TargetError,
+    parse_target,
 )
 from workers.protocol.compiler_options import (
     OptionError,
@@ -121,12 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="key=value",
         help="workload parameters, before, between or after the options",
     )
-    parser.add_argument("--path", choices=[p.value for p in PathId], default=PathId.JAX_CPU.value)
+    parser.add_argument(
+        "--path",
+        choices=[p.value for p in PathId],
+        default=None,
+        help="default: jax-cpu, or the path the target names (jax-tpu, jax-gpu)",
+    )
     parser.add_argument(
         "--target",
         metavar="TARGET",
-        help="compile for this target: v6e:1x1 … v6e:16x16, b200:N, h100:N, h200:N "
-        "(N = 1, 2, 4, 8); without its hardware it is compiled, never run",
+        help="compile for this target: a TPU slice (v5e:1x1 … v5e:16x16, v6e:1x1 … "
+        "v6e:16x16, v4:2x2x1 …, v5p:2x2x1 …, tpu7x:1x1x1 …) or GPUs (b200:N, h100:N, "
+        "h200:N; N = 1, 2, 4, 8); without its hardware it is compiled, never run",
     )
     parser.add_argument(
         "--stages",
@@ -231,16 +239,18 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         measure["pipeline"] = True
     raw: dict[str, Any] = {
         "workload": args.workload,
-        "path": args.path,
         "params": with_dims(parse_assignments(args.params), args.dim),
         "measure": measure,
     }
-    if args.stages is not None:  # left out, the job's own default applies (it follows target)
+    # Left out, the job's own defaults apply: they follow the target (its stages, its path).
+    if args.path is not None:
+        raw["path"] = args.path
+    if args.stages is not None:
         raw["stages"] = args.stages
     if args.target is not None:
         raw["target"] = args.target
     if args.xla_option:
-        raw["compiler_options"] = xla_options(args.path, args.xla_option)
+        raw["compiler_options"] = xla_options(_path_of(args), args.xla_option)
     try:
         job = JobSpec.model_validate(raw)
     except ValidationError as exc:
@@ -252,6 +262,18 @@ def build_job(args: argparse.Namespace) -> JobSpec:
         return apply_target(job)  # how the target combines with path, workload and devices
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _path_of(args: argparse.Namespace) -> str:
+    """The path a job of `args` goes on: --path, else its target's, else jax-cpu."""
+    if args.path is not None:
+        return str(args.path)
+    if args.target is not None:
+        try:
+            return parse_target(args.target).path.value
+        except TargetError as exc:
+            raise UsageError(f"target: {exc}") from None
+    return PathId.JAX_CPU.value
 
 
 def _with_files(job: JobSpec, server: ServerAddress | None) -> JobSpec:

@@ -84,7 +84,10 @@ from workers.protocol.sweeps import (
 )
 from workers.protocol.targets import (
     CHIPS,
+    GPU_USABLE_FRACTION,
+    GPU_USABLE_SOURCE,
     TARGET_IDS,
+    TPU_TARGET_IDS,
     Chip,
     KernelSchedule,
     Target,
@@ -92,7 +95,14 @@ from workers.protocol.targets import (
     TargetMemory,
     TargetModel,
     TargetReport,
+    fit_limit,
+    gpu_usable_bytes,
+    gpu_usable_source,
+    merge_capacities,
+    one_device_target,
     parse_target,
+    target_groups,
+    targets_in_words,
 )
 from workers.protocol.verdict import Correctness, ResultCheck
 from workers.protocol.workers import (
@@ -106,6 +116,8 @@ __all__ = [
     "ARTIFACT_NAMES",
     "CHIPS",
     "FINAL_STATUSES",
+    "GPU_USABLE_FRACTION",
+    "GPU_USABLE_SOURCE",
     "MAIN_BOUNDARY",
     "MAX_DEVICE_OPS",
     "MAX_SAMPLES",
@@ -114,6 +126,7 @@ __all__ = [
     "PATH_PLATFORM",
     "PROTOCOL_VERSION",
     "TARGET_IDS",
+    "TPU_TARGET_IDS",
     "WARMUP_CAP_FACTOR",
     "Artifacts",
     "BoundaryId",
@@ -182,8 +195,15 @@ __all__ = [
     "TargetModel",
     "TargetReport",
     "cuda_host_boundary",
+    "fit_limit",
+    "gpu_usable_bytes",
+    "gpu_usable_source",
     "main_boundary",
     "measured_boundaries",
+    "merge_capacities",
+    "one_device_target",
     "parse_target",
     "sample_caps",
+    "target_groups",
+    "targets_in_words",
 ]

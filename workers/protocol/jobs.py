@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -89,8 +90,10 @@ class JobSpec(StrictModel):
     target: str | None = Field(
         default=None,
         max_length=16,
-        description="What the compiler compiles for: v6e:1x1 … v6e:16x16, b200:N, h100:N, "
-        "h200:N (N in 1, 2, 4, 8). Without the hardware, a target is compiled, never run.",
+        description="What the compiler compiles for: a TPU slice (v5e:1x1 … v5e:16x16, "
+        "v6e:1x1 … v6e:16x16, v4:2x2x1 …, v5p:2x2x1 …, tpu7x:1x1x1 …) or GPUs (b200:N, "
+        "h100:N, h200:N; N in 1, 2, 4, 8). It names its path when none is given. Without "
+        "the hardware, a target is compiled, never run.",
     )
     dumps: Annotated[Dumps, Lax] = Field(
         default=Dumps.INLINE,
@@ -108,10 +111,16 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _target_stages(cls, data: Any) -> Any:
-        # A target is compiled for; executing it needs its hardware, so ask for that.
-        if isinstance(data, dict) and data.get("target") and "stages" not in data:
-            return {**data, "stages": [StageId.COMPILE.value]}
+    def _target_defaults(cls, data: Any) -> Any:
+        # A target is compiled for; executing it needs its hardware, so ask for that. And a
+        # target names its path (jax-tpu for a TPU slice, jax-gpu for GPUs) when none is given.
+        if not isinstance(data, dict) or not isinstance(data.get("target"), str):
+            return data
+        if "stages" not in data:
+            data = {**data, "stages": [StageId.COMPILE.value]}
+        if "path" not in data:
+            with contextlib.suppress(TargetError):
+                data = {**data, "path": parse_target(data["target"]).path.value}
         return data
 
     @field_validator("compiler_options")

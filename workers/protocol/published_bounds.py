@@ -15,7 +15,14 @@ from typing import Any
 from workers.protocol.jobs import JobSpec
 from workers.protocol.runs import KernelResources
 from workers.protocol.scale import GroupReport, Placement
-from workers.protocol.targets import KernelSchedule, TargetError, TargetReport, parse_target
+from workers.protocol.targets import (
+    GPU_USABLE_SOURCE,
+    KernelSchedule,
+    TargetError,
+    TargetReport,
+    gpu_usable_bytes,
+    parse_target,
+)
 
 KNOWN_EXTRA: frozenset[str] = frozenset(
     {
@@ -153,7 +160,8 @@ def _schedule(k: KernelSchedule) -> KernelSchedule:
 
 def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | None:
     """What a run compiled for, as the job names it: id, model, device count and the
-    chip's published HBM from the server's own table; the compiler's memory figures kept
+    chip's published HBM from the server's own table; what a device may hold (libtpu's
+    reading, bounded, on a TPU; JAX's default share on a GPU); the compiler's memory figures kept
     when not negative, the share of HBM worked out again; figures a compiler leaves
     unfilled without the hardware (libtpu's temporaries, XLA:GPU's code size) read as
     not reported; a run whose job did not execute is deviceless, whatever it says."""
@@ -180,6 +188,14 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
         gpu_blank = chip.platform.value == "gpu" and not ran
         peak = count(memory.peak_bytes)
         code = count(memory.generated_code_bytes)
+        hbm = chip.device_hbm_bytes
+        if chip.platform.value == "tpu":  # libtpu's reading: only the worker has it
+            usable = count(memory.usable_bytes)
+            usable = usable if usable is not None and 0 < usable <= 2 * hbm else None
+            source = words(memory.usable_source, 300) if usable is not None else None
+        else:
+            usable, source = gpu_usable_bytes(chip), GPU_USABLE_SOURCE
+        needed = None if peak is None else peak + (code or 0)
         update["memory"] = memory.model_copy(
             update={
                 "peak_bytes": peak,
@@ -187,10 +203,12 @@ def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | 
                 "output_bytes": count(memory.output_bytes),
                 "temp_bytes": None if tpu_blank else count(memory.temp_bytes),
                 "generated_code_bytes": None if gpu_blank and not code else code,
-                "hbm_bytes": chip.hbm_bytes,
-                "hbm_label": chip.hbm_label,
+                "usable_bytes": usable,
+                "usable_source": source,
+                "hbm_bytes": hbm,
+                "hbm_label": chip.device_hbm_label,
                 "source": chip.source,
-                "fraction": peak / chip.hbm_bytes if peak is not None else None,
+                "fraction": needed / (usable or hbm) if needed is not None else None,
             }
         )
     return report.model_copy(update=update)

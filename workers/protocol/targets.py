@@ -4,101 +4,74 @@ A target can be compiled for on any machine ("deviceless": XLA builds the progra
 TPU slice's topology, or for a GPU model's target description, with no such device
 present). Pydantic and the standard library only: the server validates targets too.
 
-The ids are the slices and host sizes people actually rent: the TPU v6e slice shapes
-Google sells (v6e-1 … v6e-256) and one HGX host of 1, 2, 4 or 8 NVIDIA GPUs. libtpu
-accepts shapes no one sells (`v6e:32x32`); they are refused here.
+The ids are the slices and host sizes people actually rent: the TPU slices Google sells
+of v4, v5e, v5p, v6e and TPU7x (2-D grids for v5e and v6e, `v5e:1x1` … `v5e:16x16`; 3-D
+for the others, `v5p:2x2x1` …) and one HGX host of 1, 2, 4 or 8 NVIDIA GPUs. libtpu
+accepts shapes no one sells (`v6e:32x32`); they are refused here. The chips' published
+figures are in `workers.protocol.chips`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
 from workers.protocol.base import OpenModel, PathId, Platform
+from workers.protocol.chips import CHIPS, GPU_USABLE_FRACTION, Chip, TargetModel, chip_of_kind
 
+__all__ = [
+    "CHIPS",
+    "GPU_COUNTS",
+    "GPU_USABLE_FRACTION",
+    "GPU_USABLE_SOURCE",
+    "SHAPES",
+    "TARGET_IDS",
+    "TPU_TARGET_IDS",
+    "Chip",
+    "KernelSchedule",
+    "Target",
+    "TargetError",
+    "TargetMemory",
+    "TargetModel",
+    "TargetReport",
+    "fit_limit",
+    "gpu_usable_bytes",
+    "gpu_usable_source",
+    "merge_capacities",
+    "one_device_target",
+    "parse_target",
+    "target_groups",
+    "targets_in_words",
+]
 
-class TargetModel(StrEnum):
-    """A device model a target names."""
-
-    V6E = "v6e"
-    B200 = "b200"
-    H100 = "h100"
-    H200 = "h200"
-
-
-V6E_SHAPES: tuple[str, ...] = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
-"""The v6e slices sold (v6e-1, -4, -8, -16, -32, -64, -128, -256), as chip grids."""
+SHAPES: dict[TargetModel, tuple[str, ...]] = {
+    TargetModel.V4: (
+        "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x12",
+        "8x8x16", "8x16x16",
+    ),
+    TargetModel.V5E: ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    TargetModel.V5P: (
+        "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16",
+        "8x16x16", "16x16x16", "16x16x24",
+    ),
+    TargetModel.V6E: ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    TargetModel.TPU7X: (
+        "1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8",
+        "8x8x16", "8x16x16", "16x16x16",
+    ),
+}  # fmt: skip
+"""The TPU slices sold, as chip grids (each chip's source says where the list comes
+from). libtpu builds shapes nobody sells (`v6e:32x32`); those are refused."""
 
 GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
 """GPUs of one HGX host."""
 
-
-@dataclass(frozen=True)
-class Chip:
-    """Published facts about one device of a model, with the vendor's own labels."""
-
-    model: TargetModel
-    name: str
-    platform: Platform
-    paths: tuple[PathId, ...]
-    hbm_bytes: int
-    hbm_label: str
-    source: str
-    """The hardware-facts source id (app/content/sources.toml) the figure comes from."""
-    cuda_arch: str | None = None
-    """The SM architecture a `cuda` job compiles for."""
-    kind_markers: tuple[str, ...] = ()
-    """Substrings of JAX's device_kind that identify a real device of this model."""
-
-
-CHIPS: dict[TargetModel, Chip] = {
-    TargetModel.V6E: Chip(
-        TargetModel.V6E,
-        "TPU v6e (Trillium)",
-        Platform.TPU,
-        (PathId.JAX_TPU,),
-        32 * 10**9,
-        "32 GB HBM per chip",
-        "tpu-v6e",
-        kind_markers=("v6 lite", "v6e"),
-    ),
-    TargetModel.B200: Chip(
-        TargetModel.B200,
-        "NVIDIA B200",
-        Platform.GPU,
-        (PathId.JAX_GPU, PathId.CUDA),
-        180 * 10**9,
-        "180 GB HBM3E per GPU",
-        "blackwell-datasheet",
-        cuda_arch="sm_100",
-        kind_markers=("B200",),
-    ),
-    TargetModel.H100: Chip(
-        TargetModel.H100,
-        "NVIDIA H100 SXM",
-        Platform.GPU,
-        (PathId.JAX_GPU, PathId.CUDA),
-        80 * 10**9,
-        "80 GB HBM3 per GPU, 3.35 TB/s",
-        "h100-datasheet",
-        cuda_arch="sm_90",
-        kind_markers=("H100",),
-    ),
-    TargetModel.H200: Chip(
-        TargetModel.H200,
-        "NVIDIA H200",
-        Platform.GPU,
-        (PathId.JAX_GPU, PathId.CUDA),
-        141 * 10**9,
-        "141 GB HBM3e per GPU, 4.8 TB/s",
-        "h200-datasheet",
-        cuda_arch="sm_90",
-        kind_markers=("H200",),
-    ),
-}
+CHIPS_PER_HOST = 4
+"""A TPU host's chips in libtpu's default host bounds; a smaller slice spells its own."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +81,7 @@ class Target:
     id: str
     model: TargetModel
     count: int
+    """Devices, as the compiler lists them (two per chip on v4 and TPU7x)."""
     grid: tuple[int, ...] | None = None
     """TPU only: the slice's chip grid."""
 
@@ -119,6 +93,24 @@ class Target:
     def platform(self) -> Platform:
         return self.chip.platform
 
+    @property
+    def path(self) -> PathId:
+        """The path this target names: jax-tpu for a TPU slice, jax-gpu for GPUs."""
+        return self.chip.paths[0]
+
+    @property
+    def chips(self) -> int:
+        """Chips (GPUs) in the target."""
+        return self.count // self.chip.devices_per_chip
+
+    def host_bounds(self) -> tuple[int, int, int] | None:
+        """The chips-per-host bounds libtpu needs for a slice smaller than one host's
+        chips (its default), else None."""
+        if self.grid is None or self.chips >= CHIPS_PER_HOST:
+            return None
+        padded = (*self.grid, 1, 1)
+        return (padded[0], padded[1], padded[2])
+
     def compiler_phrase(self) -> str:
         """The compiler that builds for this target, in a sentence."""
         return "libtpu (XLA:TPU)" if self.platform is Platform.TPU else "XLA:GPU"
@@ -126,32 +118,53 @@ class Target:
     def hardware_phrase(self) -> str:
         """What would run it, e.g. 'a worker with 8 real TPU v6e (Trillium) chips'."""
         unit = "chip" if self.platform is Platform.TPU else "GPU"
-        plural = "s" if self.count > 1 else ""
-        return f"a worker with {self.count} real {self.chip.name} {unit}{plural}"
+        plural = "s" if self.chips > 1 else ""
+        return f"a worker with {self.chips} real {self.chip.name} {unit}{plural}"
 
 
 TARGET_IDS: tuple[str, ...] = (
-    *(f"{TargetModel.V6E.value}:{shape}" for shape in V6E_SHAPES),
-    *(f"{model.value}:{n}" for model in CHIPS if model is not TargetModel.V6E for n in GPU_COUNTS),
-)
+    *(f"{model.value}:{shape}" for model in CHIPS if model in SHAPES for shape in SHAPES[model]),
+    *(f"{chip.model.value}:{n}" for chip in CHIPS.values() if chip.platform is Platform.GPU
+      for n in GPU_COUNTS),
+)  # fmt: skip
 """Every target id this build accepts."""
+
+TPU_TARGET_IDS: tuple[str, ...] = tuple(t for t in TARGET_IDS if t.split(":")[0] in SHAPES)
+"""The TPU targets: those whose capacity libtpu states."""
+
+
+def targets_in_words() -> str:
+    """Every target in a line: each model's first and last size ("v6e:1x1 … v6e:16x16")."""
+    return ", ".join(f"{ids[0]} … {ids[-1]}" for _, ids in target_groups())
+
+
+def target_groups() -> list[tuple[str, tuple[str, ...]]]:
+    """The target ids by device model, each under its chip's name, as forms list them."""
+    return [
+        (chip.name, tuple(t for t in TARGET_IDS if t.split(":")[0] == model.value))
+        for model, chip in CHIPS.items()
+    ]
+
+
+def one_device_target(model: TargetModel) -> str | None:
+    """The model's target with one device (`v5e:1x1`, `h100:1`), or None (v4, v5p and
+    TPU7x sell no slice of one device)."""
+    return next((t for t in TARGET_IDS if t.split(":")[0] == model.value and _count(t) == 1), None)
+
+
+def _count(target_id: str) -> int:
+    return parse_target(target_id).count
 
 
 def own_target(device_kind: str, count: int) -> str | None:
-    """The target id of `count` real devices of `device_kind` (e.g. "TPU v6 lite", 1 →
-    v6e:1x1): what a compile for that chip without the device is compiled for; None for a
-    device no target models, or a TPU count no sold slice has."""
-    kind = device_kind.lower()
-    model = next(
-        (c.model for c in CHIPS.values() if any(m.lower() in kind for m in c.kind_markers)),
-        None,
-    )
-    if model is None:
+    """The target id of `count` real devices of `device_kind` (e.g. "TPU v5 lite", 1 →
+    v5e:1x1): what a compile for that chip without the device is compiled for; None for a
+    device no target models, or a count no target of its model has."""
+    chip = chip_of_kind(device_kind)
+    if chip is None:
         return None
-    if CHIPS[model].platform is not Platform.TPU:
-        return f"{model.value}:{count}" if count in GPU_COUNTS else None
-    shapes = [s for s in V6E_SHAPES if math.prod(int(n) for n in s.split("x")) == count]
-    return f"{model.value}:{shapes[0]}" if shapes else None
+    found = [t for t in TARGET_IDS if t.split(":")[0] == chip.model.value and _count(t) == count]
+    return found[0] if found else None
 
 
 class TargetError(ValueError):
@@ -167,18 +180,22 @@ def parse_target(text: str) -> Target:
     except ValueError:
         known = ", ".join(m.value for m in TargetModel)
         raise TargetError(
-            f"{text[:40]!r} names no device model (known: {known}; e.g. v6e:2x4 or b200:1)"
+            f"{text[:40]!r} names no device model (known: {known}; e.g. v5e:1x1, v6e:2x4, "
+            "v5p:2x2x1 or b200:1)"
         ) from None
     if not sep:
-        raise TargetError(f"{text[:40]!r}: give a size after the model, e.g. {model.value}:1")
-    if model is TargetModel.V6E:
-        if size not in V6E_SHAPES:
+        first = SHAPES[model][0] if model in SHAPES else "1"
+        raise TargetError(f"{text[:40]!r}: give a size after the model, e.g. {model.value}:{first}")
+    shapes = SHAPES.get(model)
+    if shapes is not None:
+        if size not in shapes:
             raise TargetError(
-                f"{text[:40]!r} is not a v6e slice that is sold "
-                f"(slices: {', '.join('v6e:' + s for s in V6E_SHAPES)})"
+                f"{text[:40]!r} is not a {model.value} slice that is sold "
+                f"(slices: {', '.join(f'{model.value}:{s}' for s in shapes)})"
             )
         grid = tuple(int(part) for part in size.split("x"))
-        return Target(f"v6e:{size}", model, math.prod(grid), grid)
+        count = math.prod(grid) * CHIPS[model].devices_per_chip
+        return Target(f"{model.value}:{size}", model, count, grid)
     if not size.isdigit() or int(size) not in GPU_COUNTS:
         counts = ", ".join(map(str, GPU_COUNTS))
         raise TargetError(
@@ -188,7 +205,8 @@ def parse_target(text: str) -> Target:
 
 
 class TargetMemory(OpenModel):
-    """The per-device program's memory beside the chip's published HBM."""
+    """The per-device program's memory beside what the compiler makes available to it
+    (`usable_bytes`) and the chip's published HBM (`hbm_bytes`)."""
 
     peak_bytes: int | None = Field(
         default=None, description="memory_analysis() of the per-device program: peak bytes."
@@ -199,12 +217,63 @@ class TargetMemory(OpenModel):
     generated_code_bytes: int | None = Field(
         default=None, description="memory_analysis(): the program's own code on the device."
     )
-    hbm_bytes: int = Field(description="The chip's published HBM capacity (decimal bytes).")
-    hbm_label: str = Field(description="The vendor's own label, e.g. '32 GB HBM per chip'.")
+    usable_bytes: int | None = Field(
+        default=None,
+        description="What one device may hold: on a TPU what libtpu makes available to a "
+        "program on this target (the largest peak + code it compiles, read from libtpu); "
+        "on a GPU JAX's default share of the HBM (usable_fraction). None: not reported.",
+    )
+    usable_source: str | None = Field(
+        default=None, description="Where usable_bytes comes from, in a sentence."
+    )
+    hbm_bytes: int = Field(
+        description="The published HBM of one device, in bytes (the chip's figure, shared "
+        "among its devices where libtpu lists each TensorCore as one)."
+    )
+    hbm_label: str = Field(description="The vendor's own label, e.g. '32 GiB HBM per chip'.")
     source: str = Field(description="Where the HBM figure comes from (a hardware-facts source).")
     fraction: float | None = Field(
-        default=None, description="peak_bytes / hbm_bytes: what share of the published HBM."
+        default=None,
+        description="(peak_bytes + generated_code_bytes) / usable_bytes: the share of what "
+        "the device may hold (of hbm_bytes where usable_bytes is not reported).",
     )
+
+
+def gpu_usable_source(fraction: float) -> str:
+    """Where a GPU's usable bytes come from, in a sentence."""
+    return (
+        f"{fraction:g} × the published HBM: JAX's GPU allocator preallocates that share "
+        "of the device's memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+    )
+
+
+GPU_USABLE_SOURCE = gpu_usable_source(GPU_USABLE_FRACTION)
+
+
+def gpu_usable_bytes(chip: Chip, fraction: float | None = None) -> int | None:
+    """A GPU's usable bytes: `fraction` (JAX's default share) of its published HBM."""
+    share = chip.usable_fraction if fraction is None else fraction
+    return int(chip.device_hbm_bytes * share) if share is not None else None
+
+
+def fit_limit(memory: Mapping[str, Any]) -> tuple[int, bool]:
+    """What a device's needs are held against, from a TargetMemory's JSON: its usable
+    bytes, or the published HBM where those are not reported (a run made before they
+    were); and whether it is the usable figure."""
+    usable = memory.get("usable_bytes")
+    if isinstance(usable, int) and usable > 0:
+        return usable, True
+    return int(memory["hbm_bytes"]), False
+
+
+def merge_capacities(readings: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Target id → usable bytes from several workers' readings (the first one named wins:
+    give the newest first)."""
+    merged: dict[str, int] = {}
+    for reading in readings:
+        for target_id, usable in reading.items():
+            merged.setdefault(target_id, usable)
+    return merged
 
 
 class KernelSchedule(OpenModel):

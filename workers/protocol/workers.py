@@ -75,6 +75,12 @@ class Capabilities(OpenModel):
         default_factory=list,
         description="Target ids this worker compiles for without the hardware (deviceless).",
     )
+    capacities: dict[str, Annotated[int, Field(gt=0)]] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="TPU target id → the bytes libtpu makes available to a program on it "
+        "(usable_bytes), read from this worker's libtpu by compiling; filled in while idle.",
+    )
 
 
 ProgressPhase = Literal[

@@ -152,8 +152,7 @@ def _gpu(job: JobSpec, tools: env.CudaTools, target: Target | None) -> env.GpuPr
     probe = env.probe_gpu()
     if probe.count == 0:
         raise PathUnavailable(_no_gpu_message(probe, tools))
-    markers = target.chip.kind_markers if target is not None else ()
-    if target is not None and not any(m in (probe.name or "") for m in markers):
+    if target is not None and not target.chip.matches(probe.name or ""):
         raise PathUnavailable(
             f"stages: execute on target {target.id} needs {target.hardware_phrase()}; "
             f"this machine's GPU is {probe.name}. Ask for --stages compile to compile "

@@ -3,7 +3,8 @@
 The engine sends a job here when its target's devices are not attached to this process.
 The run carries what the real compiler produced (optimized HLO, StableHLO, the HLO
 summary, a scale workload's placement on the target's mesh, memory per device beside the
-chip's published HBM; below the HLO, `workers.run.kernel_dumps`: TPU bundles, GPU PTX and
+what libtpu makes available (or a GPU's usable share) and the chip's published HBM; below
+the HLO, `workers.run.kernel_dumps`: TPU bundles, GPU PTX and
 SASS, each Pallas kernel's own IR) and says plainly that nothing ran: no time, no speed,
 no correctness check.
 """
@@ -81,11 +82,7 @@ def refuse_execution(job: JobSpec, target: Target) -> str | None:
 def real_devices(target: Target) -> list[Any] | None:
     """The target's devices when this process has them for real (model and count), else None."""
     found = devices_by_platform().get(target.platform.value, [])
-    matching = [
-        d
-        for d in found
-        if any(m.lower() in str(d.device_kind).lower() for m in target.chip.kind_markers)
-    ]
+    matching = [d for d in found if target.chip.matches(str(d.device_kind))]
     return matching[: target.count] if len(matching) >= target.count else None
 
 
@@ -114,8 +111,8 @@ def refuse_resources(exc: Exception, target: Target) -> None:
     )
     if "Vmem" in message or "VMEM" in message:
         advice = (
-            "a Pallas kernel's blocks must fit the on-chip scoped VMEM, 32 MiB on v6e: "
-            "choose smaller block sizes"
+            "a Pallas kernel's blocks must fit the on-chip scoped VMEM (32 MiB on v6e, "
+            "16 MiB on v5e): choose smaller block sizes"
         )
     raise PathUnavailable(
         f"does not fit: {target.compiler_phrase()} refused to compile for {target.id}: "

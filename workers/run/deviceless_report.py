@@ -1,6 +1,8 @@
 """What a compile without the hardware says about itself: the warnings and notes it
-carries, memory per device from `memory_analysis()` beside the chip's HBM, how its
-compile was timed, and the target report (`workers.run.deviceless` builds the run).
+carries, memory per device from `memory_analysis()` beside what the device may hold
+(`usable_bytes`: libtpu's own figure on a TPU, JAX's default share on a GPU) and the
+chip's published HBM, how its compile was timed, and the target report
+(`workers.run.deviceless` builds the run).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import jax
 from workers.compiler.environment import detect_environment, devices_by_platform
 from workers.compiler.memory_dump import Plan
 from workers.protocol import (
+    GPU_USABLE_SOURCE,
     CachePolicy,
     Dumps,
     Environment,
@@ -22,10 +25,12 @@ from workers.protocol import (
     Target,
     TargetMemory,
     TargetReport,
+    gpu_usable_bytes,
 )
 from workers.protocol.hlo_summary import autotuned_gemms
 from workers.run.program import memory_stat, memory_stats
 from workers.run.target_program import Dumped
+from workers.xla_targets.capacity import capacity_report
 from workers.xla_targets.misfit import Misfit
 from workers.xla_targets.topology import compiler_of
 
@@ -90,7 +95,6 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
             "peak: arguments + outputs + temporaries − aliased bytes, from memory_analysis(), "
             "which gives no peak of its own for this target"
         )
-    chip = target.chip
     code = memory_stat(stats, "generated_code_size_in_bytes")
     if target.platform is Platform.GPU:
         # XLA:GPU's executable compiled without the device never fills this field in: its
@@ -103,10 +107,7 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
         output_bytes=output,
         temp_bytes=temp,
         generated_code_bytes=code,
-        hbm_bytes=chip.hbm_bytes,
-        hbm_label=chip.hbm_label,
-        source=chip.source,
-        fraction=peak / chip.hbm_bytes if peak is not None else None,
+        **capacity_of(target, None if peak is None else peak + (code or 0)),
     )
     analysis = None
     if stats is not None:
@@ -120,18 +121,29 @@ def memory_of(compiled: Any, target: Target) -> tuple[MemoryAnalysis | None, Tar
     return analysis, memory, note
 
 
+def capacity_of(target: Target, needed: int | None) -> dict[str, Any]:
+    """A TargetMemory's capacity fields: what one device may hold (libtpu's reading on a
+    TPU, JAX's default share on a GPU), the published HBM beside it, and the share of
+    the first (of the second where the first is not reported) that `needed` takes."""
+    chip = target.chip
+    if target.platform is Platform.TPU:
+        usable: dict[str, Any] = capacity_report(target)
+    else:
+        usable = {"usable_bytes": gpu_usable_bytes(chip), "usable_source": GPU_USABLE_SOURCE}
+    of = usable.get("usable_bytes") or chip.device_hbm_bytes
+    return {
+        **usable,
+        "hbm_bytes": chip.device_hbm_bytes,
+        "hbm_label": chip.device_hbm_label,
+        "source": chip.source,
+        "fraction": needed / of if needed is not None else None,
+    }
+
+
 def misfit_memory(misfit: Misfit, target: Target) -> TargetMemory:
     """What a refused program's device needs, as far as the refusal says: its temporaries."""
-    chip = target.chip
     temp = misfit.temp_bytes
-    return TargetMemory(
-        peak_bytes=temp,
-        temp_bytes=temp,
-        hbm_bytes=chip.hbm_bytes,
-        hbm_label=chip.hbm_label,
-        source=chip.source,
-        fraction=temp / chip.hbm_bytes if temp is not None else None,
-    )
+    return TargetMemory(peak_bytes=temp, temp_bytes=temp, **capacity_of(target, temp))
 
 
 @dataclass

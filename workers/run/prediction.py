@@ -87,6 +87,7 @@ def predicted(
         real_peak_bytes=real_peak,
         predicted_temp_bytes=temp,
         real_temp_bytes=real_temp,
+        usable_bytes=run.target.memory.usable_bytes if run.target and run.target.memory else None,
         same_hlo=same if run.artifacts.hlo and real.artifacts.hlo else None,
         refused=run.target.refused if run.target else None,
         seconds=time.perf_counter() - t0,

@@ -54,6 +54,12 @@ def compiler_of(target: Target) -> tuple[str, str | None]:
 def target_devices(target: Target) -> tuple[Any, ...]:
     """The target's devices, in the topology's order (kept per process: building a
     topology starts the compiler's client once)."""
+    return build_devices(target)
+
+
+def build_devices(target: Target) -> tuple[Any, ...]:
+    """The target's devices from a topology built now, kept by no one (a capacity reading
+    of a 6,144-chip slice need not hold its client for the life of the process)."""
     from jax.experimental import topologies
 
     name, version = compiler_of(target)
@@ -64,14 +70,11 @@ def target_devices(target: Target) -> tuple[Any, ...]:
             "(pip install -e '.[server]' installs it on Linux)"
         )
     if target.platform is Platform.TPU:
-        grid = target.grid or (1, 1)
         options: dict[str, Any] = {}
-        if target.count < 4:
-            # Slices under one host's 4 chips need their host bounds spelled out.
-            options["chips_per_host_bounds"] = (*grid, 1)
-        topology = topologies.get_topology_desc(
-            topology_name=f"v6e:{grid[0]}x{grid[1]}", platform="tpu", **options
-        )
+        bounds = target.host_bounds()
+        if bounds is not None:  # slices under one host's 4 chips spell their host bounds
+            options["chips_per_host_bounds"] = bounds
+        topology = topologies.get_topology_desc(topology_name=target.id, platform="tpu", **options)
     else:
         topology = topologies.get_topology_desc(
             platform="cuda",
@@ -90,14 +93,14 @@ def target_devices(target: Target) -> tuple[Any, ...]:
 def available_targets() -> list[str]:
     """Every target id this process can compile for without the hardware.
 
-    Detected, not assumed: one small topology per compiler is built (a v6e chip through
+    Detected, not assumed: one small topology per compiler is built (a v5e chip through
     libtpu, one B200 through the CUDA plugin); a compiler that is missing or fails to
     start leaves its targets out.
     """
     from workers.protocol import TARGET_IDS, parse_target
 
     found: list[str] = []
-    for probe in ("v6e:1x1", "b200:1"):
+    for probe in ("v5e:1x1", "b200:1"):
         target = parse_target(probe)
         try:
             target_devices(target)

@@ -8,22 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.dispatch.requirements import Requirements, has_real, unmet
-from workers.catalog import WORKLOADS, CatalogError
+from app.dispatch.requirements import Requirements, unmet
+from app.pages.runs.target_options import target_options
+from workers.catalog import WORKLOADS
 from workers.catalog.kernels import JAX_PATHS, PALLAS, PALLAS_FIELDS, PALLAS_WORKLOADS, XLA
-from workers.catalog.mesh import MeshParams
-from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     MAX_SAMPLES,
     PATH_PLATFORM,
-    TARGET_IDS,
     CachePolicy,
     Capabilities,
-    JobSpec,
     Mode,
     PathId,
     StageId,
-    parse_target,
 )
 
 JAX_PATH_IDS = tuple(p.value for p in JAX_PATHS)
@@ -317,78 +313,3 @@ def _compilable(workload: str, path: str, workers: list[Capabilities]) -> list[s
     if path not in (PathId.JAX_GPU.value, PathId.JAX_TPU.value):
         return []
     return [o.id for o in target_options(workload, path, workers) if o.offered]
-
-
-@dataclass(frozen=True)
-class TargetOption:
-    """A target the run form offers for a path, and how a connected worker would take it."""
-
-    id: str
-    label: str
-    real: bool
-    """A connected worker has real devices of this model, enough of them."""
-    offered: bool
-    """Some connected worker can take a compile-only job for it."""
-
-
-def target_options(workload: str, path: str, workers: list[Capabilities]) -> list[TargetOption]:
-    """The targets that combine with `workload` on `path` (the catalog's rules), each marked
-    "compiled without the hardware" unless a connected worker has such devices."""
-    options = []
-    for target_id in TARGET_IDS:
-        target = parse_target(target_id)
-        if PathId(path) not in target.chip.paths:
-            continue
-        try:
-            apply_target(
-                JobSpec.model_validate({"workload": workload, "path": path, "target": target_id})
-            )
-        except (CatalogError, ValueError):
-            continue  # e.g. b200:8 for a one-device workload
-        real = any(has_real(caps, target) for caps in workers)
-        offered = real or any(target_id in caps.targets for caps in workers)
-        unit = "chip" if target.grid else "GPU"
-        size = f"{target.count} {unit}{'s' if target.count > 1 else ''}"
-        how = "on real devices" if real else "compiled without the hardware"
-        if not offered:
-            how += "; no connected worker compiles for it"
-        label = f"{target_id} — {target.chip.name}, {size} ({how})"
-        options.append(TargetOption(target_id, label, real, offered))
-    return options
-
-
-def wider_targets_note(workload: str, path: str, offered: list[TargetOption]) -> str | None:
-    """What a one-device workload's target list leaves out, and which workloads take it:
-    a slice or several GPUs need a workload that spans devices."""
-    wider = [
-        t
-        for t in TARGET_IDS
-        if PathId(path) in parse_target(t).chip.paths and parse_target(t).count > 1
-    ]
-    if not wider or any(o.id in wider for o in offered):
-        return None
-    spanning = ", ".join(
-        name for name, cls in WORKLOADS.items() if issubclass(cls, MeshParams) and name != workload
-    )
-    many = "slices of several chips" if path == PathId.JAX_TPU.value else "several GPUs"
-    return (
-        f"{workload} runs on one device, so only one-device targets are offered; "
-        f"{many} ({wider[0]} … {wider[-1]}) take a workload that spans devices: {spanning}."
-    )
-
-
-def target_note(target: str, real: bool) -> str:
-    """Why a target makes the form compile only."""
-    phrase = parse_target(target).hardware_phrase()
-    if real:
-        return (
-            f"Target {target}: a connected worker has the hardware, so execute may be ticked "
-            "too; compile alone shows what the compiler produced."
-        )
-    return (
-        f"Target {target} implies compile only: no connected worker has the hardware "
-        f"({phrase} would be needed to run it), so the compiler builds the program without "
-        "it. The run shows the IR, what XLA chose and memory per device; there is no time, "
-        "no speed and no correctness check. Ticking execute queues a job that waits for "
-        "such a worker."
-    )

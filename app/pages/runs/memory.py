@@ -68,6 +68,8 @@ class Reported:
     """memory_analysis() as published, or {}."""
     hbm: int | None
     """The chip's published HBM per device, from the server's table; None on the host."""
+    usable: int | None
+    """What the device may hold (libtpu's reading, JAX's GPU share); None if not reported."""
     target: str | None
     gpu: bool
     source_path: str
@@ -85,6 +87,7 @@ class Reported:
             MemoryReport.model_validate(found),
             run.get("memory_analysis") or {},
             memory.get("hbm_bytes"),
+            memory.get("usable_bytes"),
             target.get("id"),
             (run.get("job") or {}).get("path") == PathId.JAX_GPU.value,
             str((run.get("source") or {}).get("path") or ""),
@@ -100,6 +103,7 @@ class Reported:
             run.memory_report,
             run.memory_analysis.model_dump() if run.memory_analysis is not None else {},
             memory.hbm_bytes if memory is not None else None,
+            memory.usable_bytes if memory is not None else None,
             run.target.id if run.target is not None else None,
             run.job.path is PathId.JAX_GPU,
             run.source.path if run.source is not None else "",
@@ -126,6 +130,7 @@ def memory_json(r: Reported) -> dict[str, Any]:
     return {
         "id": r.job_id,
         "peak_bytes": report.peak_bytes,
+        "usable_bytes": r.usable,
         "hbm_bytes": r.hbm,
         "peak_step": report.peak_step,
         "steps": report.steps,
@@ -220,11 +225,14 @@ def _parts(report: MemoryReport) -> list[dict[str, Any]]:
     ]
 
 
-def _hbm_note(peak: int, hbm: int | None) -> str | None:
-    """What the curve says of the chip's HBM when its line would be off the picture."""
-    if hbm is None or hbm <= HBM_ON_SCALE * peak:
+def _hbm_note(peak: int, limit: int | None, word: str) -> str | None:
+    """What the curve says of the device's capacity when its line would be off the picture."""
+    if limit is None or limit <= HBM_ON_SCALE * peak:
         return None
-    return f"The chip's HBM ({gb(hbm)}) is {hbm / max(peak, 1):,.0f}× this peak: off this scale."
+    return (
+        f"The device's {word} bytes ({gb(limit)}) are {limit / max(peak, 1):,.0f}× this peak: "
+        "off this scale."
+    )
 
 
 def _comparison(report: MemoryReport) -> dict[str, Any] | None:
@@ -262,19 +270,22 @@ def memory_view(
     }
     if report.withheld:
         return view
-    hbm = r.hbm
+    hbm = r.usable or r.hbm
+    word = "usable" if r.usable else "HBM"
     keys = Keys(r.source_path)
     listed = sorted(report.buffers, key=lambda b: (not b.live_at_peak, -b.bytes))
     live = [b for b in listed if b.live_at_peak]
     shown = live if rows is None else live[:rows]
     parts = _parts(report)
     bars = [(p["kind"], p["bytes"]) for p in parts]
-    curve = Curve(report.timeline, report.steps, report.peak_bytes, report.peak_step, hbm)
+    curve = Curve(report.timeline, report.steps, report.peak_bytes, report.peak_step, hbm, word)
     step = report.peak_step
     view.update(
         hbm=gb(hbm) if hbm is not None else None,
+        limit_word=word,
+        published=gb(r.hbm) if r.usable and r.hbm else None,
         share=f"{100 * report.peak_bytes / hbm:.3g} %" if hbm else None,
-        hbm_note=_hbm_note(report.peak_bytes, hbm),
+        hbm_note=_hbm_note(report.peak_bytes, hbm, word),
         step=step,
         steps=report.steps,
         parts=parts,

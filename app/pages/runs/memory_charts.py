@@ -59,13 +59,15 @@ def _percent(x: float) -> str:
 
 @dataclass(frozen=True)
 class Curve:
-    """What the curve shows: the report's points and steps, its peak, the chip's HBM."""
+    """What the curve shows: the report's points and steps, its peak, and what the device
+    may hold (`hbm`: its usable bytes, or the chip's HBM where `word` says so)."""
 
     timeline: list[list[int]]
     steps: int
     peak: int
     peak_step: int
     hbm: int | None
+    word: str = "usable"
 
     @property
     def hbm_on_scale(self) -> bool:
@@ -106,8 +108,8 @@ def _words(c: Curve, ticks: list[tuple[int, str]], scale: float) -> list[El]:
     if c.hbm_on_scale and c.hbm is not None:
         y = _y(c.hbm, scale) - 4
         words.append(
-            el("text", f"HBM {gb(c.hbm)}", class_="axis hbm-label", x="100%", dx=-2, y=f"{y:.1f}",
-               text_anchor="end")
+            el("text", f"{c.word} {gb(c.hbm)}", class_="axis hbm-label", x="100%", dx=-2,
+               y=f"{y:.1f}", text_anchor="end")
         )  # fmt: skip
     px = _x(c.peak_step, c.steps)
     anchor = "end" if px > W / 2 else "start"
@@ -135,7 +137,9 @@ def curve_chart(c: Curve, chart_id: str = "memory-curve") -> Chart:
         preserveAspectRatio="none", width="100%", height=height,
     )  # fmt: skip
     over = (
-        "" if c.hbm_on_scale or c.hbm is None else f"; the chip's HBM ({gb(hbm)}) is off this scale"
+        ""
+        if c.hbm_on_scale or c.hbm is None
+        else f"; the device's {c.word} bytes ({gb(hbm)}) are off this scale"
     )
     title = (
         f"Live bytes over the program's {c.steps:,} steps: peak {gb(c.peak)} at step "

@@ -1,10 +1,13 @@
-"""Does it fit? A target run's memory per device against its chip's published HBM.
+"""Does it fit? A target run's memory per device against what the device may hold.
 
 The figures are the compiler's own (XLA's `memory_analysis()` of the per-device program):
 arguments, outputs, temporaries and generated code. What a device needs is XLA's peak
 (arguments, outputs and temporaries live at once, less what aliases) plus the code. It
-is set against the vendor's HBM figure in the vendor's unit, GB = 10^9 bytes (the same
-capacity in GiB = 2^30 bytes is shown beside it).
+is set against the device's usable bytes (on a TPU what libtpu makes available to a
+program, read from libtpu; on a GPU JAX's default share of the HBM), with the vendor's
+published HBM beside it in the vendor's label and in bytes (GB = 10^9 bytes, GiB = 2^30
+bytes). A run made before usable bytes were reported is set against the published HBM,
+and says so.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.pages.charts import Chart, El, el
-from workers.protocol import CHIPS, Platform, TargetModel
+from workers.protocol import CHIPS, Platform, TargetModel, fit_limit
 
 GB = 10**9
 GIB = 2**30
@@ -106,9 +109,10 @@ def memory_fit(
     if _platform(model) is Platform.TPU and not refused:  # libtpu's 0 is no size
         memory = {**memory, "temp_bytes": None}
     hbm = int(memory["hbm_bytes"])
+    limit, usable = fit_limit(memory)
     needed = needed_bytes(memory)
     missing = f"not reported by {compiler_of(model)} without the device"
-    rows = [_row(label, memory.get(key), hbm, missing) for key, label in PARTS]
+    rows = [_row(label, memory.get(key), limit, missing) for key, label in PARTS]
     peak = memory.get("peak_bytes")
     code_note = None
     if memory.get("generated_code_bytes") is None and not refused:
@@ -118,56 +122,65 @@ def memory_fit(
     temp_note = None
     if memory.get("temp_bytes") is None and _platform(model) is Platform.TPU and not refused:
         temp_note = TPU_TEMP_UNREPORTED
-    fits = None if needed is None else needed <= hbm
-    if needed is None:
-        verdict = "Unknown: the compiler reported no peak"
-    elif fits:
-        verdict = f"Fits: {gb(needed)} of {gb(hbm)} ({100 * needed / hbm:.3g} %)"
-    elif refused:
-        verdict = (
-            f"Does not fit by at least {gb(needed - hbm)}: needs at least {gb(needed)}, has "
-            f"{gb(hbm)}; the compiler refused the program"
-        )
-    else:
-        verdict = f"Does not fit by {gb(needed - hbm)}: needs {gb(needed)}, has {gb(hbm)}"
+    word = "usable" if usable else "of HBM"
     return {
         "rows": rows,
         "needed_bytes": needed,
         "needed": gb(needed) if needed is not None else None,
         "peak_bytes": peak,
-        "peak": _row("peak (XLA)", peak, hbm) if peak is not None and not refused else None,
+        "peak": _row("peak (XLA)", peak, limit) if peak is not None and not refused else None,
         "code_note": code_note,
         "temp_note": temp_note,
+        "usable_bytes": limit if usable else None,
+        "usable": gb(limit) if usable else None,
+        "usable_gib": f"{limit / GIB:.4g} GiB" if usable else None,
+        "usable_source": memory.get("usable_source") if usable else None,
+        "share_of": word,
         "hbm_bytes": hbm,
         "hbm": gb(hbm),
         "hbm_gib": f"{hbm / GIB:.4g} GiB",
         "hbm_label": memory.get("hbm_label"),
         "source": memory.get("source"),
-        "fits": fits,
-        "verdict": verdict,
+        **_verdict(needed, limit, word, refused),
         "refused": refused,
-        "over_bytes": (needed - hbm) if needed is not None and needed > hbm else 0,
-        "chart": _bars(memory, hbm, needed, model, count, chart_id=chart_id),
-        "scale": gb(max(hbm, needed or 0)),
+        "over_bytes": (needed - limit) if needed is not None and needed > limit else 0,
+        "chart": _bars(memory, limit, word, needed, model, count=count, chart_id=chart_id),
+        "scale": gb(max(limit, needed or 0)),
     }
 
 
-def _row(label: str, value: int | None, hbm: int, missing: str = "not reported") -> dict[str, Any]:
-    """One row of the memory table: a size in decimal units, its bytes, its share of HBM
-    (`missing` in place of a figure the compiler did not report)."""
+def _verdict(needed: int | None, limit: int, word: str, refused: str | None) -> dict[str, Any]:
+    """Whether `needed` fits `limit` (None when unknown), and the sentence that says so."""
+    if needed is None:
+        return {"fits": None, "verdict": "Unknown: the compiler reported no peak"}
+    has = f"{gb(limit)} usable" if word == "usable" else gb(limit)
+    if needed <= limit:
+        verdict = f"Fits: {gb(needed)} of {has} ({100 * needed / limit:.3g} %)"
+    elif refused:
+        verdict = (
+            f"Does not fit by at least {gb(needed - limit)}: needs at least {gb(needed)}, has "
+            f"{has}; the compiler refused the program"
+        )
+    else:
+        verdict = f"Does not fit by {gb(needed - limit)}: needs {gb(needed)}, has {has}"
+    return {"fits": needed <= limit, "verdict": verdict}
+
+
+def _row(
+    label: str, value: int | None, limit: int, missing: str = "not reported"
+) -> dict[str, Any]:
+    """One row of the memory table: a size in decimal units, its bytes, its share of what
+    the device may hold (`missing` in place of a figure the compiler did not report)."""
     return {
         "label": label,
         "bytes": value,
         "gb": gb(value) if value is not None else missing,
-        "share": f"{100 * value / hbm:.3g} %" if value is not None else "—",
+        "share": f"{100 * value / limit:.3g} %" if value is not None else "—",
     }
 
 
-def _bars(
-    memory: dict[str, Any], hbm: int, needed: int | None, model: str, count: int, *, chart_id: str
-) -> Chart:
-    """One stacked bar per device: the program's parts, and the HBM capacity as a line."""
-    scale_to = max(hbm, needed or 0) or 1
+def _parts(memory: dict[str, Any], scale_to: int) -> list[El]:
+    """The program's parts, side by side along one bar, each its share of `scale_to`."""
     x = 0.0
     parts: list[El] = []
     for i, (key, label) in enumerate(PARTS):
@@ -187,11 +200,29 @@ def _bars(
             )
         )
         x += width
+    return parts
+
+
+def _bars(
+    memory: dict[str, Any],
+    hbm: int,
+    word: str,
+    needed: int | None,
+    model: str,
+    *,
+    count: int,
+    chart_id: str,
+) -> Chart:
+    """One stacked bar per device: the program's parts, and what it may hold (`hbm`: the
+    usable bytes, or the HBM where those are not reported) as a line."""
+    scale_to = max(hbm, needed or 0) or 1
+    parts = _parts(memory, scale_to)
     line = BAR_W * hbm / scale_to
     over = needed is not None and needed > hbm
     title = (
         f"Memory per device for {count} × {model}: "
-        f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} of HBM"
+        f"{gb(needed) if needed is not None else 'unknown'} needed against {gb(hbm)} "
+        f"{word}"
     )
     hbm_rect = el(
         "rect",
@@ -226,7 +257,7 @@ def _bars(
     anchor = "end" if line > BAR_W / 2 else "start"
     hbm_label = el(
         "text",
-        f"HBM {gb(hbm)}",
+        f"{'usable' if word == 'usable' else 'HBM'} {gb(hbm)}",
         class_="axis mem-label",
         x=f"{100 * line / (BAR_W + PAD):.2f}%",
         dx=-4 if anchor == "end" else 4,
