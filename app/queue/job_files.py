@@ -97,7 +97,7 @@ def check_job_files(spec: JobSpec, store: Store, max_job_bytes: int) -> FileChec
             if name == "inputs":
                 given = [a.name for a in members]
             if name == "reference" and header is not None:
-                found.problems += _reference(source, members, header)
+                found.problems += _reference(source, members, header, spec.params.get("dims"))
     if header is not None:
         found.problems += _inputs(spec, header, given)
     declared = sum(a.nbytes for _, a in arrays)
@@ -175,9 +175,15 @@ def _inputs(spec: JobSpec, header: ExportHeader, members: list[str] | None) -> P
     return []
 
 
-def _reference(data: IO[bytes], members: list[ArrayInfo], header: ExportHeader) -> Problems:
-    """A reference that does not fit the artifact's results, named by the result."""
-    specs = [ArgumentSpec(n, tuple(a.dims()), a.dtype) for n, a in header.results()]
+def _reference(
+    data: IO[bytes], members: list[ArrayInfo], header: ExportHeader, dims: Any
+) -> Problems:
+    """A reference that does not fit the artifact's results (at the job's values of its
+    symbolic dimensions), named by the result."""
+    try:
+        specs = [ArgumentSpec(n, tuple(a.dims(dims)), a.dtype) for n, a in header.results()]
+    except ArtifactError as exc:
+        return [("params.dims", f"params.dims: {exc}")]
     shown = [Member(a.name, a.dtype, a.shape) for a in members]
     try:
         entries = plan(shown, specs)

@@ -146,3 +146,46 @@ async def test_the_page_s_compile_needs_a_value_and_names_it(
     assert queued.status_code == 303
     jobs = (await bench_client.get("/api/v1/jobs")).json()["data"]
     assert jobs[0]["params"]["dims"] == {"b": 64}
+
+
+async def test_a_reference_for_a_symbolic_upload_is_read_at_the_jobs_values(
+    bench_client: httpx.AsyncClient, symbolic_forward: tuple[bytes, dict[str, Any]]
+) -> None:
+    """A reference whose results have the symbolic batch in their shapes (found by the
+    device tier: the server answered 500) is checked at the job's `dims`: right shapes are
+    admitted, wrong ones refused naming the reference, a job without dims naming them."""
+    import io
+
+    import numpy as np
+
+    data, _ = symbolic_forward
+    up = await bench_client.post(
+        "/api/v1/artifacts", params={"kind": "exported"}, content=data, headers=OCTET
+    )
+    sha = up.json()["sha256"]
+    out = re.findall(r"\[(.*)\]", up.json()["header"]["out_avals"][0])[0].split(",")
+    shape = [int(d) if d.isdigit() else 4 for d in out]  # b at the job's value, 4
+
+    async def stored(shape_: list[int]) -> str:
+        buffer = io.BytesIO()
+        np.savez(buffer, out0=np.zeros(shape_, np.float32))
+        answer = await bench_client.post(
+            "/api/v1/artifacts", params={"kind": "npz"}, content=buffer.getvalue(), headers=OCTET
+        )
+        assert answer.status_code == 201, answer.text
+        digest: str = answer.json()["sha256"]
+        return digest
+
+    right = await stored(shape)
+    params = {"artifact": sha, "dims": {"b": 4}, "reference": right}
+    job = {"workload": "exported", "path": "jax-cpu", "params": params}
+    assert (await bench_client.post("/api/v1/jobs", json=job)).status_code == 202
+    wrong = await stored([5, *shape[1:]])
+    refused = await bench_client.post(
+        "/api/v1/jobs", json={**job, "params": {**params, "reference": wrong}}
+    )
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["field"] == "params.reference"
+    undimmed = {"artifact": sha, "reference": right}
+    missing = await bench_client.post("/api/v1/jobs", json={**job, "params": undimmed})
+    assert missing.status_code == 422, missing.text
