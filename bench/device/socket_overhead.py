@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 from workers.export.server_address import ServerAddress  # noqa: E402
 
 TOKEN = "socket-overhead-bench-token-0123456789"
+PREDICTION = {"BOUNDARY_CHIP_PREDICTION": "off"}
+"""Both sides time only the run's own compile and execute (workers.run.prediction)."""
 
 
 def job(path: str, size: int) -> dict[str, object]:
@@ -107,7 +109,8 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args()
     path, size = ("jax-cpu", 512) if args.cpu else ("jax-tpu", 4096)
-    env = {"BOUNDARY_JAX_PLATFORMS": "cpu"} if args.cpu else {}
+    env = {**PREDICTION, **({"BOUNDARY_JAX_PLATFORMS": "cpu"} if args.cpu else {})}
+    os.environ.update(PREDICTION)
     body = job(path, size)
     with tempfile.TemporaryDirectory(prefix="bso-") as name:
         tmp = Path(name)

@@ -38,6 +38,8 @@ NO_CHIP = (
 )
 FINAL = ("done", "failed", "expired", "cancelled")
 JOB_TIMEOUT_S = 480.0
+KEPT_CHARS = 200_000
+"""Of each artifact a kept run carries: enough to read its fusions, small enough to keep."""
 
 
 @dataclass(frozen=True)
@@ -198,9 +200,14 @@ def keep() -> Iterator[Callable[[dict[str, Any]], None]]:
     sink = open(where, "a", encoding="utf-8") if where else None  # noqa: SIM115
 
     def write(job: dict[str, Any]) -> None:
-        if sink is not None:
-            sink.write(json.dumps(job) + "\n")
-            sink.flush()
+        if sink is None:
+            return
+        run = job.get("run") or {}
+        artifacts = {k: v[:KEPT_CHARS] if isinstance(v, str) else v
+                     for k, v in (run.get("artifacts") or {}).items()}  # fmt: skip
+        kept = {**job, "run": {**run, "artifacts": artifacts}} if run else job
+        sink.write(json.dumps(kept) + "\n")
+        sink.flush()
 
     yield write
     if sink is not None:

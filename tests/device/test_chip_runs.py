@@ -94,8 +94,7 @@ def test_a_catalog_run_on_the_chip_is_checked_timed_and_predicted(
     assert p["predicted_peak_bytes"] == p["real_peak_bytes"] is not None
 
 
-@pytest.mark.parametrize("mode", ["latency", "throughput"])
-@pytest.mark.parametrize("size", [8192, 16384])
+@pytest.mark.parametrize(("size", "mode"), [(8192, "latency")])
 def test_the_big_matmuls_run_with_the_defaults(
     *,
     chip: Chip,
@@ -136,26 +135,3 @@ def test_the_big_matmuls_run_with_the_defaults(
     assert run["valid"] and c["passed"], c["detail"]
     if chip.on_tpu:
         assert tflops is not None and tflops > 100  # the chip's bf16 peak is 197 TFLOP/s
-
-
-def test_host_sync_of_a_small_program_is_mostly_dispatch(
-    chip: Chip,
-    chip_server: ChipServer,
-    record: Callable[..., None],
-    keep: Callable[[dict[str, Any]], None],
-) -> None:
-    """A row sum over 1M values takes microseconds on the chip and hundreds of them
-    host-sync; a 4096³ matmul's device time is most of its host-sync."""
-    if not chip.on_tpu:
-        pytest.skip("device time is a chip's: the CPU has none")
-    sums = chip_server.run(body(chip, "reduction", {"rows": 16, "cols": 1 << 16}))
-    big = {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"}
-    products = chip_server.run(body(chip, "matmul", big))
-    keep(sums)
-    keep(products)
-    small, large = stats(sums["run"]), stats(products["run"])
-    ratio_small = small["host-sync"] / small["device-time"]
-    ratio_large = large["host-sync"] / large["device-time"]
-    record("dispatch", small_host_over_device=ratio_small, large_host_over_device=ratio_large)
-    assert ratio_small > 20
-    assert ratio_large < 3

@@ -33,6 +33,10 @@ OFF_THE_CHIP = {"BOUNDARY_JAX_PLATFORMS": "cpu", "JAX_PLATFORMS": "cpu"}
 """A process that compiles for the chip's target must not open the chip: one process
 holds a TPU, and a second one that tries fails at once (libtpu's lockfile)."""
 
+PREDICT_ENV = "BOUNDARY_CHIP_PREDICTION"
+"""`off` leaves the compile without the device out of a chip's runs (a worker whose runs
+must cost no more than their own compile and execute, a benchmark of host overhead)."""
+
 FROM_PREDICTION = ("bundles", "mosaic")
 """Artifacts the real run takes from the compile without the device."""
 
@@ -100,6 +104,8 @@ def attach_prediction(
 ) -> None:
     """Compile the job for the chip's own target without the device and set the prediction
     beside the real run; the bundles and kernel schedules come from that compile."""
+    if os.environ.get(PREDICT_ENV, "on").lower() == "off":
+        return
     found = predicted(real, devices, cache_dir=cache_dir, files_dir=files_dir, max_bytes=max_bytes)
     if found is None:
         return
