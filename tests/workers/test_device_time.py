@@ -8,8 +8,10 @@ XProf gave 719 µs and 1.74 µs per call on the device.
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +99,33 @@ def test_the_server_bounds_what_a_worker_says_of_its_device_time() -> None:
     assert [(o.name, o.calls) for o in kept.ops] == [("fusion", 2)]
     # No device-time samples, no account of them.
     assert bounded_device_time(run_with([], ops, calls=2)) is None
+
+
+def chip_runs() -> dict[str, dict[str, Any]]:
+    """Runs made on the TPU v5e this project borrows, as its server published them (the
+    device tier's record; artifacts other than the optimized HLO cut short)."""
+    lines = (DATA / "chip_runs.jsonl").read_text().splitlines()
+    return {job["id"]: job["run"] for job in map(json.loads, lines)}
+
+
+def test_a_chip_run_names_the_chips_own_target_and_its_prediction() -> None:
+    """A job that names no target and ran on a real v5e is shown with the chip's own
+    target (derived by the server from the registered device kind, whatever the worker
+    says), its prediction for that target; its figures stand as the chip gave them."""
+    from workers.catalog.published import published
+    from workers.protocol import TargetReport
+
+    posted = chip_runs()["946794ec6c4bd7e0"]  # a 2048³ float32 matmul at DEFAULT precision
+    assert posted["correctness"]["arithmetic"] == "bf16x1" and posted["valid"]
+    said = TargetReport(id="v6e:1x1", model="v6e", count=1, compiler="XLA:TPU", deviceless=True)
+    run = RunResult.model_validate({**posted, "target": said.model_dump(mode="json")})
+    run = run.model_copy(update={"prediction": run.prediction.model_copy(update={"target": "x"})})
+    kept = published(run)
+    assert kept.target is not None
+    assert (kept.target.id, kept.target.model, kept.target.deviceless) == ("v5e:1x1", "v5e", False)
+    assert kept.prediction is not None and kept.prediction.target == "v5e:1x1"
+    assert kept.prediction.predicted_peak_bytes == kept.prediction.real_peak_bytes == 67108864
+    # The same run said to come from a CPU is no chip's: no target, no prediction.
+    env = run.environment.model_copy(update={"platform": "cpu", "device_kind": "cpu"})
+    cpu = published(run.model_copy(update={"environment": env}))
+    assert cpu.target is None and cpu.prediction is None

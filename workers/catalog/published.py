@@ -124,7 +124,7 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
             "kernel_resources": bounded_kernel_resources(run.kernel_resources),
             "extra": bounded_extra(run.extra, run.job),
             "placement": bounded_placement(run.placement),
-            "target": bounded_target(run.target, run.job),
+            "target": bounded_target(run.target, run.job, _own_target(run)),
             "memory_report": _memory_report(run, memory),
             "artifacts_cut": [
                 n for n in ARTIFACT_NAMES if n in run.artifacts_cut and getattr(run.artifacts, n)
@@ -235,13 +235,19 @@ def published(
     return _group_median(gated)
 
 
+def _own_target(run: RunResult) -> str | None:
+    """The target of the real chips a run executed on (by the device kind the worker
+    registered); none for a run compiled without the hardware."""
+    if deviceless(run.job) or not runs_anything(run.job.stages):
+        return None
+    env = run.environment
+    return own_target(env.device_kind, env.device_count)
+
+
 def _prediction(run: RunResult) -> Prediction | None:
     """A real chip's prediction, for the target its registered device kind is; none for a
     run compiled without the hardware (it is the prediction itself)."""
-    if deviceless(run.job):
-        return None
-    env = run.environment
-    return bounded_prediction(run, own_target(env.device_kind, env.device_count))
+    return bounded_prediction(run, _own_target(run))
 
 
 def _group_median(run: RunResult) -> RunResult:

@@ -158,17 +158,22 @@ def _schedule(k: KernelSchedule) -> KernelSchedule:
     return k.model_copy(update=update)
 
 
-def bounded_target(report: TargetReport | None, job: JobSpec) -> TargetReport | None:
-    """What a run compiled for, as the job names it: id, model, device count and the
+def bounded_target(
+    report: TargetReport | None, job: JobSpec, own: str | None = None
+) -> TargetReport | None:
+    """What a run compiled for, as the job names it (or, for a job that names none and
+    ran on a chip, that chip's own target `own`, which the server derives from the device
+    kind the worker registered): id, model, device count and the
     chip's published HBM from the server's own table; what a device may hold (libtpu's
     reading, bounded, on a TPU; JAX's default share on a GPU); the compiler's memory figures kept
     when not negative, the share of HBM worked out again; figures a compiler leaves
     unfilled without the hardware (libtpu's temporaries, XLA:GPU's code size) read as
     not reported; a run whose job did not execute is deviceless, whatever it says."""
-    if report is None or job.target is None:
+    named = job.target or own
+    if report is None or named is None:
         return None
     try:
-        target = parse_target(job.target)
+        target = parse_target(named)
     except TargetError:
         return None
     chip = target.chip
