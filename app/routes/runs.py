@@ -171,7 +171,7 @@ async def run_ir(
         )
     if found is None:
         raise HTTPException(status_code=404, detail=f"job {job_id[:64]!r} has no {name[:20]}")
-    text, _ = found
+    text, cut = found
     job = _job_json(job_id, dispatcher)
     run = job.get("run")
     source = SourceText.from_run(run)
@@ -180,7 +180,7 @@ async def run_ir(
     wanted = uploaded and source is None and query.part != "lines"
     sent = sent_lines(job, dispatcher) if wanted else None
     base = f"/runs/{job_id}/ir/{name}"
-    view = query.view(name, text, base, source, request, sent=sent, uploaded=uploaded)
+    view = query.view(name, text, base, source, request, sent=sent, uploaded=uploaded, cut=cut)
     names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
         "name": name,

@@ -1,0 +1,402 @@
+"""The one reader of HLO text: a module as computations of frozen instructions.
+
+`read_hlo(text)` reads a module printed by XLA (`Compiled.as_text()`, a pass dump) and
+returns an `HloModule`. Each `Instruction` is built once, with every part of its line
+read: name, opcode, shape, operands, attributes, metadata, backend config, and its
+Python `Source` (the whole stack, the user's innermost frame, the library frame beside
+it). Nothing is changed after it is built.
+
+Text that does not parse raises `HloSyntaxError`, which names the line. Text marked as
+cut (`cut=True`: an artifact stopped at the storage cap) is read to its last whole
+instruction, and the module says `cut`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from workers.protocol.hlo.frames import (
+    SOURCE_TABLES,
+    Frame,
+    Source,
+    SourceTables,
+    read_table_row,
+    source_of,
+)
+from workers.protocol.hlo.shapes import element_counts, layout_of, without_layout
+from workers.protocol.hlo.syntax import (
+    ATTRIBUTE,
+    ATTRIBUTES,
+    BACKEND_KIND,
+    COMPUTATION,
+    FIELD,
+    INSTRUCTION,
+    VALUE,
+    split_operands,
+    unquoted,
+)
+
+CALLING = ("calls", "to_apply", "called_computations", "branch_computations", "condition", "body")
+"""Attributes that name computations an instruction runs."""
+
+
+class HloSyntaxError(ValueError):
+    """HLO text that does not parse; `line` is its 1-based number."""
+
+    def __init__(self, line: int, text: str, reason: str) -> None:
+        shown = text if len(text) <= 120 else text[:119] + "…"
+        super().__init__(f"line {line}: {reason}: {shown!r}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """An instruction's `metadata={...}`: the JAX operation, and where in Python it was
+    written (`source_file`/`source_line`, or a `stack_frame_id` into the tables)."""
+
+    op_name: str | None
+    source_file: str | None
+    source_line: int | None
+    stack_frame_id: int | None
+    text: str
+    """As printed, braces included."""
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """Every field, quoted values read back."""
+        return tuple((k, unquoted(v)) for k, v in FIELD.findall(self.text[1:-1]))
+
+    @property
+    def jax_op(self) -> str | None:
+        """The JAX primitive: `jit(step)/transpose(jvp())/dot_general` → `dot_general` (of
+        names joined by `;`, the first)."""
+        if not self.op_name:
+            return None
+        first = self.op_name.split(";", 1)[0]
+        return first.rsplit("/", 1)[-1] or first
+
+    @property
+    def backward(self) -> bool:
+        """Whether the operation belongs to a gradient (a transposed JVP)."""
+        return "transpose(" in (self.op_name or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """One instruction as printed, every part read."""
+
+    name: str
+    opcode: str
+    shape: str
+    """As printed, layouts included: `f32[8,512]{1,0}`."""
+    operands: tuple[str, ...]
+    """The names of the values it reads, in order."""
+    operand_text: str
+    """What its parentheses hold when that names no value: a parameter's number, a constant."""
+    attributes: tuple[tuple[str, str], ...]
+    """Every attribute but `metadata` and `backend_config`, as printed, in order."""
+    metadata: Metadata | None
+    backend_config: str
+    """As printed (JSON or a quoted string); empty when it has none."""
+    source: Source | None
+    called: tuple[str, ...]
+    """The computations it runs: a fusion's body, a reducer, a loop's condition and body."""
+    computation: str
+    entry: bool
+    root: bool
+    line: int
+    """Its 1-based line in the text."""
+
+    def attribute(self, key: str) -> str | None:
+        """The value of the attribute `key` as printed, or None."""
+        for k, v in self.attributes:
+            if k == key:
+                return v
+        return None
+
+    @property
+    def dims(self) -> str:
+        return without_layout(self.shape)
+
+    @property
+    def layout(self) -> str:
+        return layout_of(self.shape)
+
+    @property
+    def element_counts(self) -> frozenset[int]:
+        return element_counts(self.shape)
+
+    @property
+    def fusion_kind(self) -> str | None:
+        return self.attribute("kind") if self.opcode == "fusion" else None
+
+    @property
+    def backend_kind(self) -> str | None:
+        """A custom fusion's own kind in its backend config (`__triton_gemm`)."""
+        if self.opcode != "fusion" or '"kind"' not in self.backend_config:
+            return None
+        found = BACKEND_KIND.search(self.backend_config)
+        return found[1] if found else None
+
+    @property
+    def custom_call_target(self) -> str | None:
+        target = self.attribute("custom_call_target")
+        return unquoted(target) if target is not None else None
+
+    @property
+    def op_name(self) -> str | None:
+        return self.metadata.op_name if self.metadata else None
+
+    @property
+    def jax_op(self) -> str | None:
+        return self.metadata.jax_op if self.metadata else None
+
+    @property
+    def user_frame(self) -> Frame | None:
+        """The innermost frame in the user's own files."""
+        return self.source.user if self.source else None
+
+    @property
+    def parameter_number(self) -> int | None:
+        if self.opcode != "parameter":
+            return None
+        text = self.operand_text.strip()
+        return int(text) if text.isdigit() else None
+
+    @property
+    def parameter_path(self) -> str | None:
+        """An entry parameter's name as jax gave it: its argument's pytree path
+        (`params['w']`, or `leaves[3]` for a deserialized export)."""
+        return self.op_name if self.opcode == "parameter" and self.entry else None
+
+
+@dataclass(frozen=True, slots=True)
+class Computation:
+    name: str
+    entry: bool
+    line: int
+    instructions: tuple[Instruction, ...]
+    cut: bool = False
+    """The text stopped inside it."""
+
+    @property
+    def root(self) -> Instruction | None:
+        return next((i for i in self.instructions if i.root), None)
+
+
+@dataclass(frozen=True)
+class HloModule:
+    """A module read from text: its computations in printed order (the entry last, as XLA
+    prints it), its source tables, and whether the text was cut."""
+
+    name: str
+    attributes: tuple[tuple[str, str], ...]
+    computations: tuple[Computation, ...]
+    tables: SourceTables
+    cut: bool
+    lines: int
+    """Lines of text read."""
+    by_name: dict[str, Instruction] = field(repr=False)
+    computations_by_name: dict[str, Computation] = field(repr=False)
+
+    @property
+    def entry(self) -> Computation | None:
+        return next((c for c in self.computations if c.entry), None)
+
+    def instructions(self) -> Iterator[Instruction]:
+        """Every instruction, in printed order."""
+        for computation in self.computations:
+            yield from computation.instructions
+
+    def attribute(self, key: str) -> str | None:
+        return next((v for k, v in self.attributes if k == key), None)
+
+    @property
+    def partitions(self) -> int:
+        value = self.attribute("num_partitions")
+        return int(value) if value and value.isdigit() else 1
+
+    def parameters(self) -> list[Instruction]:
+        """The entry computation's parameters, by number: the program's inputs."""
+        entry = self.entry
+        found = [i for i in entry.instructions if i.opcode == "parameter"] if entry else []
+        return sorted(found, key=lambda i: i.parameter_number or 0)
+
+    def bodies(self) -> set[str]:
+        """Computations run as part of an instruction (a fusion's body, a reducer), as
+        against the program's own computations (the entry, a called one, a loop body)."""
+        inner: set[str] = set()
+        for ins in self.instructions():
+            if ins.opcode in ("call", "while", "conditional"):
+                continue
+            inner.update(ins.called)
+        return inner
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() and len(text) <= 12 else None
+
+
+def _metadata(value: str) -> Metadata:
+    op_name = file = line = frame = None
+    for key, text in FIELD.findall(value, 1, len(value) - 1):
+        if key == "op_name":
+            op_name = unquoted(text)
+        elif key == "source_file":
+            file = unquoted(text)
+        elif key == "source_line":
+            line = text
+        elif key == "stack_frame_id":
+            frame = text
+    return Metadata(op_name, file, _number(line), _number(frame), value)
+
+
+class _Reader:
+    """The state of one reading: where it is, and what it has built."""
+
+    def __init__(self, cut: bool) -> None:
+        self.cut = cut
+        self.name = ""
+        self.attributes: tuple[tuple[str, str], ...] = ()
+        self.rows: dict[str, dict[int, str]] = {}
+        self.table: dict[int, str] | None = None
+        self.tables = SourceTables({})
+        self.computations: list[Computation] = []
+        self.open: tuple[str, bool, int] | None = None
+        self.body: list[Instruction] = []
+        self.placed: dict[tuple[str, int], Source | None] = {}
+        self.read: dict[str, tuple[Metadata, Source | None]] = {}
+
+    def outside(self, n: int, line: str) -> None:
+        """A line outside any computation: the header, a source table, a computation's
+        header."""
+        stripped = line.strip()
+        if self.table is not None and stripped and read_table_row(self.table, line):
+            return
+        self.table = None
+        if not stripped:
+            return
+        if stripped in SOURCE_TABLES:
+            self.table = self.rows.setdefault(stripped, {})
+        elif line.startswith("HloModule "):
+            self.header(line)
+        elif stripped.endswith("{") and (header := COMPUTATION.match(stripped)) is not None:
+            if self.rows and not self.tables:  # the tables come before the computations
+                self.tables = SourceTables(self.rows)
+            self.open = (header["name"], bool(header["entry"]), n)
+            self.body = []
+        else:
+            raise HloSyntaxError(
+                n, line, "neither a module header, a source table nor a computation"
+            )
+
+    def header(self, line: str) -> None:
+        """A module's header. A text may print several modules (an executable of more
+        than one): each has its own source tables, so a later header starts afresh."""
+        if self.name:
+            self.rows, self.tables, self.read = {}, SourceTables({}), {}
+            return
+        name, _, rest = line[10:].partition(",")
+        self.name = name.strip()
+        self.attributes = tuple((m["key"], m["value"]) for m in ATTRIBUTE.finditer("," + rest))
+
+    def close(self, cut: bool = False) -> None:
+        assert self.open is not None
+        name, entry, at = self.open
+        self.computations.append(Computation(name, entry, at, tuple(self.body), cut))
+        self.open = None
+
+    def source(self, meta: Metadata) -> Source | None:
+        if meta.stack_frame_id is not None and self.tables:
+            found = self.tables.source(meta.stack_frame_id)
+            if found is not None:
+                return found
+        if meta.source_file is not None and meta.source_line is not None:
+            key = (meta.source_file, meta.source_line)
+            if key not in self.placed:
+                self.placed[key] = source_of((Frame(*key),))
+            return self.placed[key]
+        return None
+
+    def instruction(self, n: int, line: str) -> Instruction:
+        found = INSTRUCTION.match(line)
+        if found is None:
+            raise HloSyntaxError(n, line, "not an instruction")
+        parts = split_operands(found["rest"])
+        if parts is None:
+            raise HloSyntaxError(n, line, "its operand list never closes")
+        operands, attributes = parts
+        if ATTRIBUTES.fullmatch(attributes) is None:
+            raise HloSyntaxError(n, line, "its attributes do not parse")
+        pairs = ATTRIBUTE.findall(attributes)
+        meta: Metadata | None = None
+        backend = ""
+        kept: list[tuple[str, str]] = []
+        called: list[str] = []
+        source: Source | None = None
+        for key, value in pairs:
+            if key in CALLING:
+                called += [p.strip().lstrip("%") for p in value.strip("{}").split(",") if p.strip()]
+            if key == "metadata":
+                if value not in self.read:  # one op's metadata is often printed many times
+                    meta = _metadata(value)
+                    self.read[value] = (meta, self.source(meta))
+                meta, source = self.read[value]
+            elif key == "backend_config":
+                backend = value
+            else:
+                kept.append((key, value))
+        assert self.open is not None
+        named = "%" in operands
+        return Instruction(
+            found["name"],
+            found["op"],
+            found["shape"],
+            tuple(VALUE.findall(operands)) if named else (),
+            "" if named else operands.strip(),
+            tuple(kept),
+            meta,
+            backend,
+            source,
+            tuple(called),
+            self.open[0],
+            self.open[1],
+            found["root"] is not None,
+            n,
+        )
+
+
+def read_hlo(text: str, *, cut: bool = False) -> HloModule:
+    """The module printed in `text`; HloSyntaxError names the first line that does not
+    parse. `cut`: the text was stopped at a size cap, so it is read to its last whole
+    instruction (a partial last line is left out, an open computation closed)."""
+    reader = _Reader(cut)
+    lines = text.split("\n")
+    if cut and not text.endswith("\n"):
+        lines.pop()  # the line the cap went through
+    for n, line in enumerate(lines, start=1):
+        if reader.open is None:
+            reader.outside(n, line)
+        elif line.strip() == "}":
+            reader.close()
+        elif line.strip():
+            reader.body.append(reader.instruction(n, line))
+    if reader.open is not None:
+        if not cut:
+            raise HloSyntaxError(
+                len(lines), lines[-1] if lines else "", "the text ends inside a computation"
+            )
+        reader.close(cut=True)
+    computations = tuple(reader.computations)
+    return HloModule(
+        name=reader.name,
+        attributes=reader.attributes,
+        computations=computations,
+        tables=reader.tables,
+        cut=cut,
+        lines=len(lines),
+        by_name={i.name: i for c in computations for i in c.instructions},
+        computations_by_name={c.name: c for c in computations},
+    )
