@@ -58,7 +58,7 @@ class Bodies:
         self._by_name = computations
         self._prints: dict[str, int] = {}
         self._keys: dict[str, frozenset[str]] = {}
-        self._opcodes: dict[str, frozenset[str]] = {}
+        self._opcodes: dict[str, tuple[str, ...]] = {}
         self._ops: dict[str, tuple[str, ...]] = {}
 
     def fingerprint(self, names: Iterable[str], depth: int = 0) -> int:
@@ -107,22 +107,22 @@ class Bodies:
         self._keys[name] = frozenset(found)
         return self._keys[name]
 
-    def opcodes(self, names: Iterable[str], depth: int = 0) -> frozenset[str]:
+    def opcodes(self, names: Iterable[str], depth: int = 0) -> set[str]:
         """Every opcode the computations `names` hold, nested bodies included."""
-        return frozenset().union(*(self._opcodes_of(n, depth) for n in names))
+        return {op for n in names for op in self._opcodes_of(n, depth)}
 
-    def _opcodes_of(self, name: str, depth: int) -> frozenset[str]:
+    def _opcodes_of(self, name: str, depth: int) -> tuple[str, ...]:
         if name in self._opcodes:
             return self._opcodes[name]
         computation = self._by_name.get(name)
         if computation is None or depth > MAX_DEPTH:
-            return frozenset()
-        self._opcodes[name] = frozenset()
+            return ()
+        self._opcodes[name] = ()
         found = {ins.opcode for ins in computation.instructions}
         for ins in computation.instructions:
             if ins.called:
                 found |= self.opcodes(ins.called, depth + 1)
-        self._opcodes[name] = frozenset(found)
+        self._opcodes[name] = tuple(sorted(found))
         return self._opcodes[name]
 
     def jax_ops(self, names: Iterable[str], depth: int = 0) -> tuple[str, ...]:

@@ -157,8 +157,8 @@ def _classify(m: Matching, i: int, j: int) -> Pair:
         what.append("attributes")  # a reducer applied, a computation called, among them
     if not _same_operands(m, x, y):
         what.append("operands")
-    made = m.made[i]
-    return Pair(i, j, tuple(what), made.step, made.guess)
+    step, guess = m.made[i]
+    return Pair(i, j, tuple(what), step, guess)
 
 
 def _same_operands(m: Matching, x: Node, y: Node) -> bool:

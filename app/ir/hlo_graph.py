@@ -61,47 +61,37 @@ _CYCLES = re.compile(r'"estimated_cycles":"?(\d+)')
 _GEMM_TARGET = re.compile(r"cublas|gemm|matmul|\$conv|cudnn", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Node:
-    """One instruction the diff pairs (for an asynchronous pair, its start)."""
+    """One instruction the diff pairs (for an asynchronous pair, its start), built once."""
 
-    index: int
     ins: Instruction
+    index: int
     op: str
-    """The opcode, an asynchronous start's without its `-start`."""
     shape: str
-    """The shape it delivers (an asynchronous pair's done's)."""
     dims: str
-    """The shape without its layouts: `f32[512,64]`."""
     layout: str
     counts: tuple[int, ...]
-    """The element count of each array it delivers, in order."""
     kind: str | None
-    """The fusion kind (with a custom fusion's backend kind) or custom-call target."""
     family: str | None
-    """Which opcodes may stand in for its own (FAMILIES)."""
     op_name: str | None
     source: tuple[str, int] | None
-    """The user's innermost source line: (file as the program spells it, line)."""
     work: str
-    """What it does (one of WORKS)."""
     unit: bool
-    """Paired by the diff: not the done of an asynchronous pair."""
     operands: tuple[int, ...]
     users: tuple[int, ...]
     done: str | None
-    """The name of the done that completes an asynchronous start."""
     body: int
-    """The fingerprint of what it calls (0 when it calls nothing)."""
     groups: str | None
-    """Replica groups, spelled one way whatever spelling the module used."""
     attrs: str
     fused: tuple[str, ...]
-    """The JAX operations its body computes (a fusion's), or its own."""
     local: int
     merkle: int
     coarse: int
     structure: int
+
+    def __repr__(self) -> str:
+        return f"Node({self.index}, {self.name!r}, {self.op!r})"
 
     @property
     def name(self) -> str:
@@ -286,8 +276,7 @@ def _joined(instrs: list[Instruction]) -> tuple[dict[int, int], dict[int, Instru
     return joined, delivered
 
 
-def _groups(ins: Instruction) -> str | None:
-    text = ins.attribute("replica_groups")
+def _groups(text: str | None) -> str | None:
     if text is None:
         return None
     parsed = parse_replica_groups(text)
@@ -306,17 +295,27 @@ def graph_of(module: HloModule) -> HloGraph:
     joined, delivered = _joined(instrs)
     at = {ins.name: joined.get(k, k) for k, ins in enumerate(instrs)}
     operands = [tuple(at[n] for n in ins.operands if n in at) for ins in instrs]
-    users: list[list[int]] = [[] for _ in instrs]
-    for k, reads in enumerate(operands):
-        for o in reads:
-            users[o].append(k)
+    users = _users(operands)
     nodes: list[Node] = []
     for k, ins in enumerate(instrs):
         done = delivered.get(k)
         nodes.append(
-            _node(k, ins, done, operands[k], tuple(users[k]), k not in joined, nodes, bodies)
+            _node(k, ins, done, operands[k], users.get(k, ()), k not in joined, nodes, bodies)
         )
     return HloGraph(module, tuple(nodes), bodies)
+
+
+def _users(operands: list[tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """Each node's users, in program order: built from sorted pairs of numbers, whose
+    tuples the cycle collector soon stops tracking (a list per node would stay tracked)."""
+    reads = sorted((o, k) for k, found in enumerate(operands) for o in dict.fromkeys(found))
+    out: dict[int, tuple[int, ...]] = {}
+    start = 0
+    for end in range(1, len(reads) + 1):
+        if end == len(reads) or reads[end][0] != reads[start][0]:
+            out[reads[start][0]] = tuple(k for _, k in reads[start:end])
+            start = end
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -325,11 +324,10 @@ def _shape(shape: str) -> tuple[str, str, tuple[int, ...]]:
     return without_layout(shape), layout_of(shape), tuple(sorted(element_counts(shape)))
 
 
-def _kind(ins: Instruction, backend_kind: str | None) -> str | None:
-    fusion_kind = ins.fusion_kind
+def _kind(fusion_kind: str | None, backend_kind: str | None, target: str | None) -> str | None:
     if fusion_kind:
         return f"{fusion_kind}/{backend_kind}" if backend_kind else fusion_kind
-    return ins.custom_call_target
+    return target
 
 
 def _node(  # noqa: PLR0917 - one node's place in the module
@@ -347,27 +345,31 @@ def _node(  # noqa: PLR0917 - one node's place in the module
     (local less layout, backend config and body) and `structure` (coarse, body and the
     operands' structure: equal for the same graph laid out or configured differently).
     Operands come first in program order, so theirs are built."""
-    op = ins.opcode.removesuffix("-start")
+    opcode, called, literal, entry = ins.opcode, ins.called, ins.operand_text, ins.entry
+    attributes = dict(ins.attributes)
+    op = opcode.removesuffix("-start")
     shape = done.shape if done is not None else ins.shape
     dims, layout, counts = _shape(shape)
-    body = bodies.fingerprint(ins.called) if ins.called else 0
-    groups = _groups(ins)
-    attrs = compared_attributes((k, v) for k, v in ins.attributes if k not in _LEFT_OUT)
-    target, fusion_kind = ins.custom_call_target, ins.fusion_kind
-    backend_kind = ins.backend_kind
+    body = bodies.fingerprint(called) if called else 0
+    groups = _groups(attributes.get("replica_groups"))
+    attrs = compared_attributes((k, v) for k, v in attributes.items() if k not in _LEFT_OUT)
+    target = ins.custom_call_target if "custom_call_target" in attributes else None
+    fusion_kind = attributes.get("kind") if op == "fusion" else None
+    backend_kind = ins.backend_kind if op == "fusion" else None
     local = hash(
-        (ins.opcode, shape, fusion_kind, backend_kind, target, body, groups, attrs,
-         ins.backend_config, ins.operand_text, ins.entry)
+        (opcode, shape, fusion_kind, backend_kind, target, body, groups, attrs,
+         ins.backend_config, literal, entry)
     )  # fmt: skip
-    coarse = hash((op, dims, fusion_kind, target, attrs, ins.operand_text, ins.entry))
-    upstream = [built[o] if o < len(built) else None for o in operands]
-    merkle = hash((local, tuple(u.merkle if u else 0 for u in upstream)))
-    structure = hash((coarse, body, tuple(u.structure if u else 0 for u in upstream)))
-    fused = bodies.jax_ops(ins.called) if op == "fusion" else ((ins.jax_op,) if ins.jax_op else ())
-    return Node(
-        k, ins, op, shape, dims, layout, counts,
-        _kind(ins, backend_kind), FAMILIES.get(op), ins.op_name, position(ins),
+    coarse = hash((op, dims, fusion_kind, target, attrs, literal, entry))
+    upstream = [built[o] for o in operands if o < k]
+    merkle = hash((local, tuple(u.merkle for u in upstream)))
+    structure = hash((coarse, body, tuple(u.structure for u in upstream)))
+    jax_op = ins.jax_op
+    fused = bodies.jax_ops(called) if op == "fusion" else ((jax_op,) if jax_op else ())
+    return Node(ins, *(
+        k, op, shape, dims, layout, counts,
+        _kind(fusion_kind, backend_kind, target), FAMILIES.get(op), ins.op_name, position(ins),
         work_of(ins, op, bodies, backend_kind), unit, operands, users,
         done.name if done is not None else None, body, groups, attrs, fused,
         local, merkle, coarse, structure,
-    )  # fmt: skip
+    ))  # fmt: skip

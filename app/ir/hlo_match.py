@@ -37,14 +37,6 @@ class Regroup:
         return len(self.a) == 1
 
 
-@dataclass(frozen=True)
-class Made:
-    """How a pair was made: the step, and whether it is only a guess."""
-
-    step: str
-    guess: bool
-
-
 def compatible(x: Node, y: Node) -> str:
     """Whether two nodes' work lets them pair: "yes" (the same work), "guess" (only as a
     guess: two kernels doing different work, or an elementwise operation or a copy
@@ -73,8 +65,8 @@ class Matching:
     b: HloGraph
     a_to_b: dict[int, int] = field(default_factory=dict)
     b_to_a: dict[int, int] = field(default_factory=dict)
-    made: dict[int, Made] = field(default_factory=dict)
-    """How each pair was made, by its node in A."""
+    made: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    """How each pair was made, by its node in A: the step, and whether it is a guess."""
     regroups: list[Regroup] = field(default_factory=list)
     taken_a: set[int] = field(default_factory=set)
     taken_b: set[int] = field(default_factory=set)
@@ -98,7 +90,7 @@ class Matching:
             return False
         self.a_to_b[i] = j
         self.b_to_a[j] = i
-        self.made[i] = Made(step, guess)
+        self.made[i] = (step, guess)
         return True
 
     def free_a(self, i: int) -> bool:

@@ -67,14 +67,14 @@ def contradicts(x: Node, y: Node) -> bool:
     return not ((named and x.op_name == y.op_name) or (placed and x.source == y.source))
 
 
-def _upstream(g: HloGraph, k: int, depth: int = 2) -> set[int]:
+def _upstream(g: HloGraph, k: int, depth: int = 2) -> tuple[int, ...]:
     """The nodes `k` reads, and what they read, `depth` levels up."""
-    found: set[int] = set()
+    found: dict[int, None] = {}
     frontier = [k]
     for _ in range(depth):
         frontier = [o for f in frontier for o in g.instrs[f].operands if o not in found]
-        found.update(frontier)
-    return found
+        found.update(dict.fromkeys(frontier))
+    return tuple(found)
 
 
 def _by_fingerprint(m: Matching, step: str, fingerprint: Callable[[Node], int]) -> None:
@@ -128,16 +128,11 @@ def _metadata_keys(node: Node) -> list[tuple[Hashable, ...]]:
 def match_metadata(m: Matching) -> None:
     """The same JAX operation and source line, in A's program order (so that what a node
     reads is paired before it, and counts for the candidate reading it)."""
-    index: dict[tuple[Hashable, ...], list[int]] = defaultdict(list)
-    for j in m.b.units:
-        if m.free_b(j):
-            for key in _metadata_keys(m.b.instrs[j]):
-                index[key].append(j)
-    rank_a = {i: r / max(len(m.a.units), 1) for r, i in enumerate(m.a.units)}
-    rank_b = {j: r / max(len(m.b.units), 1) for r, j in enumerate(m.b.units)}
-    upstream_b: dict[int, set[int]] = {}
-    placed = {key: [rank_b[j] for j in group] for key, group in index.items()}
-    members = {key: set(group) for key, group in index.items()}
+    keys_b = {j: tuple(_metadata_keys(m.b.instrs[j])) for j in m.b.units if m.free_b(j)}
+    index = _index(keys_b)
+    rank_a, rank_b = m.a.ranks(), m.b.ranks()
+    upstream_b: dict[int, tuple[int, ...]] = {}
+    placed = {key: tuple(rank_b[j] for j in group) for key, group in index.items()}
     for i in m.a.units:
         if not m.free_a(i):
             continue
@@ -150,7 +145,7 @@ def match_metadata(m: Matching) -> None:
         }
         weigh = Candidates(m, i, partners, upstream_b, rank_a[i], rank_b)
         for key in keys:
-            pool = [u for u in near if u in members[key]]
+            pool = [u for u in near if key in keys_b.get(u, ())]
             pool += _around(m, index[key], placed[key], rank_a[i])
             both = key[0] == "both"
             best = weigh.best(pool, 0 if both else 4, guess=False)
@@ -160,7 +155,18 @@ def match_metadata(m: Matching) -> None:
                 break
 
 
-def _around(m: Matching, group: list[int], ranks: list[float], at: float) -> list[int]:
+def _index(
+    keys: dict[int, tuple[tuple[Hashable, ...], ...]],
+) -> dict[tuple[Hashable, ...], tuple[int, ...]]:
+    """B's free nodes (`keys`: each one's metadata keys) by each key, in program order."""
+    index: dict[tuple[Hashable, ...], list[int]] = defaultdict(list)
+    for j, found in keys.items():
+        for key in found:
+            index[key].append(j)
+    return {key: tuple(group) for key, group in index.items()}
+
+
+def _around(m: Matching, group: tuple[int, ...], ranks: tuple[float, ...], at: float) -> list[int]:
     """Up to CANDIDATES free nodes of `group` (in B's program order, at `ranks`) nearest
     to the place `at`, looking at most SCANNED nodes either way: a large group (one JAX
     operation everywhere) is never walked whole for one node."""
@@ -186,7 +192,7 @@ class Candidates:
     i: int
     partners: set[int]
     """What `i` reads (two levels up), as paired in B."""
-    upstream: dict[int, set[int]]
+    upstream: dict[int, tuple[int, ...]]
     """What each node of B reads two levels up, worked out once."""
     at: float
     """Where `i` is in A's program order, from 0 to 1."""
@@ -210,7 +216,7 @@ class Candidates:
             if self.partners:
                 if j not in self.upstream:
                     self.upstream[j] = _upstream(self.m.b, j)
-                score += 2 * len(self.partners & self.upstream[j])
+                score += 2 * len(self.partners.intersection(self.upstream[j]))
             score -= 2 * (x.entry != y.entry)
             rank = (score, -abs(self.at - self.ranks[j]))
             if best is None or rank > best:
@@ -231,7 +237,7 @@ def match_roots(m: Matching) -> None:
 def propagate(m: Matching) -> None:
     """From each pair, split and merge to its operands and its users, greedily, until
     nothing more is unambiguous."""
-    pairs = sorted(m.a_to_b.items(), key=lambda p: m.made[p[0]].step != "roots")  # roots first
+    pairs = sorted(m.a_to_b.items(), key=lambda p: m.made[p[0]][0] != "roots")  # roots first
     work: deque[tuple[list[int], list[int]]] = deque(([i], [j]) for i, j in pairs)
     work.extend((list(r.a), list(r.b)) for r in m.regroups)
     while work:

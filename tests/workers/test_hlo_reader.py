@@ -4,8 +4,6 @@ parse named, a cut text read to its last whole instruction."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from workers.protocol.hlo import (
@@ -82,8 +80,10 @@ def test_an_instruction_is_read_whole_and_frozen() -> None:
     ar = module.by_name["ar"]
     assert ar.attribute("replica_groups") == "[1,2]<=[2]" and ar.called == ("fused_computation",)
     assert module.by_name["t"].root and module.partitions == 2
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="frozen"):
         fusion.opcode = "copy"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="frozen"):
+        fusion.source = None  # set once, when it was built
 
 
 def test_parameters_are_numbered_and_named_by_their_pytree_path() -> None:
@@ -147,3 +147,15 @@ def test_attribute_spans_and_the_metadata_writer() -> None:
     written = with_metadata(bare, lambda fields: [*fields, ("source_line", "7")])
     assert written == "  %n = f32[4]{0} negate(%x), metadata={source_line=7}, backend_config={}"
     assert with_metadata("FileNames", lambda fields: [("a", "1")]) == "FileNames"
+
+
+def test_a_text_of_several_modules_reads_each_with_its_own_stack_frames() -> None:
+    second = MODULE.replace("HloModule jit_outer", "HloModule jit_other").replace(
+        '1 "/home/me/prog.py"', '1 "/home/me/other.py"'
+    )
+    second = second.replace("%sin.0", "%sin.9").replace("%dot.1 ", "%dot.9 ")
+    module = read_hlo(MODULE + "\n" + second)
+    assert module.name == "jit_outer" and len(module.computations) == 4
+    first, other = module.by_name["sin.0"].source, module.by_name["sin.9"].source
+    assert first is not None and first.user is not None and first.user.place == "prog.py:3"
+    assert other is not None and other.user is not None and other.user.place == "other.py:3"

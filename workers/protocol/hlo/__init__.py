@@ -16,14 +16,9 @@ worker's summaries, memory report and source tags). Pure text, no jax.
 """
 
 from workers.protocol.hlo.frames import SOURCE_TABLES, Frame, Source, library_file, source_of
-from workers.protocol.hlo.module import (
-    Computation,
-    HloModule,
-    HloSyntaxError,
-    Instruction,
-    Metadata,
-    read_hlo,
-)
+from workers.protocol.hlo.instruction import Computation, Instruction, Metadata
+from workers.protocol.hlo.module import HloModule, HloSyntaxError, read_hlo
+from workers.protocol.hlo.packed import At, Packed
 from workers.protocol.hlo.shapes import (
     element_counts,
     layout_of,
@@ -48,12 +43,14 @@ __all__ = [
     "MESH_AXIS",
     "MESH_GROUPS",
     "SOURCE_TABLES",
+    "At",
     "Computation",
     "Frame",
     "HloModule",
     "HloSyntaxError",
     "Instruction",
     "Metadata",
+    "Packed",
     "Source",
     "attribute_spans",
     "element_counts",

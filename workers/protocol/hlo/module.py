@@ -24,11 +24,10 @@ from workers.protocol.hlo.frames import (
     read_table_row,
     source_of,
 )
-from workers.protocol.hlo.shapes import element_counts, layout_of, without_layout
+from workers.protocol.hlo.instruction import Computation, Instruction, Read, jax_op_of
 from workers.protocol.hlo.syntax import (
     ATTRIBUTE,
     ATTRIBUTES,
-    BACKEND_KIND,
     COMPUTATION,
     FIELD,
     INSTRUCTION,
@@ -37,7 +36,9 @@ from workers.protocol.hlo.syntax import (
     unquoted,
 )
 
-CALLING = ("calls", "to_apply", "called_computations", "branch_computations", "condition", "body")
+CALLING = frozenset(
+    {"calls", "to_apply", "called_computations", "branch_computations", "condition", "body"}
+)
 """Attributes that name computations an instruction runs."""
 
 
@@ -49,141 +50,6 @@ class HloSyntaxError(ValueError):
         super().__init__(f"line {line}: {reason}: {shown!r}")
         self.line = line
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    """An instruction's `metadata={...}`: the JAX operation, and where in Python it was
-    written (`source_file`/`source_line`, or a `stack_frame_id` into the tables)."""
-
-    op_name: str | None
-    source_file: str | None
-    source_line: int | None
-    stack_frame_id: int | None
-    text: str
-    """As printed, braces included."""
-
-    @property
-    def fields(self) -> tuple[tuple[str, str], ...]:
-        """Every field, quoted values read back."""
-        return tuple((k, unquoted(v)) for k, v in FIELD.findall(self.text[1:-1]))
-
-    @property
-    def jax_op(self) -> str | None:
-        """The JAX primitive: `jit(step)/transpose(jvp())/dot_general` → `dot_general` (of
-        names joined by `;`, the first)."""
-        if not self.op_name:
-            return None
-        first = self.op_name.split(";", 1)[0]
-        return first.rsplit("/", 1)[-1] or first
-
-    @property
-    def backward(self) -> bool:
-        """Whether the operation belongs to a gradient (a transposed JVP)."""
-        return "transpose(" in (self.op_name or "")
-
-
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    """One instruction as printed, every part read."""
-
-    name: str
-    opcode: str
-    shape: str
-    """As printed, layouts included: `f32[8,512]{1,0}`."""
-    operands: tuple[str, ...]
-    """The names of the values it reads, in order."""
-    operand_text: str
-    """What its parentheses hold when that names no value: a parameter's number, a constant."""
-    attributes: tuple[tuple[str, str], ...]
-    """Every attribute but `metadata` and `backend_config`, as printed, in order."""
-    metadata: Metadata | None
-    backend_config: str
-    """As printed (JSON or a quoted string); empty when it has none."""
-    source: Source | None
-    called: tuple[str, ...]
-    """The computations it runs: a fusion's body, a reducer, a loop's condition and body."""
-    computation: str
-    entry: bool
-    root: bool
-    line: int
-    """Its 1-based line in the text."""
-
-    def attribute(self, key: str) -> str | None:
-        """The value of the attribute `key` as printed, or None."""
-        for k, v in self.attributes:
-            if k == key:
-                return v
-        return None
-
-    @property
-    def dims(self) -> str:
-        return without_layout(self.shape)
-
-    @property
-    def layout(self) -> str:
-        return layout_of(self.shape)
-
-    @property
-    def element_counts(self) -> frozenset[int]:
-        return element_counts(self.shape)
-
-    @property
-    def fusion_kind(self) -> str | None:
-        return self.attribute("kind") if self.opcode == "fusion" else None
-
-    @property
-    def backend_kind(self) -> str | None:
-        """A custom fusion's own kind in its backend config (`__triton_gemm`)."""
-        if self.opcode != "fusion" or '"kind"' not in self.backend_config:
-            return None
-        found = BACKEND_KIND.search(self.backend_config)
-        return found[1] if found else None
-
-    @property
-    def custom_call_target(self) -> str | None:
-        target = self.attribute("custom_call_target")
-        return unquoted(target) if target is not None else None
-
-    @property
-    def op_name(self) -> str | None:
-        return self.metadata.op_name if self.metadata else None
-
-    @property
-    def jax_op(self) -> str | None:
-        return self.metadata.jax_op if self.metadata else None
-
-    @property
-    def user_frame(self) -> Frame | None:
-        """The innermost frame in the user's own files."""
-        return self.source.user if self.source else None
-
-    @property
-    def parameter_number(self) -> int | None:
-        if self.opcode != "parameter":
-            return None
-        text = self.operand_text.strip()
-        return int(text) if text.isdigit() else None
-
-    @property
-    def parameter_path(self) -> str | None:
-        """An entry parameter's name as jax gave it: its argument's pytree path
-        (`params['w']`, or `leaves[3]` for a deserialized export)."""
-        return self.op_name if self.opcode == "parameter" and self.entry else None
-
-
-@dataclass(frozen=True, slots=True)
-class Computation:
-    name: str
-    entry: bool
-    line: int
-    instructions: tuple[Instruction, ...]
-    cut: bool = False
-    """The text stopped inside it."""
-
-    @property
-    def root(self) -> Instruction | None:
-        return next((i for i in self.instructions if i.root), None)
 
 
 @dataclass(frozen=True)
@@ -239,18 +105,17 @@ def _number(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() and len(text) <= 12 else None
 
 
-def _metadata(value: str) -> Metadata:
-    op_name = file = line = frame = None
-    for key, text in FIELD.findall(value, 1, len(value) - 1):
-        if key == "op_name":
-            op_name = unquoted(text)
-        elif key == "source_file":
-            file = unquoted(text)
-        elif key == "source_line":
-            line = text
-        elif key == "stack_frame_id":
-            frame = text
-    return Metadata(op_name, file, _number(line), _number(frame), value)
+def _metadata(value: str) -> Read:
+    fields = dict(FIELD.findall(value, 1, len(value) - 1))
+    quoted_name, file = fields.get("op_name"), fields.get("source_file")
+    op_name = unquoted(quoted_name) if quoted_name is not None else None
+    return (
+        op_name,
+        unquoted(file) if file is not None else None,
+        _number(fields.get("source_line")),
+        _number(fields.get("stack_frame_id")),
+        jax_op_of(op_name),
+    )
 
 
 class _Reader:
@@ -267,7 +132,7 @@ class _Reader:
         self.open: tuple[str, bool, int] | None = None
         self.body: list[Instruction] = []
         self.placed: dict[tuple[str, int], Source | None] = {}
-        self.read: dict[str, tuple[Metadata, Source | None]] = {}
+        self.read: dict[str, tuple[Read, Source | None]] = {}
 
     def outside(self, n: int, line: str) -> None:
         """A line outside any computation: the header, a source table, a computation's
@@ -308,13 +173,14 @@ class _Reader:
         self.computations.append(Computation(name, entry, at, tuple(self.body), cut))
         self.open = None
 
-    def source(self, meta: Metadata) -> Source | None:
-        if meta.stack_frame_id is not None and self.tables:
-            found = self.tables.source(meta.stack_frame_id)
+    def source(self, meta: Read) -> Source | None:
+        _, file, line, frame, _ = meta
+        if frame is not None and self.tables:
+            found = self.tables.source(frame)
             if found is not None:
                 return found
-        if meta.source_file is not None and meta.source_line is not None:
-            key = (meta.source_file, meta.source_line)
+        if file is not None and line is not None:
+            key = (file, line)
             if key not in self.placed:
                 self.placed[key] = source_of((Frame(*key),))
             return self.placed[key]
@@ -324,48 +190,46 @@ class _Reader:
         found = INSTRUCTION.match(line)
         if found is None:
             raise HloSyntaxError(n, line, "not an instruction")
-        parts = split_operands(found["rest"])
+        root, name, shape, opcode, rest = found.groups()
+        parts = split_operands(rest)
         if parts is None:
             raise HloSyntaxError(n, line, "its operand list never closes")
         operands, attributes = parts
-        if ATTRIBUTES.fullmatch(attributes) is None:
-            raise HloSyntaxError(n, line, "its attributes do not parse")
         pairs = ATTRIBUTE.findall(attributes)
-        meta: Metadata | None = None
+        # XLA prints ", key=value" each time: when the parts add up, all were read.
+        read_all = sum(len(k) + len(v) + 3 for k, v in pairs) == len(attributes)
+        if not read_all and ATTRIBUTES.fullmatch(attributes) is None:
+            raise HloSyntaxError(n, line, "its attributes do not parse")
+        meta: tuple[str, Read] | None = None
         backend = ""
         kept: list[tuple[str, str]] = []
         called: list[str] = []
         source: Source | None = None
         for key, value in pairs:
-            if key in CALLING:
-                called += [p.strip().lstrip("%") for p in value.strip("{}").split(",") if p.strip()]
             if key == "metadata":
                 if value not in self.read:  # one op's metadata is often printed many times
-                    meta = _metadata(value)
-                    self.read[value] = (meta, self.source(meta))
-                meta, source = self.read[value]
-            elif key == "backend_config":
+                    read = _metadata(value)
+                    self.read[value] = (read, self.source(read))
+                found_read, source = self.read[value]
+                meta = (value, found_read)
+                continue
+            if key == "backend_config":
                 backend = value
-            else:
-                kept.append((key, value))
+                continue
+            if key in CALLING:
+                called += [p.strip().lstrip("%") for p in value.strip("{}").split(",") if p.strip()]
+            kept.append((key, value))
         assert self.open is not None
         named = "%" in operands
-        return Instruction(
-            found["name"],
-            found["op"],
-            found["shape"],
+        head = (
+            name,
+            opcode,
+            shape,
             tuple(VALUE.findall(operands)) if named else (),
             "" if named else operands.strip(),
-            tuple(kept),
-            meta,
-            backend,
-            source,
-            tuple(called),
-            self.open[0],
-            self.open[1],
-            found["root"] is not None,
-            n,
         )
+        place = (self.open[0], self.open[1], root is not None, n)
+        return Instruction(head, tuple(kept), meta, backend, tuple(called), place, source)
 
 
 def read_hlo(text: str, *, cut: bool = False) -> HloModule:
