@@ -83,13 +83,19 @@ class HloDiff:
 
     a: HloGraph
     b: HloGraph
-    identical: list[Pair]
+    same: tuple[tuple[int, int, str], ...]
+    """The identical pairs as plain tuples (node in A, node in B, step): many, so kept
+    where the cycle collector stops tracking them (`identical` gives them as Pairs)."""
     changed: list[Pair]
     only_a: list[int]
     only_b: list[int]
     splits: list[Regroup]
     merges: list[Regroup]
     collectives: list[CollectivePair]
+
+    @property
+    def identical(self) -> list[Pair]:
+        return [Pair(i, j, (), step, False) for i, j, step in self.same]
 
 
 def diff_modules(
@@ -112,12 +118,12 @@ def diff_read(a: HloModule, b: HloModule, steps: tuple[Step, ...] = STEPS) -> Hl
 
 def outcome(m: Matching) -> HloDiff:
     """What the matching `m` found, sorted."""
-    pairs = [_classify(m, i, j) for i, j in sorted(m.a_to_b.items())]
+    found = [(i, j, _differences(m, i, j)) for i, j in sorted(m.a_to_b.items())]
     return HloDiff(
         a=m.a,
         b=m.b,
-        identical=[p for p in pairs if not p.what],
-        changed=[p for p in pairs if p.what],
+        same=tuple((i, j, m.made[i][0]) for i, j, what in found if not what),
+        changed=[Pair(i, j, what, *m.made[i]) for i, j, what in found if what],
         only_a=[i for i in m.a.units if m.free_a(i)],
         only_b=[j for j in m.b.units if m.free_b(j)],
         splits=[r for r in m.regroups if r.split],
@@ -133,7 +139,8 @@ def _counterparts(m: Matching, i: int) -> set[int]:
     return {j for r in m.regroups if i in r.a for j in r.b}
 
 
-def _classify(m: Matching, i: int, j: int) -> Pair:
+def _differences(m: Matching, i: int, j: int) -> tuple[str, ...]:
+    """What differs between the pair `i`, `j` (DIFFERENCES; nothing: identical)."""
     x, y = m.a.instrs[i], m.b.instrs[j]
     what: list[str] = []
     if x.op != y.op:
@@ -157,8 +164,7 @@ def _classify(m: Matching, i: int, j: int) -> Pair:
         what.append("attributes")  # a reducer applied, a computation called, among them
     if not _same_operands(m, x, y):
         what.append("operands")
-    step, guess = m.made[i]
-    return Pair(i, j, tuple(what), step, guess)
+    return tuple(what)
 
 
 def _same_operands(m: Matching, x: Node, y: Node) -> bool:

@@ -63,28 +63,52 @@ _GEMM_TARGET = re.compile(r"cublas|gemm|matmul|\$conv|cudnn", re.IGNORECASE)
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Node:
-    """One instruction the diff pairs (for an asynchronous pair, its start), built once."""
+    """One instruction the diff pairs (for an asynchronous pair, its start), built once;
+    what the matcher reads in its inner loops is a field of its own."""
 
     ins: Instruction
+    """The reader's instruction (its names, source frames and backend config)."""
     index: int
     op: str
+    """The opcode, an asynchronous start's without its `-start`."""
     shape: str
+    """The shape it delivers (an asynchronous pair's done's)."""
     dims: str
+    """The shape without its layouts: `f32[512,64]`."""
     layout: str
     counts: tuple[int, ...]
+    """The element count of each array it delivers."""
+    fusion_kind: str | None
+    backend_kind: str | None
+    """A custom fusion's own kind (`__triton_gemm`)."""
+    target: str | None
+    """A custom call's target."""
     kind: str | None
+    """The fusion kind (with a custom fusion's backend kind) or custom-call target."""
     family: str | None
+    """Which opcodes may stand in for its own (FAMILIES)."""
     op_name: str | None
     source: tuple[str, int] | None
+    """The user's innermost source line: (file as the program spells it, line)."""
     work: str
+    """What it does (one of WORKS)."""
     unit: bool
+    """Paired by the diff: not the done of an asynchronous pair."""
+    entry: bool
+    root: bool
+    literal: str
+    """The operand text when it names no instruction: a parameter's number, a constant."""
     operands: tuple[int, ...]
     users: tuple[int, ...]
     done: str | None
+    """The name of the done that completes an asynchronous start."""
     body: int
+    """The fingerprint of what it calls (0 when it calls nothing)."""
     groups: str | None
+    """Replica groups, spelled one way whatever spelling the module used."""
     attrs: str
-    fused: tuple[str, ...]
+    backend: str
+    """Its backend config as printed."""
     local: int
     merkle: int
     coarse: int
@@ -102,26 +126,6 @@ class Node:
         return self.ins.line
 
     @property
-    def entry(self) -> bool:
-        return self.ins.entry
-
-    @property
-    def root(self) -> bool:
-        return self.ins.root
-
-    @property
-    def fusion_kind(self) -> str | None:
-        return self.ins.fusion_kind
-
-    @property
-    def backend_kind(self) -> str | None:
-        return self.ins.backend_kind
-
-    @property
-    def target(self) -> str | None:
-        return self.ins.custom_call_target
-
-    @property
     def library(self) -> str | None:
         """The library behind a custom call or custom fusion (Triton, cuBLASLt...)."""
         found = self.backend_kind or self.target
@@ -130,14 +134,6 @@ class Node:
     @property
     def jax_op(self) -> str | None:
         return self.ins.jax_op
-
-    @property
-    def literal(self) -> str:
-        return self.ins.operand_text
-
-    @property
-    def backend(self) -> str:
-        return self.ins.backend_config
 
     @property
     def groups_text(self) -> str | None:
@@ -228,6 +224,13 @@ class HloGraph:
             else:
                 self._keys[k] = frozenset()
         return self._keys[k]
+
+    def computes(self, k: int) -> tuple[str, ...]:
+        """The JAX operations the node `k` computes: a fusion's body's, or its own."""
+        node = self.instrs[k]
+        if node.op == "fusion":
+            return self.bodies.jax_ops(node.ins.called)
+        return (node.jax_op,) if node.jax_op else ()
 
     def gemms(self, k: int) -> int:
         """How many matrix products the kernel `k` computes (its body's dots)."""
@@ -356,20 +359,19 @@ def _node(  # noqa: PLR0917 - one node's place in the module
     target = ins.custom_call_target if "custom_call_target" in attributes else None
     fusion_kind = attributes.get("kind") if op == "fusion" else None
     backend_kind = ins.backend_kind if op == "fusion" else None
+    backend = ins.backend_config
     local = hash(
         (opcode, shape, fusion_kind, backend_kind, target, body, groups, attrs,
-         ins.backend_config, literal, entry)
+         backend, literal, entry)
     )  # fmt: skip
     coarse = hash((op, dims, fusion_kind, target, attrs, literal, entry))
     upstream = [built[o] for o in operands if o < k]
     merkle = hash((local, tuple(u.merkle for u in upstream)))
     structure = hash((coarse, body, tuple(u.structure for u in upstream)))
-    jax_op = ins.jax_op
-    fused = bodies.jax_ops(called) if op == "fusion" else ((jax_op,) if jax_op else ())
-    return Node(ins, *(
-        k, op, shape, dims, layout, counts,
+    return Node(
+        ins, k, op, shape, dims, layout, counts, fusion_kind, backend_kind, target,
         _kind(fusion_kind, backend_kind, target), FAMILIES.get(op), ins.op_name, position(ins),
-        work_of(ins, op, bodies, backend_kind), unit, operands, users,
-        done.name if done is not None else None, body, groups, attrs, fused,
+        work_of(ins, op, bodies, backend_kind), unit, entry, ins.root, literal, operands, users,
+        done.name if done is not None else None, body, groups, attrs, backend,
         local, merkle, coarse, structure,
-    ))  # fmt: skip
+    )  # fmt: skip

@@ -141,7 +141,7 @@ def instr_json(g: HloGraph, node: Node) -> dict[str, Any]:
         "kind": node.kind,
         "library_kind": node.library,
         "work": node.work,
-        "computes": list(node.fused),
+        "computes": list(g.computes(node.index)),
         "shape": node.shape,
         "line": node.line,
         "cost": {
@@ -208,7 +208,7 @@ def report_of(d: HloDiff, a: str, b: str, compilers: dict[str, str]) -> dict[str
         "compilers": compilers,
         "instructions": {"a": len(d.a.units), "b": len(d.b.units)},
         "summary": {
-            "identical": len(d.identical),
+            "identical": len(d.same),
             "changed": len(d.changed),
             "only_a": len(d.only_a),
             "only_b": len(d.only_b),

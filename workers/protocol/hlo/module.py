@@ -132,7 +132,11 @@ class _Reader:
         self.open: tuple[str, bool, int] | None = None
         self.body: list[Instruction] = []
         self.placed: dict[tuple[str, int], Source | None] = {}
-        self.read: dict[str, tuple[Read, Source | None]] = {}
+        self.read: dict[str, Read] = {}
+        """Each metadata text read so far (tuples the cycle collector stops tracking), and
+        the Python source it names (below): a module prints many alike."""
+        self.sources: dict[str, Source | None] = {}
+        self.words: dict[str, str] = {}
 
     def outside(self, n: int, line: str) -> None:
         """A line outside any computation: the header, a source table, a computation's
@@ -161,7 +165,7 @@ class _Reader:
         """A module's header. A text may print several modules (an executable of more
         than one): each has its own source tables, so a later header starts afresh."""
         if self.name:
-            self.rows, self.tables, self.read = {}, SourceTables({}), {}
+            self.rows, self.tables, self.read, self.sources = {}, SourceTables({}), {}, {}
             return
         name, _, rest = line[10:].partition(",")
         self.name = name.strip()
@@ -191,6 +195,10 @@ class _Reader:
         if found is None:
             raise HloSyntaxError(n, line, "not an instruction")
         root, name, shape, opcode, rest = found.groups()
+        # A module repeats few opcodes and shapes: one string each, not one per line.
+        words = self.words
+        opcode = words.setdefault(opcode, opcode)
+        shape = words.setdefault(shape, shape)
         parts = split_operands(rest)
         if parts is None:
             raise HloSyntaxError(n, line, "its operand list never closes")
@@ -208,10 +216,9 @@ class _Reader:
         for key, value in pairs:
             if key == "metadata":
                 if value not in self.read:  # one op's metadata is often printed many times
-                    read = _metadata(value)
-                    self.read[value] = (read, self.source(read))
-                found_read, source = self.read[value]
-                meta = (value, found_read)
+                    self.read[value] = read = _metadata(value)
+                    self.sources[value] = self.source(read)
+                meta, source = (value, self.read[value]), self.sources[value]
                 continue
             if key == "backend_config":
                 backend = value
