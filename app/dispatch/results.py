@@ -18,6 +18,7 @@ It touches no shared state, so the result route runs it off the event loop.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from app.dispatch.core import cap_text
@@ -38,7 +39,10 @@ from workers.catalog.server_figures import job_params, subject_problems
 from workers.catalog.target_rules import apply_target
 from workers.protocol import ARTIFACT_NAMES, PROTOCOL_VERSION, InputInfo, JobSpec, RunResult
 from workers.protocol.gate import lease_mismatches
-from workers.protocol.hlo_summary import summarize_hlo
+from workers.protocol.hlo import HloSyntaxError, read_hlo
+from workers.protocol.hlo_summary import summarize
+
+logger = logging.getLogger(__name__)
 
 NO_BYTE_CAP = 2**62
 """The lease check parses parameters only to fill in defaults; the job's byte cap was
@@ -156,9 +160,7 @@ def prepare(
     )
     hlo = prepared.artifacts.get("hlo")
     if hlo is not None and hlo[0]:  # the summary that explains itself, from the run's own texts
-        explained = explain(hlo[0], run.source, run.pipeline)
-        summary = summarize_hlo(hlo[0])
-        capped = capped.model_copy(update={"hlo_explained": explained, "hlo_summary": summary})
+        capped = _summarized(capped, hlo, run)
     if run.pipeline is not None:  # stored apart: the run's JSON keeps only the steps
         stored, capped = split_pipeline(capped, pipeline_max_bytes)
         if stored is not None:
@@ -168,3 +170,15 @@ def prepare(
         prepared.artifacts[KERNEL_PIPELINES_ARTIFACT] = (kernels, False)
     prepared.run = capped
     return prepared
+
+
+def _summarized(capped: RunResult, hlo: tuple[str, bool], run: RunResult) -> RunResult:
+    """`capped` with the HLO summary and the explained instructions worked out from the
+    stored (perhaps cut) optimized HLO; neither when that text does not parse."""
+    try:
+        module = read_hlo(hlo[0], cut=hlo[1])
+    except HloSyntaxError as exc:
+        logger.warning("a run's optimized HLO does not parse, so it has no summary: %s", exc)
+        return capped
+    explained = explain(module, hlo[0], run.source, run.pipeline)
+    return capped.model_copy(update={"hlo_explained": explained, "hlo_summary": summarize(module)})

@@ -12,6 +12,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from workers.protocol.hlo import SOURCE_TABLES, without_metadata
+
 MAX_LINES = 6000
 """Lines of each text considered; beyond this the diff says it stopped."""
 MAX_ROWS = 2500
@@ -20,10 +22,8 @@ CONTEXT = 3
 """Unchanged lines kept around each change."""
 MAX_LINE_CHARS = 400
 
-_METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
 _MLIR_LOC = re.compile(r"\s+loc\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)")
 _JAXPR_NOTE = re.compile(r"\s+#\s+\S+:\d+(?::\d+)?(?:\s+\([^)]*\))?\s*$", re.MULTILINE)
-_SOURCE_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,13 @@ def normalize(text: str) -> str:
     for line in text.splitlines():
         if line.startswith("#loc"):
             continue
-        if line.strip() in _SOURCE_TABLES:
+        if line.strip() in SOURCE_TABLES:
             skipping = True
         elif skipping and not line.strip():
             skipping = False
         elif not skipping:
-            kept.append(line)
-    stripped = _METADATA.sub("", "\n".join(kept))
-    return _JAXPR_NOTE.sub("", _MLIR_LOC.sub("", stripped))
+            kept.append(without_metadata(line))
+    return _JAXPR_NOTE.sub("", _MLIR_LOC.sub("", "\n".join(kept)))
 
 
 def _lines(text: str, side: str, notes: list[str]) -> list[str]:
@@ -82,7 +81,9 @@ def ir_diff(name: str, a: str, b: str, *, strip_metadata: bool = True) -> IrDiff
     out = IrDiff(name)
     if strip_metadata:
         a, b = normalize(a), normalize(b)
-        out.notes.append("source locations (metadata={…} and the stack-frame tables) dropped")
+        out.notes.append(
+            "source locations (each instruction's metadata and the stack-frame tables) dropped"
+        )
     left, right = _lines(a, "A", out.notes), _lines(b, "B", out.notes)
     matcher = difflib.SequenceMatcher(a=left, b=right, autojunk=False)
     rows: list[DiffRow] = []

@@ -1,16 +1,16 @@
 """The HLO summary that explains itself: each fusion, library call and collective of the
 optimized HLO with its kind, shape and bytes, the source lines it came from (through the
-module's stack frames) and, when the pass pipeline was captured, the pass that made it."""
+module's stack frames, read by the one HLO reader) and, when the pass pipeline was
+captured, the pass that made it."""
 
 from __future__ import annotations
 
 import re
 
 from app.ir.pipeline import origins
-from app.ir.sources import source_map
 from app.ir.view import Keys
 from workers.protocol import HloExplained, PipelineCapture, SourceText
-from workers.protocol.hlo import BACKEND_KIND, CUSTOM_CALL_TARGET, INSTRUCTION, KIND, shape_bytes
+from workers.protocol.hlo import HloModule, Instruction, shape_bytes
 
 MAX_EXPLAINED = 200
 """Instructions explained per run."""
@@ -21,64 +21,53 @@ _EXPLAINED = re.compile(
 )
 
 
-def _computation_of(lines: list[str]) -> dict[int, str]:
-    """Line index → the name of the computation it belongs to."""
-    owner: dict[int, str] = {}
-    current = ""
-    for i, line in enumerate(lines):
-        if line and not line[0].isspace() and line.rstrip().endswith("{"):
-            current = line.split("(", 1)[0].replace("ENTRY", "").strip().lstrip("%")
-        owner[i] = current
-    return owner
+def _key(keys: Keys, ins: Instruction) -> str | None:
+    if ins.source is None:
+        return None
+    return keys.key([(f.file, f.line) for f in ins.source.stack])
+
+
+def _kind(ins: Instruction) -> str:
+    if ins.opcode == "fusion":
+        return ins.backend_kind or ins.fusion_kind or "fusion"
+    if ins.opcode == "custom-call":
+        return ins.custom_call_target or "custom-call"
+    return ins.opcode.removesuffix("-start")
 
 
 def explain(
-    hlo: str, source: SourceText | None, pipeline: PipelineCapture | None
+    module: HloModule, hlo: str, source: SourceText | None, pipeline: PipelineCapture | None
 ) -> list[HloExplained]:
-    """The explained instructions of `hlo`, in the order they appear."""
-    lines = hlo.splitlines()
-    smap = source_map("hlo", lines)
+    """The explained instructions of `module` (read from the text `hlo`), in the order
+    they appear."""
     keys = Keys(source.path if source is not None else "")
-    owner = _computation_of(lines)
     # Source lines of a fusion are those of the instructions inside its computation.
     by_computation: dict[str, list[str]] = {}
-    for i, chain in smap.positions.items():
-        key = keys.key(chain)
-        found = by_computation.setdefault(owner.get(i, ""), [])
-        if key not in found:
+    for ins in module.instructions():
+        key = _key(keys, ins)
+        found = by_computation.setdefault(ins.computation, [])
+        if key is not None and key not in found:
             found.append(key)
     made = {}
     if pipeline is not None and pipeline.snapshots:
         made = {o.name: o for o in origins(pipeline, hlo)}
     out: list[HloExplained] = []
-    for i, line in enumerate(lines):
-        m = INSTRUCTION.match(line)
-        if not m or not _EXPLAINED.match(m.group("op")):
+    for ins in module.instructions():
+        if not _EXPLAINED.match(ins.opcode):
             continue
-        name, op, shape = m.group("name"), m.group("op"), m.group("shape")
-        kind = op.removesuffix("-start")
-        if op == "fusion":
-            backend = BACKEND_KIND.search(line)
-            plain = KIND.search(line)
-            kind = backend.group(1) if backend else (plain.group(1) if plain else "fusion")
-        elif op == "custom-call":
-            target = CUSTOM_CALL_TARGET.search(line)
-            kind = target.group(1) if target else "custom-call"
-        sources: list[str] = []
-        if i in smap.positions:
-            sources.append(keys.key(smap.positions[i]))
-        called = re.search(r"\bcalls=%?([\w.\-]+)", line)
-        for key in by_computation.get(called.group(1), []) if called else []:
+        own = _key(keys, ins)
+        sources = [own] if own is not None else []
+        for key in by_computation.get(ins.called[0], []) if ins.opcode == "fusion" else []:
             if key not in sources:
                 sources.append(key)
-        origin = made.get(name)
+        origin = made.get(ins.name)
         out.append(
             HloExplained(
-                name=name,
-                op=op,
-                kind=kind,
-                shape=shape.strip(),
-                bytes=shape_bytes(shape),
+                name=ins.name,
+                op=ins.opcode,
+                kind=_kind(ins),
+                shape=ins.shape.strip(),
+                bytes=shape_bytes(ins.shape),
                 source=sources,
                 made_by=origin.pass_name if origin else None,
                 pipeline_step=origin.order if origin else None,

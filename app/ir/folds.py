@@ -12,12 +12,11 @@ import re
 from dataclasses import dataclass
 
 from app.ir.sources import MLIR_ARTIFACTS
+from workers.protocol.hlo import SOURCE_TABLES, attribute_spans
 
 LONG_CONFIG = 48
 """A backend config longer than this many characters is folded."""
 
-_HLO_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
-_HLO_ATTR = re.compile(r",\s*(metadata|backend_config)=")
 _MLIR_LOC = re.compile(r"\s+loc\(")
 _JAXPR_NOTE = re.compile(r"\s+#\s+\S.*$")
 
@@ -70,12 +69,10 @@ def inline_folds(artifact: str, line: str) -> list[tuple[int, int]]:
     """Spans of `line` to fold, in order and not overlapping."""
     spans: list[tuple[int, int]] = []
     if artifact == "hlo" and "=" in line:
-        for m in _HLO_ATTR.finditer(line):
-            if spans and m.start() < spans[-1][1]:
-                continue
-            end = _closing(line, m.end())
-            if m.group(1) == "metadata" or end - m.end() > LONG_CONFIG:
-                spans.append((m.start(), end))
+        for key, start, end in attribute_spans(line):
+            value = end - start - len(f", {key}=")
+            if key == "metadata" or (key == "backend_config" and value > LONG_CONFIG):
+                spans.append((start, end))
     elif artifact in MLIR_ARTIFACTS and "loc(" in line and not line.startswith("#loc"):
         for m in _MLIR_LOC.finditer(line):
             spans.append((m.start(), _closing(line, m.end() - 1)))
@@ -94,7 +91,7 @@ def block_folds(artifact: str, lines: list[str]) -> list[BlockFold]:
         names: list[str] = []
         for i, line in enumerate(lines):
             stripped = line.strip()
-            if stripped in _HLO_TABLES:
+            if stripped in SOURCE_TABLES:
                 start = i if start is None else start
                 names.append(stripped)
             elif start is not None and line.startswith(("%", "ENTRY")):

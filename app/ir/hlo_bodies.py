@@ -1,163 +1,67 @@
 """What the computations inside an HLO module's kernels compute: for each fusion body (or
-other called computation) a fingerprint and a set of keys.
+other called computation) a fingerprint, a set of keys and the opcodes it holds.
 
 The fingerprint is equal for two bodies that do the same work, whatever their names: each
 instruction is hashed with its opcode, shape, attributes, backend config and the hashes
 of its operands, and the body's is its root's. The keys say what the body computes in
 terms that survive another target's compiler: each computing instruction as its JAX
-operation and source line (`jit(f)/dot_general@model.py:74`), or as its opcode and shape
-where the metadata is silent.
+operation and the user's source line (`jit(f)/dot_general@model.py:74`), or as its
+opcode and shape where the metadata is silent.
 
-Bodies are many (a large program has tens of thousands of their instructions), so they are
-read here straight from the parsed text, without building the diff's `Instr` for each.
+Bodies are read by the one HLO reader (`workers.protocol.hlo`); this module only sums
+them up, each body once.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
-from app.ir.sources import source_map
-from workers.protocol import hlo
-from workers.protocol.hlo_summary import Computation
+from workers.protocol.hlo import Computation, Instruction, unnamed, without_layout
 
 PLUMBING = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 """Opcodes that compute nothing of their own."""
+GEMM_OPS = frozenset({"dot", "convolution", "ragged-dot", "scaled-dot"})
+"""Opcodes that are a matrix product."""
+REDUCE_OPS = frozenset({"reduce", "reduce-window"})
+"""Opcodes that are a reduction."""
 MAX_DEPTH = 32
 """Bodies nested deeper than this are not looked into."""
 
-METADATA = re.compile(r'\bmetadata=\{(?:"(?:[^"\\]|\\.)*"|[^{}"])*\}')
-"""An instruction's metadata attribute (quoted strings may hold braces)."""
-LAYOUT = re.compile(r"(?<=\])\{[^{}]*\}")
-"""The layout after an array shape: `{1,0}`, `{0,1:T(8,128)S(1)}`."""
-REFERENCE = re.compile(r"%[\w.\-]+")
-"""A name in an attribute (a computation, an instruction)."""
-_CALLED = re.compile(r"\bcalled_computations=\{([^}]*)\}")
+
+def position(ins: Instruction) -> tuple[str, int] | None:
+    """The user's innermost source line of an instruction: (file as spelled, line)."""
+    frame = ins.source.user if ins.source else None
+    return (frame.file, frame.line) if frame else None
 
 
-class Sources:
-    """Source positions of the module's lines, looked up only for the lines asked about
-    (`app.ir.sources.source_map` over the module's source tables and those lines)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self._lines = lines
-        first = next(
-            (n for n, line in enumerate(lines) if line.startswith(("%", "ENTRY"))), len(lines)
-        )
-        self._tables = lines[:first]
-        self._found: dict[int, tuple[str, int] | None] = {}
-        self._files: dict[str, str] = {}
-
-    def load(self, numbers: Iterable[int]) -> None:
-        """Look up the 1-based lines `numbers` at once."""
-        wanted = [n for n in dict.fromkeys(numbers) if n not in self._found and n > 0]
-        if not wanted:
-            return
-        picked = [self._lines[n - 1] if n <= len(self._lines) else "" for n in wanted]
-        positions = source_map("hlo", self._tables + picked).positions
-        offset = len(self._tables)
-        for k, n in enumerate(wanted):
-            chain = positions.get(offset + k)
-            if chain:
-                file, line = chain[0]
-                self._found[n] = (self._files.setdefault(file, file.rsplit("/", 1)[-1]), line)
-            else:
-                self._found[n] = None
-
-    def at(self, number: int) -> tuple[str, int] | None:
-        """The innermost user source position (file name, line) of the 1-based line."""
-        if number not in self._found:
-            self.load([number])
-        return self._found.get(number)
-
-
-def split_operands(rest: str) -> tuple[str, str]:
-    """(operands, attributes) of an instruction's text after `opcode(`."""
-    close = rest.find(")")
-    if close >= 0 and "(" not in rest[:close]:
-        return rest[:close], rest[close + 1 :].lstrip(", ")
-    depth = 0
-    for i, char in enumerate(rest):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                return rest[:i], rest[i + 1 :].lstrip(", ")
-            depth -= 1
-    return rest, ""  # a line cut short
-
-
-def split_backend(attrs: str) -> tuple[str, str]:
-    """(the attributes before the backend config, the backend config), which XLA prints
-    last."""
-    at = attrs.find("backend_config=")
-    return (attrs[:at], attrs[at + 15 :]) if at >= 0 else (attrs, "")
-
-
-def cut_metadata(head: str) -> tuple[str, str]:
-    """(attributes without the metadata, the metadata)."""
-    at = head.find("metadata={")
-    if at < 0:
-        return head, ""
-    found = METADATA.match(head, at)
-    if found is None:
-        return head, ""
-    return head[:at] + head[found.end() :], found[0]
-
-
-def called(head: str) -> list[str]:
-    """The computations an instruction's attributes name as called (`calls=`,
-    `called_computations=`)."""
-    found = hlo.called(head) if "calls=" in head else []
-    if "called_computations=" in head and (more := _CALLED.search(head)) is not None:
-        found += [p.strip().lstrip("%") for p in more[1].split(",") if p.strip()]
-    return found
-
-
-def inner_computations(computations: list[Computation]) -> set[str]:
-    """Computations some instruction calls as a body, or applies as a reducer (a `call`'s
-    computation is a part of the program of its own)."""
-    inner: set[str] = set()
-    for computation in computations:
-        for ins in computation.instructions:
-            rest = ins.rest
-            if "calls=" in rest or "called_computations=" in rest:
-                inner.update(called(split_backend(split_operands(rest)[1])[0]))
-            if "to_apply=" in rest and ins.op != "call":
-                applied = hlo.TO_APPLY.search(rest)
-                if applied is not None:
-                    inner.add(applied[1])
-    return inner
-
-
-def op_key(op: str, shape: str, op_name: str | None, source: tuple[str, int] | None) -> str | None:
+def op_key(ins: Instruction) -> str | None:
     """One computing instruction as a key (None for plumbing and fusions, whose bodies
     speak for them)."""
-    if op in PLUMBING or op == "fusion":
+    if ins.opcode in PLUMBING or ins.opcode == "fusion":
         return None
-    if op_name:
-        return f"{op_name}@{source[0]}:{source[1]}" if source else f"{op_name}@"
-    return f"{op}:{LAYOUT.sub('', shape)}"
+    if ins.op_name:
+        where = position(ins)
+        return f"{ins.op_name}@{where[0]}:{where[1]}" if where else f"{ins.op_name}@"
+    return f"{ins.opcode}:{without_layout(ins.shape)}"
+
+
+def compared_attributes(attributes: Iterable[tuple[str, str]]) -> str:
+    """Attributes as two instructions are compared by them, names of values and
+    computations left out (`%fused_add` and `%fused_computation.2` read alike)."""
+    return unnamed(", ".join(f"{k}={v}" for k, v in attributes))
 
 
 class Bodies:
-    """Fingerprints (all, at once) and keys (on demand) of a module's called computations."""
+    """Fingerprints, keys and opcodes of a module's computations, each worked out once."""
 
-    def __init__(
-        self,
-        computations: list[Computation],
-        lines: dict[str, int],
-        roots: set[str],
-        sources: Sources,
-    ) -> None:
-        self._by_name = {c.name: c for c in computations}
-        self._lines = lines
-        self._roots = roots
-        self._sources = sources
+    def __init__(self, computations: dict[str, Computation]) -> None:
+        self._by_name = computations
         self._prints: dict[str, int] = {}
         self._keys: dict[str, frozenset[str]] = {}
+        self._opcodes: dict[str, tuple[str, ...]] = {}
+        self._ops: dict[str, tuple[str, ...]] = {}
 
-    def fingerprint(self, names: list[str], depth: int = 0) -> int:
+    def fingerprint(self, names: Iterable[str], depth: int = 0) -> int:
         """The fingerprint of the computations `names` together."""
         return hash(tuple(self._print(n, depth) for n in names))
 
@@ -171,35 +75,18 @@ class Bodies:
         hashes: dict[str, int] = {}
         last = root = 0
         for ins in computation.instructions:
-            operands, attrs = split_operands(ins.rest)
-            refs = hlo.VALUE.findall(operands) if "%" in operands else []
-            head, backend = split_backend(attrs)
-            head = cut_metadata(head)[0]
-            inner = called(head) if "call" in head else []
-            nested = self.fingerprint(inner, depth + 1) if inner else 0
-            if "%" in head:
-                head = REFERENCE.sub("%", head)
+            nested = self.fingerprint(ins.called, depth + 1) if ins.called else 0
             last = hash(
-                (ins.op, ins.shape, head, backend, "" if refs else operands, nested,
-                 tuple(hashes.get(r, 0) for r in refs))
+                (ins.opcode, ins.shape, compared_attributes(ins.attributes), ins.backend_config,
+                 ins.operand_text, nested, tuple(hashes.get(r, 0) for r in ins.operands))
             )  # fmt: skip
             hashes[ins.name] = last
-            if ins.name in self._roots:
+            if ins.root:
                 root = last
         self._prints[name] = root or last
         return self._prints[name]
 
-    def prepare(self, names: Iterable[str]) -> None:
-        """Look up the source lines of the computations `names` at once, before their keys
-        are asked for one by one."""
-        self._sources.load(
-            self._lines.get(i.name, 0)
-            for n in names
-            if n in self._by_name and n not in self._keys
-            for i in self._by_name[n].instructions
-        )
-
-    def keys(self, names: list[str], depth: int = 0) -> frozenset[str]:
+    def keys(self, names: Iterable[str], depth: int = 0) -> frozenset[str]:
         """What the computations `names` compute, as keys."""
         return frozenset().union(*(self._keys_of(n, depth) for n in names))
 
@@ -210,17 +97,54 @@ class Bodies:
         if computation is None or depth > MAX_DEPTH:
             return frozenset()
         self._keys[name] = frozenset()
-        self._sources.load(self._lines.get(i.name, 0) for i in computation.instructions)
         found: set[str] = set()
         for ins in computation.instructions:
-            head = split_backend(split_operands(ins.rest)[1])[0]
-            head, meta = cut_metadata(head)
-            if ins.op == "fusion" or "called_computations=" in head:
-                found |= self.keys(called(head), depth + 1)
-            named = hlo.OP_NAME.search(meta) if meta else None
-            where = self._sources.at(self._lines.get(ins.name, 0))
-            key = op_key(ins.op, ins.shape, named[1] if named else None, where)
+            if ins.called:
+                found |= self.keys(ins.called, depth + 1)
+            key = op_key(ins)
             if key is not None:
                 found.add(key)
         self._keys[name] = frozenset(found)
         return self._keys[name]
+
+    def opcodes(self, names: Iterable[str], depth: int = 0) -> set[str]:
+        """Every opcode the computations `names` hold, nested bodies included."""
+        return {op for n in names for op in self._opcodes_of(n, depth)}
+
+    def _opcodes_of(self, name: str, depth: int) -> tuple[str, ...]:
+        if name in self._opcodes:
+            return self._opcodes[name]
+        computation = self._by_name.get(name)
+        if computation is None or depth > MAX_DEPTH:
+            return ()
+        self._opcodes[name] = ()
+        found = {ins.opcode for ins in computation.instructions}
+        for ins in computation.instructions:
+            if ins.called:
+                found |= self.opcodes(ins.called, depth + 1)
+        self._opcodes[name] = tuple(sorted(found))
+        return self._opcodes[name]
+
+    def jax_ops(self, names: Iterable[str], depth: int = 0) -> tuple[str, ...]:
+        """The JAX operations the computations `names` compute, in order, each once
+        (`dot_general`, `add`, `tanh`), nested bodies included."""
+        found: dict[str, None] = {}
+        for name in names:
+            found.update(dict.fromkeys(self._ops_of(name, depth)))
+        return tuple(found)
+
+    def _ops_of(self, name: str, depth: int) -> tuple[str, ...]:
+        if name in self._ops:
+            return self._ops[name]
+        computation = self._by_name.get(name)
+        if computation is None or depth > MAX_DEPTH:
+            return ()
+        self._ops[name] = ()
+        found: dict[str, None] = {}
+        for ins in computation.instructions:
+            if ins.called:
+                found.update(dict.fromkeys(self.jax_ops(ins.called, depth + 1)))
+            if ins.opcode not in PLUMBING and ins.jax_op:
+                found.setdefault(ins.jax_op, None)
+        self._ops[name] = tuple(found)
+        return self._ops[name]

@@ -1,30 +1,45 @@
 """The HLO diff: two optimized HLO modules paired instruction by instruction.
 
-`diff_modules` reads both texts (`app.ir.hlo_graph`), pairs their instructions
-(`app.ir.hlo_match`: exact, parameters, metadata, propagation; `app.ir.hlo_regroup`:
-splits and merges) and sorts the outcome: each pair identical or changed (with what
-differs), each leftover only in A or only in B, each split and merge, and the collectives
-of both sides set against each other. Pure text processing; no jax.
+`diff_modules` reads both texts (the one HLO reader, then `app.ir.hlo_graph`), runs the
+matcher steps in order (`STEPS`; `app.ir.hlo_match` holds every pair to its rule) and
+sorts the outcome: each pair identical or changed (with what differs, the step that made
+it and whether it is a guess), each leftover only in A or only in B, each split and
+merge, and the collectives of both sides set against each other. Pure text processing;
+no jax.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-from app.ir.hlo_graph import HloGraph, Instr, read_module
-from app.ir.hlo_match import (
-    Matching,
+from app.ir.hlo_graph import HloGraph, Node, graph_of
+from app.ir.hlo_match import Matching, Regroup, Step, run_steps
+from app.ir.hlo_matchers import (
     match_exact,
     match_metadata,
     match_parameters,
+    match_roots,
+    match_structure,
     propagate,
-    seed_roots,
 )
-from app.ir.hlo_regroup import Regroup, find_regroups
+from app.ir.hlo_regroup import find_regroups
+from workers.protocol.hlo import HloModule, read_hlo
 from workers.protocol.hlo_summary import COLLECTIVES
+
+STEPS: tuple[Step, ...] = (
+    Step("exact", "the whole upstream graph is identical", match_exact),
+    Step(
+        "structure",
+        "the same upstream structure, laid out or configured differently",
+        match_structure,
+    ),
+    Step("parameters", "the program's inputs, by number", match_parameters),
+    Step("regroup", "kernels split in several, or merged into one", find_regroups),
+    Step("metadata", "the same JAX operation and source line", match_metadata),
+    Step("roots", "the entry computations' roots", match_roots),
+    Step("propagation", "the operands and users of every pair, bottom-up and top-down", propagate),
+)
+"""The matchers, in the order they run."""
 
 DIFFERENCES = (
     "opcode",
@@ -43,12 +58,14 @@ DIFFERENCES = (
 
 @dataclass(frozen=True)
 class Pair:
-    """Two instructions paired, and what differs between them (nothing: identical)."""
+    """Two instructions paired, what differs between them (nothing: identical), the step
+    that paired them, and whether the pair is only a guess."""
 
     a: int
     b: int
     what: tuple[str, ...]
-    stage: str
+    step: str
+    guess: bool
 
 
 @dataclass(frozen=True)
@@ -60,13 +77,15 @@ class CollectivePair:
     kind: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class HloDiff:
     """Everything the two modules' comparison found; instructions by index into `a`, `b`."""
 
     a: HloGraph
     b: HloGraph
-    identical: list[Pair]
+    same: tuple[tuple[int, int, str], ...]
+    """The identical pairs as plain tuples (node in A, node in B, step): many, so kept
+    where the cycle collector stops tracking them (`identical` gives them as Pairs)."""
     changed: list[Pair]
     only_a: list[int]
     only_b: list[int]
@@ -74,65 +93,54 @@ class HloDiff:
     merges: list[Regroup]
     collectives: list[CollectivePair]
 
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector paused: a large diff builds some hundred thousand objects
-    that all live until it ends, and the collector would walk them again and again (it
-    doubled the time of a 10,000-instruction diff). Reference counting still frees what
-    dies; the collector runs again afterwards, as it did before."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+    @property
+    def identical(self) -> list[Pair]:
+        return [Pair(i, j, (), step, False) for i, j, step in self.same]
 
 
 def diff_modules(
-    text_a: str, text_b: str, *, truncated_a: bool = False, truncated_b: bool = False
+    text_a: str,
+    text_b: str,
+    *,
+    cut_a: bool = False,
+    cut_b: bool = False,
+    steps: tuple[Step, ...] = STEPS,
 ) -> HloDiff:
-    """Pair the instructions of the modules `text_a` and `text_b` (a truncated text is
-    read as far as it goes)."""
-    with _collector_paused():
-        return _diff(text_a, text_b, truncated_a, truncated_b)
+    """Pair the instructions of the modules `text_a` and `text_b` (a cut text is read as
+    far as it goes) with the matcher `steps`; HloSyntaxError when a text does not parse."""
+    return diff_read(read_hlo(text_a, cut=cut_a), read_hlo(text_b, cut=cut_b), steps)
 
 
-def _diff(text_a: str, text_b: str, truncated_a: bool, truncated_b: bool) -> HloDiff:
-    m = Matching(
-        read_module(text_a, truncated=truncated_a), read_module(text_b, truncated=truncated_b)
-    )
-    match_exact(m)
-    match_parameters(m)
-    regroups = find_regroups(m)
-    match_metadata(m)
-    seeds = seed_roots(m)
-    seeds += [([i], [j]) for i, j in m.a_to_b.items()]
-    seeds += [(list(r.a), list(r.b)) for r in regroups]
-    propagate(m, seeds)
-    pairs = [_classify(m, regroups, i, j) for i, j in sorted(m.a_to_b.items())]
+def diff_read(a: HloModule, b: HloModule, steps: tuple[Step, ...] = STEPS) -> HloDiff:
+    """Pair the instructions of two modules already read."""
+    return outcome(run_steps(graph_of(a), graph_of(b), steps))
+
+
+def outcome(m: Matching) -> HloDiff:
+    """What the matching `m` found, sorted."""
+    found = [(i, j, _differences(m, i, j)) for i, j in sorted(m.a_to_b.items())]
     return HloDiff(
         a=m.a,
         b=m.b,
-        identical=[p for p in pairs if not p.what],
-        changed=[p for p in pairs if p.what],
+        same=tuple((i, j, m.made[i][0]) for i, j, what in found if not what),
+        changed=[Pair(i, j, what, *m.made[i]) for i, j, what in found if what],
         only_a=[i for i in m.a.units if m.free_a(i)],
         only_b=[j for j in m.b.units if m.free_b(j)],
-        splits=[r for r in regroups if r.split],
-        merges=[r for r in regroups if not r.split],
+        splits=[r for r in m.regroups if r.split],
+        merges=[r for r in m.regroups if not r.split],
         collectives=_collectives(m),
     )
 
 
-def _counterparts(m: Matching, regroups: list[Regroup], i: int) -> set[int]:
+def _counterparts(m: Matching, i: int) -> set[int]:
     """What an instruction of A stands for in B: its partner, or its split's parts."""
     if i in m.a_to_b:
         return {m.a_to_b[i]}
-    return {j for r in regroups if i in r.a for j in r.b}
+    return {j for r in m.regroups if i in r.a for j in r.b}
 
 
-def _classify(m: Matching, regroups: list[Regroup], i: int, j: int) -> Pair:
+def _differences(m: Matching, i: int, j: int) -> tuple[str, ...]:
+    """What differs between the pair `i`, `j` (DIFFERENCES; nothing: identical)."""
     x, y = m.a.instrs[i], m.b.instrs[j]
     what: list[str] = []
     if x.op != y.op:
@@ -154,22 +162,20 @@ def _classify(m: Matching, regroups: list[Regroup], i: int, j: int) -> Pair:
         what.append("backend config")
     if (x.attrs, x.literal) != (y.attrs, y.literal) or (not fused and x.body != y.body):
         what.append("attributes")  # a reducer applied, a computation called, among them
-    if not _same_operands(m, regroups, x, y):
+    if not _same_operands(m, x, y):
         what.append("operands")
-    return Pair(i, j, tuple(what), m.stage[i])
+    return tuple(what)
 
 
-def _same_operands(m: Matching, regroups: list[Regroup], x: Instr, y: Instr) -> bool:
+def _same_operands(m: Matching, x: Node, y: Node) -> bool:
     """Whether each operand of `x` stands for the operand of `y` at the same position."""
     if len(x.operands) != len(y.operands):
         return False
-    return all(
-        ob in _counterparts(m, regroups, oa) for oa, ob in zip(x.operands, y.operands, strict=True)
-    )
+    return all(ob in _counterparts(m, oa) for oa, ob in zip(x.operands, y.operands, strict=True))
 
 
-def is_collective(ins: Instr) -> bool:
-    return ins.op in COLLECTIVES
+def is_collective(node: Node) -> bool:
+    return node.op in COLLECTIVES
 
 
 def _collectives(m: Matching) -> list[CollectivePair]:

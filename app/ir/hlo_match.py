@@ -1,55 +1,97 @@
-"""The HLO diff's pairing of two modules' instructions, stage by stage.
+"""The HLO diff's matching: the pairs found so far, the rule every pair must keep, and the
+matcher steps as data.
 
-1. Exact: equal `merkle` fingerprints (opcode, shape and layout, attributes, a fusion's
-   body, and the same of every operand up the graph), paired in program order; then equal
-   `structure` fingerprints, the same without layouts and backend configs.
-2. Parameters of the entry computations, by their index: the program's inputs.
-3. Metadata: an instruction's JAX operation and source line (`op_name`, the file and line
-   its stack frame names) survive the renaming a different target or option brings; the
-   best-suited instruction with the same metadata is taken.
-4. Propagation, greedy, from every pair outward: operands of a pair by position (top-down),
-   users of a pair that read it at the same position with the same local signature
-   (bottom-up), as long as the choice is unambiguous.
+The steps (`STEPS`, in `app.ir.hlo_matchers` and `app.ir.hlo_regroup`) run in order from
+`run_steps`, each a function with one job that looks only at what earlier steps left
+unpaired, as in XLA's own hlo_diff: identical subgraphs first, then the same structure,
+the program's inputs, splits and merges, the same JAX operation and source line, the
+roots, and last propagation bottom-up and top-down from every pair. Every pair remembers
+the step that made it, and whether it is only a guess; a test can stop after any step.
 
-A split or merge found between stages 2 and 3 (`app.ir.hlo_regroup`) takes its fusions
-out of the pairing; it is propagated from like a pair.
+The rule (`Matching.pair` refuses what breaks it, whichever step asks): two nodes pair only
+if they do the same work (a GEMM with a GEMM, a reduction with a reduction, a collective
+with a collective...) and deliver arrays of the same element count (for tuples, some array
+in common). A step may ask for a pair that only its own evidence supports (the same JAX
+operation on the same line): such a pair, of other sizes or of two kernels doing
+different work, carries `guess`. A reduction never pairs with a GEMM, nor a collective,
+a tuple, a parameter or a constant with anything else, not even as a guess.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.ir.hlo_graph import HloGraph, Instr
+from app.ir.hlo_graph import KERNEL_WORKS, HloGraph, Node
 
-LOOSE = frozenset({"layout", "tuple"})
-"""Families whose metadata is often borrowed from a neighbour."""
-CANDIDATES = 16
-"""Instructions with the same metadata weighed for one instruction, at most, besides
-those that read what its own operands were paired with."""
-SCANNED = 64
-"""Instructions with the same metadata looked at on either side of its place, at most."""
+
+@dataclass(frozen=True)
+class Regroup:
+    """A split (one in A, several in B) or a merge (several in A, one in B)."""
+
+    a: tuple[int, ...]
+    b: tuple[int, ...]
+
+    @property
+    def split(self) -> bool:
+        return len(self.a) == 1
+
+
+def compatible(x: Node, y: Node) -> str:
+    """Whether two nodes' work lets them pair: "yes" (the same work), "guess" (only as a
+    guess: two kernels doing different work, or an elementwise operation or a copy
+    against a kernel) or "no" (a reduction and a GEMM; anything else of different work)."""
+    works = {x.work, y.work}
+    if x.work == y.work:
+        return "yes"
+    if works == {"gemm", "reduction"}:
+        return "no"
+    if works <= KERNEL_WORKS | {"op"} or works <= KERNEL_WORKS | {"layout"}:
+        return "guess"
+    return "no"
+
+
+def same_size(x: Node, y: Node) -> bool:
+    """Whether the two deliver arrays of one element count (a tuple: some array in common)."""
+    a, b = x.counts, y.counts
+    return a == b or any(c in b for c in a) or not (a or b)
 
 
 @dataclass
 class Matching:
-    """The pairs found so far, and the instructions a split or merge has taken."""
+    """The pairs found so far, and the nodes a split or merge has taken."""
 
     a: HloGraph
     b: HloGraph
     a_to_b: dict[int, int] = field(default_factory=dict)
     b_to_a: dict[int, int] = field(default_factory=dict)
-    stage: dict[int, str] = field(default_factory=dict)
-    """How each pair was found, by its instruction in A."""
+    made: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    """How each pair was made, by its node in A: the step, and whether it is a guess."""
+    regroups: list[Regroup] = field(default_factory=list)
     taken_a: set[int] = field(default_factory=set)
     taken_b: set[int] = field(default_factory=set)
 
-    def pair(self, i: int, j: int, stage: str) -> None:
+    def allows(self, i: int, j: int, *, guess: bool = False) -> bool:
+        """Whether the rule lets `i` and `j` pair (as a guess, with `guess`)."""
+        x, y = self.a.instrs[i], self.b.instrs[j]
+        verdict = compatible(x, y)
+        if verdict == "no":
+            return False
+        return guess or (verdict == "yes" and same_size(x, y))
+
+    def pair(self, i: int, j: int, step: str, *, may_guess: bool = False) -> bool:
+        """Pair `i` and `j` if the rule allows it (as a guess only when `may_guess` and
+        nothing better allows it); whether they were paired."""
+        if self.allows(i, j):
+            guess = False
+        elif may_guess and self.allows(i, j, guess=True):
+            guess = True
+        else:
+            return False
         self.a_to_b[i] = j
         self.b_to_a[j] = i
-        self.stage[i] = stage
+        self.made[i] = (step, guess)
+        return True
 
     def free_a(self, i: int) -> bool:
         return self.a.instrs[i].unit and i not in self.a_to_b and i not in self.taken_a
@@ -58,289 +100,19 @@ class Matching:
         return self.b.instrs[j].unit and j not in self.b_to_a and j not in self.taken_b
 
 
-def affinity(x: Instr, y: Instr) -> int:
-    """How well two instructions may stand for each other: below 0 never (a parameter or
-    constant and anything else), 0 only on the word of their metadata (different kinds of
-    operation), 4 and up the same opcode or one family of the same shape, more for the
-    same shape and kind."""
-    if "parameter" in (x.op, y.op) or "constant" in (x.op, y.op):
-        return 6 if x.op == y.op and x.dims == y.dims else -1
-    if x.op == y.op:
-        score = 4
-    elif x.family is not None and x.family == y.family:
-        score = 2
-    else:
-        return 0
-    if x.dims == y.dims:
-        score += 2
-    if x.kind == y.kind:
-        score += 1
-    return score
+@dataclass(frozen=True)
+class Step:
+    """One matcher: its name (what each pair it makes says as `step`), what it does, and
+    the function that does it."""
+
+    name: str
+    does: str
+    run: Callable[[Matching], None]
 
 
-def contradicts(x: Instr, y: Instr) -> bool:
-    """Whether the metadata of two computing instructions says they come from different
-    operations: both name one and neither the JAX operation nor the source line agree.
-    (A bitcast, reshape, copy or tuple element often carries its neighbour's metadata, so
-    theirs says nothing.)"""
-    if x.family in LOOSE or y.family in LOOSE:
-        return False
-    named = bool(x.op_name and y.op_name)
-    placed = bool(x.source and y.source)
-    if not (named or placed):
-        return False
-    return not ((named and x.op_name == y.op_name) or (placed and x.source == y.source))
-
-
-def _upstream(g: HloGraph, k: int, depth: int = 2) -> set[int]:
-    """The instructions `k` reads, and what they read, `depth` levels up."""
-    found: set[int] = set()
-    frontier = [k]
-    for _ in range(depth):
-        frontier = [o for f in frontier for o in g.instrs[f].operands if o not in found]
-        found.update(frontier)
-    return found
-
-
-def match_exact(m: Matching) -> None:
-    """Stage 1: instructions whose whole upstream graph is the same; then those whose
-    upstream graph has the same structure (opcodes, shapes, attributes, fusion bodies),
-    laid out or configured differently."""
-    stages: tuple[Callable[[Instr], int], ...] = (
-        lambda ins: ins.merkle,
-        lambda ins: ins.structure,
-    )
-    for fingerprint in stages:
-        pending: dict[int, deque[int]] = defaultdict(deque)
-        for i in m.a.units:
-            if m.free_a(i):
-                pending[fingerprint(m.a.instrs[i])].append(i)
-        for j in m.b.units:
-            queue = pending.get(fingerprint(m.b.instrs[j])) if m.free_b(j) else None
-            if queue:
-                m.pair(queue.popleft(), j, "exact")
-
-
-def match_parameters(m: Matching) -> None:
-    """Stage 2: the entry computations' parameters, by index (the program's inputs: the
-    same input whatever its shape or layout became)."""
-    found = {
-        m.a.instrs[i].literal: i
-        for i in m.a.units
-        if m.a.instrs[i].op == "parameter" and m.a.instrs[i].entry and m.free_a(i)
-    }
-    for j in m.b.units:
-        y = m.b.instrs[j]
-        if y.op == "parameter" and y.entry and m.free_b(j) and y.literal in found:
-            m.pair(found.pop(y.literal), j, "parameter")
-
-
-def _metadata_keys(ins: Instr) -> list[tuple[Hashable, ...]]:
-    """Keys from the most telling to the least: operation and line, line, operation."""
-    keys: list[tuple[Hashable, ...]] = []
-    if ins.op_name and ins.source:
-        keys.append(("both", ins.op_name, ins.source))
-    if ins.source:
-        keys.append(("line", ins.source))
-    if ins.op_name:
-        keys.append(("op", ins.op_name))
-    return keys
-
-
-def match_metadata(m: Matching) -> None:
-    """Stage 3: the same JAX operation and source line, in A's program order (so that what
-    an instruction reads is paired before it, and counts for the candidate reading it)."""
-    index: dict[tuple[Hashable, ...], list[int]] = defaultdict(list)
-    for j in m.b.units:
-        if m.free_b(j):
-            for key in _metadata_keys(m.b.instrs[j]):
-                index[key].append(j)
-    rank_a = {i: r / max(len(m.a.units), 1) for r, i in enumerate(m.a.units)}
-    rank_b = {j: r / max(len(m.b.units), 1) for r, j in enumerate(m.b.units)}
-    upstream_b: dict[int, set[int]] = {}
-    placed = {key: [rank_b[j] for j in group] for key, group in index.items()}
-    members = {key: set(group) for key, group in index.items()}
-    for i in m.a.units:
-        if not m.free_a(i):
-            continue
-        x = m.a.instrs[i]
-        keys = [k for k in _metadata_keys(x) if k in index]
-        if not keys:
-            continue
-        partners = {m.a_to_b[o] for o in _upstream(m.a, i) if o in m.a_to_b}
-        near = {
-            u for p in partners if len(users := m.b.instrs[p].users) <= CANDIDATES for u in users
-        }
-        for key in keys:
-            group = index[key]
-            pool = [u for u in near if u in members[key]]
-            pool += _around(m, group, placed[key], rank_a[i])
-            wanted = 0 if key[0] == "both" else 4
-            best = Candidates(m, x, partners, upstream_b, rank_a[i], rank_b).best(pool, wanted)
-            if best is not None:
-                m.pair(i, best, "metadata")
-                break
-
-
-def _around(m: Matching, group: list[int], ranks: list[float], at: float) -> list[int]:
-    """Up to CANDIDATES free instructions of `group` (in B's program order, at `ranks`)
-    nearest to the place `at`, looking at most SCANNED instructions either way: a large
-    group (one JAX operation everywhere) is never walked whole for one instruction."""
-    middle = bisect.bisect_left(ranks, at)
-    out: list[int] = []
-    for step in (-1, 1):
-        k = middle - 1 if step < 0 else middle
-        found = scanned = 0
-        while 0 <= k < len(group) and found < CANDIDATES // 2 and scanned < SCANNED:
-            if m.free_b(group[k]):
-                out.append(group[k])
-                found += 1
-            k += step
-            scanned += 1
-    return out
-
-
-@dataclass
-class Candidates:
-    """Weighs candidates for one instruction `x` of A."""
-
-    m: Matching
-    x: Instr
-    partners: set[int]
-    """What `x` reads (two levels up), as paired in B."""
-    upstream: dict[int, set[int]]
-    """What each instruction of B reads two levels up, worked out once."""
-    at: float
-    """Where `x` is in A's program order, from 0 to 1."""
-    ranks: dict[int, float]
-    """Where each instruction of B is in B's."""
-
-    def best(self, pool: Iterable[int], wanted: int) -> int | None:
-        """The candidate that suits `x` best: affinity (at least `wanted`), what it reads
-        paired with what `x` reads, the same kind of computation, then the nearest in
-        program order."""
-        best: tuple[int, float] | None = None
-        found: int | None = None
-        for j in pool:
-            if not self.m.free_b(j):
-                continue
-            y = self.m.b.instrs[j]
-            score = affinity(self.x, y)
-            if score < wanted:
-                continue
-            if self.partners:
-                if j not in self.upstream:
-                    self.upstream[j] = _upstream(self.m.b, j)
-                score += 2 * len(self.partners & self.upstream[j])
-            score -= 2 * (self.x.entry != y.entry)
-            rank = (score, -abs(self.at - self.ranks[j]))
-            if best is None or rank > best:
-                best, found = rank, j
-        return found
-
-
-def seed_roots(m: Matching) -> list[tuple[list[int], list[int]]]:
-    """The entry computations' roots, paired when both are free and alike."""
-    root_a = next((i for i in m.a.units if m.a.instrs[i].root and m.a.instrs[i].entry), None)
-    root_b = next((j for j in m.b.units if m.b.instrs[j].root and m.b.instrs[j].entry), None)
-    if root_a is None or root_b is None or not (m.free_a(root_a) and m.free_b(root_b)):
-        return []
-    if affinity(m.a.instrs[root_a], m.b.instrs[root_b]) < 4:
-        return []
-    m.pair(root_a, root_b, "propagation")
-    return [([root_a], [root_b])]
-
-
-def propagate(m: Matching, seeds: Iterable[tuple[list[int], list[int]]]) -> None:
-    """Stage 4: from each pair (or split, or merge) to its operands and its users, greedily,
-    until nothing more is unambiguous."""
-    work = deque(seeds)
-    while work:
-        xs, ys = work.popleft()
-        for i, j in [*_downward(m, xs, ys), *_upward(m, xs, ys)]:
-            if m.free_a(i) and m.free_b(j) and not contradicts(m.a.instrs[i], m.b.instrs[j]):
-                m.pair(i, j, "propagation")
-                work.append(([i], [j]))
-
-
-def _downward(m: Matching, xs: list[int], ys: list[int]) -> list[tuple[int, int]]:
-    ops_a = _outside((o for x in xs for o in m.a.instrs[x].operands), xs)
-    ops_b = _outside((o for y in ys for o in m.b.instrs[y].operands), ys)
-    if len(xs) == 1 == len(ys) and len(ops_a) == len(ops_b):
-        return [
-            (oa, ob)
-            for oa, ob in zip(ops_a, ops_b, strict=True)
-            if m.free_a(oa) and m.free_b(ob) and affinity(m.a.instrs[oa], m.b.instrs[ob]) >= 4
-        ]
-    free_a = [o for o in dict.fromkeys(ops_a) if m.free_a(o)]
-    free_b = [o for o in dict.fromkeys(ops_b) if m.free_b(o)]
-    return _narrowing(m, free_a, free_b, [])
-
-
-def _upward(m: Matching, xs: list[int], ys: list[int]) -> list[tuple[int, int]]:
-    users_a = [u for u in _outside((u for x in xs for u in m.a.instrs[x].users), xs) if m.free_a(u)]
-    users_b = [u for u in _outside((u for y in ys for u in m.b.instrs[y].users), ys) if m.free_b(u)]
-    if not users_a or not users_b:
-        return []
-    inside_a, inside_b = set(xs), set(ys)
-
-    def reading(g: HloGraph, k: int) -> tuple[int, int]:
-        ins = g.instrs[k]
-        inside = inside_a if g is m.a else inside_b
-        at = next((n for n, o in enumerate(ins.operands) if o in inside), -1)
-        return ins.coarse, at
-
-    return _narrowing(m, users_a, users_b, _unique(users_a, users_b, m, reading, ordered=True))
-
-
-def _narrowing(
-    m: Matching, xs: list[int], ys: list[int], found: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """`found`, and more pairs of what it left of `xs` and `ys` by ever looser keys, each
-    pair alone with its key on both sides: opcode and shape, opcode, family."""
-    keys: list[Callable[[HloGraph, int], Hashable]] = [
-        lambda g, k: (g.instrs[k].op, g.instrs[k].dims),
-        lambda g, k: g.instrs[k].op,
-        lambda g, k: g.instrs[k].family or g.instrs[k].op,
-    ]
-    for key in keys:
-        done_a, done_b = {i for i, _ in found}, {j for _, j in found}
-        rest_a = [x for x in xs if x not in done_a]
-        rest_b = [y for y in ys if y not in done_b]
-        if not rest_a or not rest_b:
-            break
-        found += [
-            (x, y)
-            for x, y in _unique(rest_a, rest_b, m, key)
-            if affinity(m.a.instrs[x], m.b.instrs[y]) > 0
-        ]
-    return found
-
-
-def _outside(ids: Iterable[int], group: list[int]) -> list[int]:
-    inside = set(group)
-    return [k for k in dict.fromkeys(ids) if k not in inside]
-
-
-def _unique(
-    xs: list[int],
-    ys: list[int],
-    m: Matching,
-    key: Callable[[HloGraph, int], Hashable],
-    *,
-    ordered: bool = False,
-) -> list[tuple[int, int]]:
-    """Pairs of `xs` and `ys` whose key is theirs alone on both sides; with `ordered`, a
-    key shared by as many on each side pairs them in program order."""
-    by_a: dict[Hashable, list[int]] = defaultdict(list)
-    by_b: dict[Hashable, list[int]] = defaultdict(list)
-    for x in xs:
-        by_a[key(m.a, x)].append(x)
-    for y in ys:
-        by_b[key(m.b, y)].append(y)
-    found: list[tuple[int, int]] = []
-    for k, left in by_a.items():
-        right = by_b.get(k, [])
-        if len(left) == len(right) and (len(left) == 1 or ordered):
-            found += zip(left, right, strict=True)
-    return found
+def run_steps(a: HloGraph, b: HloGraph, steps: tuple[Step, ...]) -> Matching:
+    """Every step in order over the graphs `a` and `b`."""
+    m = Matching(a, b)
+    for step in steps:
+        step.run(m)
+    return m

@@ -3,18 +3,19 @@
 A kernel's keys say what it computes (`app.ir.hlo_graph.HloGraph.keys`: each operation of
 its body by JAX operation and source line, or by opcode and shape where the metadata is
 silent). A kernel of B whose keys lie (mostly) inside one kernel of A is a part of it; two
-or more parts that reach one another and together cover (most of) it make a split. A
-merge is the same with the sides swapped. Only kernels left unpaired by the exact stage
-take part, and of those only kernels whose body one side has more of than the other.
+or more parts that reach one another and together cover (most of) it make a split, as
+long as they compute no more matrix products than it does (two layers written on one
+line are two products, not the parts of one). A merge is the same with the sides
+swapped. Only kernels left unpaired by the exact steps take part, and of those only
+kernels whose body one side has more of than the other.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 from app.ir.hlo_graph import KERNELS, HloGraph
-from app.ir.hlo_match import Matching
+from app.ir.hlo_match import Matching, Regroup
 
 INSIDE = 0.75
 """The share of a part's keys that must be the whole's."""
@@ -28,18 +29,6 @@ COMMON = 32
 """A key found in more kernels than this is too common to propose a candidate."""
 
 
-@dataclass(frozen=True)
-class Regroup:
-    """A split (one in A, several in B) or a merge (several in A, one in B)."""
-
-    a: tuple[int, ...]
-    b: tuple[int, ...]
-
-    @property
-    def split(self) -> bool:
-        return len(self.a) == 1
-
-
 def _kernels(g: HloGraph, free: set[int], surplus: Counter[int]) -> list[int]:
     """The free kernels of `g` that may be part of a split or merge: those whose body this
     side has more of than the other (`surplus`); a kernel only renamed, or placed
@@ -49,13 +38,12 @@ def _kernels(g: HloGraph, free: set[int], surplus: Counter[int]) -> list[int]:
         for k in g.units
         if k in free and g.instrs[k].op in KERNELS and surplus[g.instrs[k].body] > 0
     ]
-    g.prepare_keys(found)
     return [k for k in found if g.keys(k)]
 
 
 def _rank(g: HloGraph) -> dict[int, float]:
     """Each instruction's place in program order, from 0 to 1."""
-    return {k: n / max(len(g.units), 1) for n, k in enumerate(g.units)}
+    return g.ranks()
 
 
 def _parts(
@@ -120,13 +108,34 @@ def _connected(g: HloGraph, members: list[int]) -> list[list[int]]:
     return [sorted(grp) for grp in groups]
 
 
+def _within(wholes: HloGraph, whole: int, parts: HloGraph, members: list[int]) -> list[int]:
+    """The members that can be parts of the whole: each delivers an array of the whole's
+    element counts or feeds other members only; nearest the whole in program order
+    first, as long as their matrix products add up to no more than the whole's."""
+    at_whole, at_part = _rank(wholes)[whole], _rank(parts)
+    counts, inside = wholes.instrs[whole].counts, set(members)
+    members = [
+        p
+        for p in members
+        if set(parts.instrs[p].counts) & set(counts) or set(parts.instrs[p].users) <= inside
+    ]
+    left = wholes.gemms(whole)
+    kept: list[int] = []
+    for p in sorted(members, key=lambda p: abs(at_part[p] - at_whole)):
+        if parts.gemms(p) <= left:
+            left -= parts.gemms(p)
+            kept.append(p)
+    return sorted(kept)
+
+
 def _grouped(
     wholes: HloGraph, whole_ids: list[int], parts: HloGraph, part_ids: list[int]
 ) -> list[tuple[int, list[int]]]:
     out: list[tuple[int, list[int]]] = []
-    for whole, members in _parts(wholes, whole_ids, parts, part_ids).items():
+    for whole, found in _parts(wholes, whole_ids, parts, part_ids).items():
         keys = wholes.keys(whole)
         best: tuple[int, list[int]] | None = None
+        members = _within(wholes, whole, parts, found)
         for group in _connected(parts, members) if len(members) > 1 else []:
             covered = len(set().union(*(parts.keys(p) for p in group)) & keys)
             if (
@@ -140,7 +149,7 @@ def _grouped(
     return sorted(out)
 
 
-def find_regroups(m: Matching) -> list[Regroup]:
+def find_regroups(m: Matching) -> None:
     """Splits, then merges among what is left, over the kernels still free; their members
     are taken out of the pairing (`Matching.taken_a`, `taken_b`)."""
     free_a = {i for i in m.a.units if m.free_a(i)}
@@ -161,4 +170,4 @@ def find_regroups(m: Matching) -> list[Regroup]:
     for regroup in found:
         m.taken_a.update(regroup.a)
         m.taken_b.update(regroup.b)
-    return found
+    m.regroups.extend(found)

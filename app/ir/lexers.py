@@ -23,6 +23,8 @@ from pygments.token import (
     Whitespace,
 )
 
+from workers.protocol.hlo import SOURCE_TABLES
+
 COLLECTIVE_WORDS = (
     r"all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|"
     r"ragged-all-to-all|all_reduce|all_gather|reduce_scatter|all_to_all|collective_permute|"
@@ -47,7 +49,7 @@ class HloLexer(RegexLexer):
             (r"//.*?$", Comment.Single),
             (r"/\*.*?\*/", Comment.Multiline),
             (r"\b(HloModule|ENTRY|ROOT)\b", Keyword),
-            (r"^(FileNames|FunctionNames|FileLocations|StackFrames)\b", Keyword.Namespace),
+            (rf"^({'|'.join(SOURCE_TABLES)})\b", Keyword.Namespace),
             (r'"(?:[^"\\]|\\.)*"', String),
             (r"%[\w.\-]+", Name.Variable),
             (_SHAPE, Keyword.Type),

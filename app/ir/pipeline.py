@@ -17,7 +17,8 @@ from html import escape
 from markupsafe import Markup
 
 from app.ir.diff import normalize
-from workers.protocol import PipelineCapture, PipelineStep, RunResult, hlo
+from workers.protocol import PipelineCapture, PipelineStep, RunResult
+from workers.protocol.hlo import instruction_heads
 
 PIPELINE_ARTIFACT = "pipeline"
 """The stored artifact's name (not an IR: the API's artifact routes do not list it)."""
@@ -218,11 +219,9 @@ def origins(capture: PipelineCapture, final_hlo: str) -> list[Origin]:
         first_seen.setdefault(step.snapshot, i)
     ordered = sorted(first_seen.items(), key=lambda item: item[1])
     renames = _Renames(capture, [snapshot for snapshot, _ in ordered])
-    for line in final_hlo.splitlines():
-        m = hlo.INSTRUCTION.match(line)
-        if not m or not _TRACED_OPS.match(m.group("op")) or m.group("op").endswith("-done"):
+    for name, _, op in instruction_heads(final_hlo):
+        if not _TRACED_OPS.match(op) or op.endswith("-done"):
             continue
-        name, op = m.group("name"), m.group("op")
         origin = Origin(name, op, None, None, None)
         candidates = [name]
         synchronous = _ASYNC.sub("", name)
@@ -276,12 +275,7 @@ class _Renames:
     def _instructions(self, position: int) -> list[tuple[str, str, str]]:
         snapshot = self._snapshots[position]
         if snapshot not in self._parsed:
-            rows = []
-            for line in self._capture.snapshots[snapshot].splitlines():
-                m = hlo.INSTRUCTION.match(line)
-                if m:
-                    rows.append((m.group("name"), m.group("shape"), m.group("op")))
-            self._parsed[snapshot] = rows
+            self._parsed[snapshot] = instruction_heads(self._capture.snapshots[snapshot])
         return self._parsed[snapshot]
 
     def first(self, name: str, before: int) -> int | None:

@@ -8,7 +8,7 @@ Three IRs carry source positions, each its own way:
   lines at the end of the module name a file position, a named wrapper around another
   location, or a call site (`callsite(callee at caller)`);
 - optimized HLO ends an instruction with `metadata={... stack_frame_id=N}`, resolved through
-  the module's StackFrames, FileLocations and FileNames tables.
+  the module's stack-frame tables by the one HLO reader (`workers.protocol.hlo`).
 
 Each gives, per line, the chain of (file, line) positions from the innermost frame outwards.
 """
@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from workers.catalog.jaxexport import boundary_frame
+from workers.protocol.hlo import HloSyntaxError, read_hlo
 
 Position = tuple[str, int]
 """A source file (as the IR spells it) and a 1-based line."""
@@ -40,10 +41,6 @@ _MLIR_FILE = re.compile(r'^"(?P<file>(?:[^"\\]|\\.)*)":(?P<line>' + _N + r"):\d+
 _MLIR_NAMED = re.compile(r'^"(?:[^"\\]|\\.)*"\((#loc\d*)\)$')
 _MLIR_CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
 _MLIR_FUSED = re.compile(r"^fused\[(.*)\]$")
-_HLO_SOURCE = re.compile(r'\bsource_file="([^"]*)"\s+source_line=(' + _N + ")")
-_HLO_TABLE_ROW = re.compile("^(" + _N + r")\s+(.*)$")
-_HLO_FIELD = re.compile(r"\b(\w+)=(" + _N + ")")
-_HLO_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
 @dataclass
@@ -51,6 +48,8 @@ class SourceMap:
     """Per IR line (0-based), its source positions, innermost first; lines without are absent."""
 
     positions: dict[int, list[Position]]
+    problem: str | None = None
+    """Why the text's positions could not be read (it does not parse), or None."""
 
     def files(self) -> list[str]:
         """Every file named, in first-seen order."""
@@ -117,75 +116,31 @@ def _mlir(lines: list[str]) -> SourceMap:
     return SourceMap(found)
 
 
-def hlo_tables(lines: list[str]) -> dict[str, dict[int, str]]:
-    """The module's source tables by name: row id → the row's text."""
-    tables: dict[str, dict[int, str]] = {}
-    current: dict[int, str] | None = None
-    for line in lines:
-        stripped = line.strip()
-        if stripped in _HLO_TABLES:
-            current = tables.setdefault(stripped, {})
-        elif current is not None:
-            m = _HLO_TABLE_ROW.match(stripped)
-            if m:
-                current[int(m.group(1))] = m.group(2)
-            else:
-                current = None
-        if line.startswith(("%", "ENTRY")):
-            break  # the tables come before the first computation
-    return tables
+def _hlo(lines: list[str], cut: bool) -> SourceMap:
+    try:
+        module = read_hlo("\n".join(lines), cut=cut)
+    except HloSyntaxError as exc:
+        return SourceMap({}, f"the HLO does not parse, so its lines link to no source ({exc})")
+    return SourceMap(
+        {
+            ins.line - 1: [(f.file, f.line) for f in ins.source.stack]
+            for ins in module.instructions()
+            if ins.source is not None
+        }
+    )
 
 
-def _hlo(lines: list[str]) -> SourceMap:
-    tables = hlo_tables(lines)
-    names = {k: v.strip().strip('"') for k, v in tables.get("FileNames", {}).items()}
-    locations: dict[int, Position] = {}
-    for k, row in tables.get("FileLocations", {}).items():
-        fields = dict(_HLO_FIELD.findall(row))
-        if "file_name_id" in fields and "line" in fields:
-            locations[k] = (names.get(int(fields["file_name_id"]), "?"), int(fields["line"]))
-    frames: dict[int, tuple[int, int]] = {}
-    for k, row in tables.get("StackFrames", {}).items():
-        fields = dict(_HLO_FIELD.findall(row))
-        frames[k] = (int(fields.get("file_location_id", 0)), int(fields.get("parent_frame_id", 0)))
-    memo: dict[int, list[Position]] = {}
-
-    def chain_of(frame: int) -> list[Position]:
-        chain: list[Position] = []
-        seen: set[int] = set()
-        while frame in frames and frame not in seen:  # a frame may name itself as parent
-            seen.add(frame)
-            location, parent = frames[frame]
-            if location in locations and locations[location] not in chain:
-                chain.append(locations[location])
-            frame = parent
-        return chain
-
-    found: dict[int, list[Position]] = {}
-    for i, line in enumerate(lines):
-        at = line.find("stack_frame_id=")  # str.find: far cheaper than a regex per line
-        if at >= 0:
-            digits = line[at + 15 : at + 27]
-            frame = int(digits[: len(digits) - len(digits.lstrip("0123456789"))] or 0)
-            if frame not in memo:
-                memo[frame] = chain_of(frame)
-            if memo[frame]:
-                found[i] = memo[frame]
-        elif "source_line=" in line and (m := _HLO_SOURCE.search(line)):
-            found[i] = [(m.group(1), int(m.group(2)))]
-    return SourceMap(found)
-
-
-def source_map(artifact: str, lines: list[str]) -> SourceMap:
+def source_map(artifact: str, lines: list[str], *, cut: bool = False) -> SourceMap:
     """The source positions of `lines` of the artifact named `artifact` (empty if it has
     none), without Boundary's own frames (the export wrapper, the worker's stages): a line
-    is linked to the code it came from, never to the code that traced it."""
+    is linked to the code it came from, never to the code that traced it. `cut`: the text
+    was stopped at the storage cap."""
+    if artifact == "hlo":
+        return _hlo(lines, cut)  # the reader leaves Boundary's frames out
     if artifact == "jaxpr":
         found = _jaxpr(lines)
     elif artifact in MLIR_ARTIFACTS:
         found = _mlir(lines)
-    elif artifact == "hlo":
-        found = _hlo(lines)
     else:
         return SourceMap({})
     own = {f: boundary_frame(f) for f in {p[0] for c in found.positions.values() for p in c}}

@@ -23,6 +23,7 @@ from app.ir.lexers import lexer_for
 from app.ir.render import colour, highlight, line_html
 from app.ir.sent import SentLines, sent_panel, short_file
 from app.ir.sources import Position, SourceMap, source_map
+from workers.protocol.hlo import library_file
 
 PAGE_LINES = 500
 """Lines per page without JavaScript; the next page is a link."""
@@ -85,12 +86,13 @@ class Keys:
         return short_file(file)
 
     def key(self, chain: list[Position]) -> str:
-        """The one position a line links to: the innermost in the workload's file, if any."""
+        """The one position a line links to: the innermost in the workload's file, if any,
+        else the innermost in the user's own files (outside installed packages)."""
         if self.path:
             for file, line in chain:
                 if file.endswith(self.path):
                     return str(line)
-        file, line = chain[0]
+        file, line = next(((f, n) for f, n in chain if not library_file(f)), chain[0])
         return f"{self.short(file)}:{line}"
 
 
@@ -118,6 +120,8 @@ class IrView:
     max_hits: int = MAX_HITS
     source_unmapped: str = ""
     """The source the run sent when no line of this artifact maps into it (not shown)."""
+    problem: str | None = None
+    """Why the text's source positions could not be read, when they could not."""
 
     def url(self, **changes: str | int | None) -> str:
         params: dict[str, str | int] = {"q": self.q, "src": self.src}
@@ -165,12 +169,12 @@ class _Document:
 
 
 @lru_cache(maxsize=6)
-def _document(name: str, text: str, source_path: str) -> _Document:
+def _document(name: str, text: str, source_path: str, cut: bool) -> _Document:
     # Kept for the few artifacts being read: scrolling loads their next pages one by one.
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    smap = source_map(name, lines)
+    smap = source_map(name, lines, cut=cut)
     keys = Keys(source_path)
     line_keys = {i: keys.key(chain) for i, chain in smap.positions.items()}
     return _Document(lines, smap, line_keys, block_folds(name, lines))
@@ -188,11 +192,13 @@ def build_view(
     part: bool = False,
     sent: SentLines | None = None,
     uploaded: bool = False,
+    cut: bool = False,
 ) -> IrView:
     """The view of artifact `name` (text `text`, served at `base`) for these parameters.
     `sent`: the Python lines sent with an uploaded program (`uploaded`), shown beside the
-    IR when the run carries no source of its own."""
-    doc = _document(name, text, source.path if source is not None else "")
+    IR when the run carries no source of its own; `cut`: the text was stopped at the
+    storage cap."""
+    doc = _document(name, text, source.path if source is not None else "", cut)
     all_lines, line_keys, blocks = doc.lines, doc.line_keys, doc.blocks
     total = len(all_lines)
     lexer = lexer_for(name)
@@ -201,6 +207,7 @@ def build_view(
 
     view = IrView(name, base, total, 0, 0, q, src, Markup(""), None, "")
     view.folded = sum(b.end - b.start for b in blocks)
+    view.problem = doc.smap.problem
     view.linked = len(line_keys)
     if name == "sass":
         view.terms = _sass_terms(all_lines)

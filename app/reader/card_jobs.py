@@ -15,6 +15,7 @@ from typing import Any
 
 from app.reader.models import Card, CardJob, Content
 from workers.catalog.kernels import kernel_reading
+from workers.protocol.hlo import without_metadata
 
 
 def describe(job: CardJob) -> str:
@@ -76,7 +77,6 @@ def check_claims(job: CardJob, artifacts: dict[str, str | None]) -> list[ClaimCh
     return out
 
 
-_METADATA = re.compile(r", metadata=\{[^{}]*\}")
 QUOTE_CHARS = 400
 
 
@@ -85,7 +85,7 @@ def quote_line(text: str, at: int) -> str:
     source metadata, cut at QUOTE_CHARS: what a claim's evidence is quoted as."""
     start = text.rfind("\n", 0, at) + 1
     end = text.find("\n", at)
-    line = _METADATA.sub("", text[start : end if end >= 0 else len(text)]).strip()
+    line = without_metadata(text[start : end if end >= 0 else len(text)]).strip()
     return line if len(line) <= QUOTE_CHARS else line[: QUOTE_CHARS - 1] + "…"
 
 

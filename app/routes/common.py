@@ -43,6 +43,7 @@ class IrQuery:
         *,
         sent: SentLines | None = None,
         uploaded: bool = False,
+        cut: bool = False,
     ) -> IrView:
         """The view these parameters ask for of artifact `name` (served at `base`). A
         part, or the view htmx puts into a page, is a short first page, the rest loading
@@ -60,6 +61,7 @@ class IrQuery:
             part=part,
             sent=sent,
             uploaded=uploaded,
+            cut=cut,
         )
 
 

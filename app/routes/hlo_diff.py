@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from app.deps import DispatcherDep, StateDep
 from app.dispatch import Dispatcher
-from app.pages.compare.hlo_changes import HloDiffMissing
+from app.pages.compare.hlo_changes import HloDiffMissing, HloDiffUnreadable
 from app.pages.compare.hlo_section import report, section
 from app.pages.jobs import PREFIX
 from app.routes.common import is_htmx, render
@@ -38,22 +38,63 @@ class HloCostPublic(BaseModel):
     )
 
 
+class HloFramePublic(BaseModel):
+    file: str = Field(description="The file as the program names it.")
+    line: int
+    place: str = Field(description="The file's own name and the line: `mlp.py:21`.")
+
+
+LABEL = Field(
+    description="How its user names it: the source line and the JAX operation, "
+    "`mlp.py:21 dot_general` (`(gradient)` for a backward pass's); null when the "
+    "metadata names neither."
+)
+
+
 class HloInstrPublic(BaseModel):
-    """One instruction: a fusion's kind (with a custom fusion's backend kind, e.g.
+    """One instruction, first as its user names it (source line, JAX operation), then as
+    the compiler does: a fusion's kind (with a custom fusion's backend kind, e.g.
     kCustom/__triton_gemm) or a custom call's target is its `kind`."""
 
+    label: str | None = LABEL
+    jax_op: str | None = Field(description="The JAX operation: `dot_general`.")
+    op_name: str | None = Field(description="Its metadata's op_name, whole.")
+    source: HloFramePublic | None = Field(
+        description="The innermost frame in the user's own files (outside installed packages)."
+    )
+    library: HloFramePublic | None = Field(
+        description="The innermost frame inside an installed package, when the user's line "
+        "called into one (a flax layer)."
+    )
     name: str
     opcode: str = Field(description="An asynchronous start's opcode without -start.")
     kind: str | None
+    library_kind: str | None = Field(
+        description="The library behind a custom call or custom fusion: Triton, cuBLASLt…"
+    )
+    work: str = Field(
+        description="What it does: gemm, reduction, kernel, collective, layout, tuple, "
+        "parameter, constant or op."
+    )
+    computes: list[str] = Field(description="The JAX operations it computes (a fusion's body's).")
     shape: str
     line: int = Field(description="Its 1-based line in the run's HLO text (0: not found).")
     cost: HloCostPublic
 
 
 class HloPairPublic(BaseModel):
+    label: str | None = LABEL
     a: HloInstrPublic
     b: HloInstrPublic
     what: list[str] = Field(description="What differs, e.g. opcode, layout, fusion body.")
+    step: str = Field(
+        description="The matcher step that paired them: exact, structure, parameters, "
+        "metadata, roots or propagation."
+    )
+    guess: bool = Field(
+        description="Only a guess: the same JAX operation on the same line, but arrays of "
+        "another size or kernels doing different work."
+    )
 
 
 class HloRegroupLines(BaseModel):
@@ -61,15 +102,24 @@ class HloRegroupLines(BaseModel):
     b: list[int]
 
 
+class HloRegroupParts(BaseModel):
+    a: list[HloInstrPublic]
+    b: list[HloInstrPublic]
+
+
 class HloSplitPublic(BaseModel):
+    label: str | None = LABEL
     a: str
     b: list[str]
+    parts: HloRegroupParts
     lines: HloRegroupLines
 
 
 class HloMergePublic(BaseModel):
+    label: str | None = LABEL
     a: list[str]
     b: str
+    parts: HloRegroupParts
     lines: HloRegroupLines
 
 
@@ -79,6 +129,7 @@ class HloCollectiveLines(BaseModel):
 
 
 class HloCollectivePublic(BaseModel):
+    label: str | None = LABEL
     a: str | None = Field(description="The collective in A; null when only B has it.")
     b: str | None
     kind: str
@@ -96,6 +147,7 @@ class HloDiffSummary(BaseModel):
     only_b: int
     splits: int
     merges: int
+    guesses: int = Field(description="Changed pairs that are only guesses.")
 
 
 class HloSides(BaseModel):
@@ -139,12 +191,17 @@ async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
         return await report(dispatcher, a, b)
     except HloDiffMissing as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
+    except HloDiffUnreadable as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
 
 
 @reads(api_router)(
     "/compare/hlo-diff",
     response_model=HloDiffPublic,
-    responses={404: {"model": MessagePublic, "description": "No such job, or no HLO."}},
+    responses={
+        404: {"model": MessagePublic, "description": "No such job, or no HLO."},
+        422: {"model": MessagePublic, "description": "A side's HLO does not parse (the line)."},
+    },
     summary="Two runs' optimized HLO, paired instruction by instruction",
 )
 async def hlo_diff_json(a: JobId, b: JobId, dispatcher: DispatcherDep) -> JSONResponse:

@@ -5,7 +5,6 @@ its diff and its IR, linked line by line to the kernel body's source."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -33,10 +32,9 @@ from app.pages.jobs import job_public
 from app.routes.common import IrQueryDep, render
 from app.routes.errors import MissingPart
 from app.routes.routing import reads
+from workers.protocol.hlo import instruction_heads
 
 router = APIRouter(include_in_schema=False)
-INSTRUCTION_NAME = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = ", re.M)
-"""An instruction's name where the HLO defines it."""
 read_route = reads(router)
 
 
@@ -44,7 +42,7 @@ def _final_names(hlo: str) -> dict[str, str]:
     """Each instruction name of the final HLO, also under the name XLA:GPU gives its kernel
     (dots made underscores: gemm_fusion_dot_general_1 is %gemm_fusion_dot_general.1)."""
     names: dict[str, str] = {}
-    for name in INSTRUCTION_NAME.findall(hlo):
+    for name, _, _ in instruction_heads(hlo):
         names.setdefault(name.replace(".", "_").replace("-", "_"), name)
         names[name] = name
     return names

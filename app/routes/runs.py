@@ -182,7 +182,7 @@ async def run_ir(
     wanted = uploaded and source is None and query.part != "lines"
     sent = sent_lines(job, dispatcher) if wanted else None
     base = f"/runs/{job_id}/ir/{name}"
-    view = query.view(name, text, base, source, request, sent=sent, uploaded=uploaded)
+    view = query.view(name, text, base, source, request, sent=sent, uploaded=uploaded, cut=cut)
     names = [n for n in ARTIFACT_NAMES if (run or {}).get("artifacts", {}).get(n)]
     ctx = {
         "name": name,

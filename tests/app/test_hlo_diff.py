@@ -4,12 +4,13 @@ generated ones: what it pairs, what it says differs, what it leaves on one side.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.ir.hlo_diff import HloDiff, diff_modules
-from app.pages.compare.hlo_changes import DiffCache, hlo_report
+from app.ir.hlo_diff import STEPS, HloDiff, diff_modules
+from app.pages.compare.hlo_changes import DiffCache, hlo_report, report_of
 from tests.app.hlo_modules import BASE, GATHERED, RELAID, RENAMED, SPLIT, large, meta
 from workers.protocol.base import JobStatus
 
@@ -114,13 +115,110 @@ def test_metadata_pairs_a_kernel_that_became_another_kind() -> None:
         "kCustom/__triton_gemm",
         "__cublas$gemm",
     )
-    assert pair.stage == "metadata" and pair.what[:2] == ("opcode", "custom-call target")
+    assert (pair.step, pair.guess) == ("metadata", False)
+    assert pair.what[:2] == ("opcode", "custom-call target")
     assert names(d)["identical"] == ["x=x", "y=y", "neg.1=neg.1"]
+
+
+def test_every_pair_names_its_step_and_the_steps_stop_after_any() -> None:
+    seen: list[set[str]] = []
+    for k in range(1, len(STEPS) + 1):
+        d = diff_modules(BASE, GATHERED, steps=STEPS[:k])
+        steps = {p.step for p in [*d.identical, *d.changed]}
+        assert steps <= {s.name for s in STEPS[:k]}, STEPS[k - 1].name
+        seen.append({f"{p.a}={p.b}" for p in [*d.identical, *d.changed]})
+    assert all(a <= b for a, b in itertools.pairwise(seen))  # each step only adds
+    assert seen[0] and seen[0] != seen[-1]
+    everything = diff_modules(BASE, GATHERED)
+    assert {p.step for p in everything.identical} == {"exact"}
+    assert [(p.step, p.guess) for p in everything.changed] == [("metadata", False)]
+
+
+GEMMS = """HloModule m
+
+%body (p0: f32[8,128], p1: f32[128,128]) -> f32[8,128] {
+  %p0 = f32[8,128]{1,0} parameter(0)
+  %p1 = f32[128,128]{1,0} parameter(1)
+  ROOT %dot.1 = f32[8,128]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, META
+}
+
+ENTRY %main (x: f32[8,128], w: f32[128,128]) -> f32[8,128] {
+  %x = f32[8,128]{1,0} parameter(0), PX
+  %w = f32[128,128]{1,0} parameter(1), PW
+  ROOT %gemm_fusion = f32[8,128]{1,0} fusion(%x, %w), kind=kCustom, calls=%body, META, \
+backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+}
+"""  # noqa: E501
+REDUCED = """HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%body (p0: f32[8,128], p1: f32[128,128]) -> f32[8,128] {
+  %p0 = f32[8,128]{1,0} parameter(0)
+  %p1 = f32[128,128]{1,0} parameter(1)
+  %z = f32[] constant(0)
+  %m = f32[8,128,128]{2,1,0} broadcast(%p1), dimensions={1,2}, META
+  ROOT %r = f32[8,128]{1,0} reduce(%m, %z), dimensions={1}, to_apply=%add, META
+}
+
+ENTRY %main (x: f32[8,128], w: f32[128,128]) -> f32[8,128] {
+  %x = f32[8,128]{1,0} parameter(0), PX
+  %w = f32[128,128]{1,0} parameter(1), PW
+  ROOT %loop_reduce_fusion = f32[8,128]{1,0} fusion(%x, %w), kind=kLoop, calls=%body, META
+}
+"""
+
+
+def _written(text: str) -> str:
+    return (
+        text.replace("META", meta("dot_general", 21))
+        .replace("PX", meta("x", 1).replace("jit(f)/", ""))
+        .replace("PW", meta("w", 1).replace("jit(f)/", ""))
+    )
+
+
+def test_a_reduction_never_pairs_with_a_gemm_and_another_size_is_a_guess() -> None:
+    gemm, reduced = _written(GEMMS), _written(REDUCED)
+    d = diff_modules(gemm, reduced)  # the same JAX operation, line and shape
+    assert names(d)["only_a"] == ["gemm_fusion"] and names(d)["only_b"] == ["loop_reduce_fusion"]
+    assert (d.a.instrs[d.only_a[0]].work, d.b.instrs[d.only_b[0]].work) == ("gemm", "reduction")
+    library = gemm.replace(
+        "ROOT %gemm_fusion = f32[8,128]{1,0} fusion(%x, %w), kind=kCustom, calls=%body",
+        "ROOT %custom-call.1 = (f32[8,128]{1,0}, s8[1024]{0}) custom-call(%x, %w), "
+        'custom_call_target="__cublas$lt$matmul"',
+    ).replace(', \\\nbackend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}', "")
+    split_k = gemm.replace(
+        "ROOT %gemm_fusion = f32[8,128]{1,0}", "ROOT %gemm_fusion = f32[4,8,128]{2,1,0}"
+    )
+    same = diff_modules(gemm, library)
+    (pair,) = same.changed  # a tuple with an array of the same size: no guess
+    assert (pair.step, pair.guess) == ("metadata", False)
+    other = diff_modules(split_k, library)
+    (guessed,) = other.changed
+    assert (guessed.step, guessed.guess) == ("metadata", True)
+    report = report_of(other, "a", "b", {"a": "XLA:GPU", "b": "XLA:GPU"})
+    (row,) = report["changed"]
+    assert (row["label"], row["step"], row["guess"]) == (
+        "model.py:21 dot_general",
+        "metadata",
+        True,
+    )
+    assert row["a"]["source"] == {"file": "/src/model.py", "line": 21, "place": "model.py:21"}
+    assert report["summary"]["guesses"] == 1
+    said = " ".join(report["sentences"])
+    assert (
+        "model.py:21: the matmul (dot_general) ran as a Triton fusion (gemm_fusion) in A and as "
+        "a cuBLASLt call (custom-call.1) in B (a guess)" in said
+    ), said
 
 
 def test_a_cut_module_is_diffed_as_far_as_it_goes() -> None:
     cut = GATHERED[: GATHERED.index("  %slice.1") + 12]  # mid-line in the entry
-    d = diff_modules(GATHERED, cut, truncated_b=True)
+    d = diff_modules(GATHERED, cut, cut_b=True)
     assert d.b.truncated and not d.a.truncated
     found = names(d)
     assert found["identical"] == [

@@ -70,7 +70,12 @@ async def test_what_changed_says_it_in_words_and_links_both_sides(
     text = words(html)
     assert "What changed" in text
     assert "B adds 1 all-gather moving 16.4 kB per device" in text
-    assert "fusion.3 is split in two (fusion.3, fusion.4)" in text
+    # In the user's words first: the source line and the JAX operation, then the kernels.
+    assert (
+        "model.py:11 mul: A's loop fusion (fusion.3) computing add and mul is split in two in "
+        "B: a loop fusion (fusion.3) computing add and a loop fusion (fusion.4) computing mul"
+    ) in text
+    assert "<code>model.py:12 neg</code>" in html  # each row leads with its source line
     # Collectives come first, with their bytes and replica groups on each side.
     assert text.index("Collectives") < text.index("Fusions split or merged")
     assert "16.4 kB" in text and "{{0,1,2,3}}" in text
@@ -129,13 +134,18 @@ async def test_the_api_answers_the_contract_and_404_names_the_id(
         "only_b": 2,
         "splits": 0,
         "merges": 0,
+        "guesses": 0,
     }
     assert body["truncated"] == {"a": False, "b": False}
     (pair,) = body["changed"]
     assert pair["a"]["name"] == pair["b"]["name"] == "neg.1" and pair["what"] == ["operands"]
+    assert (pair["label"], pair["step"], pair["guess"]) == ("model.py:12 neg", "metadata", False)
+    assert pair["a"]["source"] == {"file": "/src/model.py", "line": 12, "place": "model.py:12"}
+    assert (pair["a"]["jax_op"], pair["a"]["work"]) == ("neg", "op")
     assert {i["name"] for i in body["only_b"]} == {"all-gather-start", "slice.1"}
     (collective,) = body["collectives"]
     assert collective == {
+        "label": "model.py:12 all_gather",
         "a": None,
         "b": "all-gather-start",
         "kind": "all-gather",
@@ -157,6 +167,14 @@ async def test_the_api_answers_the_contract_and_404_names_the_id(
     # The compare page of a side without HLO yet has no section, and no error.
     page = await bench_client.get(f"/compare?a={queued}&b={a}")
     assert page.status_code == 200 and 'id="hlo-diff"' not in page.text
+    # HLO that does not parse is refused naming the job and the line, on the page too.
+    broken = await post_run(bench_client, worker, BASE.replace("negate(%fusion.3)", "negate("))
+    refused = await bench_client.get(f"/api/v1/compare/hlo-diff?a={a}&b={broken}")
+    assert refused.status_code == 422, refused.text
+    said = refused.json()["detail"]
+    assert broken in said and f"line {line_of(BASE, 'neg.1')}: its operand list" in said
+    page = await bench_client.get(f"/compare?a={a}&b={broken}")
+    assert page.status_code == 200 and "does not parse" in unescape(page.text)
 
 
 async def test_a_run_against_itself_and_its_repeat_changes_nothing(

@@ -16,6 +16,7 @@ from app.ir.explain import explain
 from app.settings import Settings
 from tests.app.bench_fakes import FakeWorker
 from workers.protocol import JobSpec
+from workers.protocol.hlo import read_hlo
 
 pytestmark = pytest.mark.anyio
 
@@ -58,9 +59,9 @@ async def test_the_explainer_reads_only_the_capped_text_and_not_on_the_loop(
 ) -> None:
     seen: list[tuple[str, int]] = []
 
-    def watched(hlo: str, *rest: Any) -> Any:  # the real explainer, its thread and input noted
+    def watched(module: Any, hlo: str, *rest: Any) -> Any:  # the real one, thread and input noted
         seen.append((threading.current_thread().name, len(hlo.encode())))
-        return explain(hlo, *rest)
+        return explain(module, hlo, *rest)
 
     monkeypatch.setattr(results, "explain", watched)
     worker = FakeWorker(capped_client)
@@ -83,5 +84,10 @@ async def test_the_explainer_reads_only_the_capped_text_and_not_on_the_loop(
     assert size <= CAP
     run = (await capped_client.get(f"/api/v1/jobs/{grant['job_id']}")).json()["run"]
     cut = long_run["artifacts"]["hlo"].encode()[:CAP].decode(errors="ignore")
-    whole = explain(long_run["artifacts"]["hlo"], None, None)
-    assert len(run["hlo_explained"]) == len(explain(cut, None, None)) < len(whole)
+    whole = long_run["artifacts"]["hlo"]
+    explained = explain(read_hlo(cut, cut=True), cut, None, None)
+    assert (
+        len(run["hlo_explained"])
+        == len(explained)
+        < len(explain(read_hlo(whole), whole, None, None))
+    )

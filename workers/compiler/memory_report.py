@@ -23,9 +23,8 @@ from __future__ import annotations
 import heapq
 
 from workers.compiler.buffer_dump import Allocation, AssignedValue, BufferDump
-from workers.compiler.hlo_origins import instruction_origins
 from workers.compiler.memory_slots import Slot, attribute_peak, peak_step_of
-from workers.protocol.hlo import shape_bytes
+from workers.protocol.hlo import read_hlo, shape_bytes
 from workers.protocol.memory import (
     KINDS,
     MAX_BUFFERS,
@@ -172,6 +171,20 @@ def split_shape(text: str) -> tuple[str, str | None]:
 
 
 Origins = dict[str, tuple[str | None, str | None]]
+"""Each instruction's JAX operation and the user's innermost source line, `file:line`."""
+
+
+def origins_of(hlo: str, wanted: set[str]) -> Origins:
+    """The origins of the instructions `wanted` that the module `hlo` defines, read by the
+    one HLO reader (its `Instruction.user_frame` is the user's own innermost frame)."""
+    module = read_hlo(hlo)
+    found: Origins = {}
+    for name in wanted:
+        ins = module.by_name.get(name)
+        if ins is not None:
+            user = ins.user_frame
+            found[name] = (ins.op_name, f"{user.file}:{user.line}" if user else None)
+    return found
 
 
 def published_buffer(slot: Slot, origins: Origins) -> MemoryBuffer:
@@ -213,8 +226,7 @@ def memory_report(
     slots.sort(key=lambda s: (not s.at_peak, -s.size, s.allocation, s.offset))
     shown, rest = slots[:MAX_BUFFERS], slots[MAX_BUFFERS:]
     wanted = {n for s in shown for n in s.instructions}
-    found = instruction_origins(hlo, wanted) if hlo else {}
-    origins = {k: (o.op_name, o.source) for k, o in found.items()}
+    origins = origins_of(hlo, wanted) if hlo else {}
     buffers = [published_buffer(s, origins) for s in shown]
     buffers.sort(key=lambda b: (-b.bytes, b.allocation, b.offset))
     at_peak = [s for s in slots if s.at_peak]

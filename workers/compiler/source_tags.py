@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.export.sources import boundary_frame
-from workers.protocol.hlo import COMPUTATION, INSTRUCTION, OP_NAME, called
+from workers.protocol.hlo import Frame, quoted, read_hlo, source_of, with_metadata
 from workers.protocol.hlo_summary import COLLECTIVES
 
 Position = tuple[str, int]
@@ -90,37 +90,28 @@ def _untagged(op_name: str) -> str:
 
 def _with_position(line: str, position: Position | None) -> str:
     """`line` with its op_name untagged and, if given, the position in its metadata."""
-    line = OP_NAME.sub(lambda m: f'op_name="{_untagged(m[1])}"', line)
-    if position is None or "source_file=" in line:
-        return line
-    file, number = position
-    note = f'source_file="{file}" source_line={number}'
-    at = line.find("metadata={")
-    if at >= 0:
-        at += len("metadata={")
-        gap = "" if line[at] == "}" else " "
-        return f"{line[:at]}{note}{gap}{line[at:]}"
-    return f"{line}, metadata={{{note}}}"
 
+    def change(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        kept = [(k, f'"{_untagged(v[1:-1])}"' if k == "op_name" else v) for k, v in fields]
+        if position is None or any(k == "source_file" for k, _ in kept):
+            return kept
+        file, number = position
+        return [("source_file", quoted(file)), ("source_line", str(number)), *kept]
 
-def _operands(line: str, op: str) -> list[str]:
-    """The values an instruction reads: the `%names` inside its opcode's parentheses."""
-    at = line.find(f" {op}(")
-    if at < 0:
-        return []
-    depth, begin = 0, at + len(op) + 2
-    for i in range(begin - 1, len(line)):
-        if line[i] == "(":
-            depth += 1
-        elif line[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return re.findall(r"%([\w.\-]+)", line[begin:i])
-    return []
+    return with_metadata(line, change)
 
 
 def _linked(op: str) -> bool:
     return op in ("fusion", "custom-call") or op.removesuffix("-start") in COLLECTIVES
+
+
+def _innermost(location: str, own: Callable[[str], bool]) -> Position | None:
+    """The user's innermost position of an MLIR location (an installed library's, when the
+    user's own files are not on it)."""
+    chain = positions_of(location, own)
+    found = source_of(tuple(Frame(file, line) for file, line in chain))
+    frame = (found.user or found.library) if found is not None else None
+    return (frame.file, frame.line) if frame is not None else None
 
 
 def place_positions(
@@ -137,56 +128,34 @@ def place_positions(
                 continue
             n = int(tagged["n"])
             if n not in first:
-                chain = positions_of(tags[n], own)
-                first[n] = chain[0] if chain else None
+                first[n] = _innermost(tags[n], own)
             if first[n] is not None:
                 return first[n]
         return None
 
-    lines = hlo.splitlines()
+    module = read_hlo(hlo)
     own_position: dict[str, Position | None] = {}
     body_position: dict[str, Position] = {}
-    reads: dict[str, list[str]] = {}
-    parsed: dict[int, tuple[str, str]] = {}
-    computation: str | None = None
-    for i, line in enumerate(lines):
-        if computation is None and not line[:1].isspace():
-            header = COMPUTATION.match(line.strip())
-            computation = header["name"] if header else None
-            continue
-        if line.strip() == "}":
-            computation = None
-            continue
-        match = INSTRUCTION.match(line)
-        if match is None:
-            continue
-        meta = OP_NAME.search(line)
-        position = position_of(meta[1]) if meta else None
-        own_position[match["name"]] = position
-        if position is not None and computation is not None:
-            body_position.setdefault(computation, position)
-        reads[match["name"]] = _operands(line, match["op"])
-        parsed[i] = (match["name"], match["op"])
-    out: list[str] = []
-    for i, line in enumerate(lines):
-        if i not in parsed:
-            out.append(line)
-            continue
-        name, op = parsed[i]
-        position = own_position.get(name)
-        if position is None and op == "fusion":
-            for callee in called(line):
-                position = body_position.get(callee)
-                if position is not None:
-                    break
-        frontier = [name]
+    for ins in module.instructions():
+        position = position_of(ins.op_name) if ins.op_name else None
+        own_position[ins.name] = position
+        if position is not None:
+            body_position.setdefault(ins.computation, position)
+    lines = hlo.split("\n")
+    for ins in module.instructions():
+        position = own_position.get(ins.name)
+        if position is None and ins.opcode == "fusion":
+            position = next((body_position[c] for c in ins.called if c in body_position), None)
+        frontier = [ins.name]
         for _ in range(_MAX_STEPS_BACK):
-            if position is not None or not _linked(op):
+            if position is not None or not _linked(ins.opcode):
                 break
-            frontier = [v for f in frontier for v in reads.get(f, [])]
+            frontier = [
+                v for f in frontier for v in module.by_name[f].operands if v in module.by_name
+            ]
             position = next((p for v in frontier if (p := own_position.get(v)) is not None), None)
-        out.append(_with_position(line, position))
-    return "\n".join(out) + ("\n" if hlo.endswith("\n") else "")
+        lines[ins.line - 1] = _with_position(lines[ins.line - 1], position)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,19 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from workers.protocol import CostAnalysis, HloCollective, HloCustomCall, HloFusion, HloSummary, hlo
-from workers.protocol.hlo import shape_bytes
+from workers.protocol import CostAnalysis, HloCollective, HloCustomCall, HloFusion, HloSummary
+from workers.protocol.hlo import (
+    IOTA_GROUPS,
+    MESH_AXIS,
+    MESH_GROUPS,
+    HloModule,
+    Instruction,
+    payload_shape,
+    read_hlo,
+    shape_bytes,
+)
 
 COLLECTIVES = frozenset(
     {
@@ -77,18 +85,18 @@ def parse_replica_groups(text: str) -> list[list[int]] | None:
     text = text.strip()
     if text.startswith("{{"):
         return [_ints(group) for group in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
-    iota = hlo.IOTA_GROUPS.match(text)
+    iota = IOTA_GROUPS.match(text)
     if iota is not None:
         shape, dims = _ints(iota[1]), _ints(iota[2])
         order = _ints(iota[3]) if iota[3] else list(range(len(dims)))
         ids = _transposed_iota(dims, order)
         size = shape[-1] if shape else 1
         return [ids[i : i + size] for i in range(0, len(ids), size)]
-    mesh = hlo.MESH_GROUPS.match(text)
+    mesh = MESH_GROUPS.match(text)
     if mesh is not None:
         axes: list[tuple[str, int]] = []
         for part in mesh[1].split(","):
-            found = hlo.MESH_AXIS.match(part.strip())
+            found = MESH_AXIS.match(part.strip())
             if found is None:
                 return None  # sub-axes and other refinements are left as text
             axes.append((found[1], int(found[2])))
@@ -132,147 +140,56 @@ def _mesh_groups(axes: list[tuple[str, int]], chosen: list[str]) -> list[list[in
     return groups
 
 
-def payload_shape(op: str, shape: str) -> str:
-    """The shape a collective delivers: async `-start` forms carry operands and scratch too.
-
-    `all-gather-start` returns (operands, results); `collective-permute-start` returns
-    (operand, result, context...); `all-reduce-start` returns its results directly.
-    """
-    if not shape.startswith("(") or not op.endswith("-start"):
-        return shape
-    parts = _top_level_parts(shape[1:-1])
-    if op == "all-gather-start" and len(parts) >= 2:
-        return ", ".join(parts[len(parts) // 2 :])
-    if op == "collective-permute-start" and len(parts) >= 2:
-        return parts[1]
-    return shape
-
-
-def _top_level_parts(text: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, char in enumerate(text):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return [p for p in parts if p]
-
-
-def jax_op_name(rest: str) -> str | None:
-    """The JAX operation an instruction came from, from its op_name metadata."""
-    found = hlo.OP_NAME.search(rest)
-    if found is None:
+def jax_op_name(op_name: str | None) -> str | None:
+    """The JAX operation an instruction came from, as its op_name metadata says it:
+    "jit(step)/dot_general" → "dot_general"; argument names ("a") stay as they are."""
+    if not op_name:
         return None
-    # "jit(step)/dot_general" → "dot_general"; argument names ("a") stay as they are.
-    name = found[1]
-    return name.split(")/", 1)[1] if name.startswith("jit(") and ")/" in name else name
+    return op_name.split(")/", 1)[1] if op_name.startswith("jit(") and ")/" in op_name else op_name
 
 
 def collective_of(ins: Instruction) -> HloCollective:
     """The HloCollective an instruction (a collective or its -start form) describes."""
-    groups_match = hlo.REPLICA_GROUPS.search(ins.rest)
-    groups_text = groups_match[1] if groups_match else None
-    dims = hlo.DIMENSIONS.search(ins.rest)
-    payload = payload_shape(ins.op, ins.shape)
+    groups_text = ins.attribute("replica_groups")
+    dims = ins.attribute("dimensions")
+    payload = payload_shape(ins.opcode, ins.shape)
     return HloCollective(
-        kind=ins.op.removesuffix("-start"),
+        kind=ins.opcode.removesuffix("-start"),
         shape=payload,
         bytes=shape_bytes(payload),
         replica_groups=groups_text,
         groups=parse_replica_groups(groups_text) if groups_text else None,
         name=ins.name,
-        jax_op=jax_op_name(ins.rest),
-        dimensions=_ints(dims[1]) if dims else None,
-        asynchronous=ins.op.endswith("-start"),
+        jax_op=jax_op_name(ins.op_name),
+        dimensions=_ints(dims.strip("{}")) if dims is not None else None,
+        asynchronous=ins.opcode.endswith("-start"),
     )
 
 
-@dataclass
-class Instruction:
-    """One parsed HLO instruction."""
-
-    name: str
-    shape: str
-    op: str
-    rest: str
-
-
-@dataclass
-class Computation:
-    """One HLO computation: a name and its instructions in order."""
-
-    name: str
-    entry: bool
-    instructions: list[Instruction] = field(default_factory=list)
-
-
-def parse_computations(text: str) -> list[Computation]:
-    """Every computation in an HLO module's text, with its instructions."""
-    computations: list[Computation] = []
-    current: Computation | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if current is None:
-            # Headers start at the margin; header blocks such as FileNames never end in "{".
-            if raw[:1] not in {" ", "\t"} and line.endswith("{"):
-                match = hlo.COMPUTATION.match(line)
-                if match is not None:
-                    current = Computation(match["name"], bool(match["entry"]))
-            continue
-        if line == "}":
-            computations.append(current)
-            current = None
-            continue
-        match = hlo.INSTRUCTION.match(line)
-        if match is not None:
-            current.instructions.append(
-                Instruction(match["name"], match["shape"], match["op"], match["rest"])
-            )
-    return computations
-
-
-def summarize_hlo(text: str) -> HloSummary:
+def summarize_hlo(text: str, *, cut: bool = False) -> HloSummary:
     """Summarize optimized HLO text (as printed by `Compiled.as_text()`)."""
-    computations = parse_computations(text)
-    by_name = {c.name: c for c in computations}
+    return summarize(read_hlo(text, cut=cut))
+
+
+def summarize(module: HloModule) -> HloSummary:
+    """What XLA chose to run in `module`: its fusions, library calls and collectives."""
     fused: set[str] = set()
     helpers: set[str] = set()
-    for computation in computations:
-        for ins in computation.instructions:
-            if ins.op == "fusion":
-                fused.update(hlo.called(ins.rest))
-            applied = hlo.TO_APPLY.search(ins.rest)
-            if applied is not None:
-                helpers.add(applied[1])
-
+    for ins in module.instructions():
+        if ins.opcode == "fusion":
+            fused.update(ins.called)
+        applied = ins.attribute("to_apply")
+        if applied is not None:
+            helpers.add(applied.lstrip("%"))
     summary = HloSummary()
-    libraries: list[str] = []
     op_counts: Counter[str] = Counter()
-    for computation in computations:
+    for computation in module.computations:
         top_level = computation.name not in fused and computation.name not in helpers
         for ins in computation.instructions:
             if top_level:
-                op_counts[ins.op] += 1
-            if ins.op in {"copy", "copy-start"}:
-                summary.copies += 1
-            elif ins.op == "transpose":
-                summary.transposes += 1
-            elif ins.op == "fusion":
-                summary.fusions.append(_fusion(ins, by_name))
-            elif ins.op == "custom-call":
-                target_match = hlo.CUSTOM_CALL_TARGET.search(ins.rest)
-                target = target_match[1] if target_match else "unknown"
-                summary.custom_calls.append(
-                    HloCustomCall(target=target, library=library_of(target), shape=ins.shape)
-                )
-            elif ins.op in COLLECTIVES or ins.op.removesuffix("-start") in COLLECTIVES:
-                summary.collectives.append(collective_of(ins))
+                op_counts[ins.opcode] += 1
+            _count(summary, module, ins)
+    libraries: list[str] = []
     for found in [f.library for f in summary.fusions] + [c.library for c in summary.custom_calls]:
         if found is not None and found not in libraries:
             libraries.append(found)
@@ -282,20 +199,36 @@ def summarize_hlo(text: str) -> HloSummary:
     return summary
 
 
-def _fusion(ins: Instruction, by_name: dict[str, Computation]) -> HloFusion:
-    kind_match = hlo.KIND.search(ins.rest)
-    backend_match = hlo.BACKEND_KIND.search(ins.rest)
-    backend_kind = backend_match[1] if backend_match else None
-    calls = hlo.called(ins.rest)
+def _count(summary: HloSummary, module: HloModule, ins: Instruction) -> None:
+    """Add `ins` to the summary's copies, transposes, fusions, calls or collectives."""
+    if ins.opcode in {"copy", "copy-start"}:
+        summary.copies += 1
+    elif ins.opcode == "transpose":
+        summary.transposes += 1
+    elif ins.opcode == "fusion":
+        summary.fusions.append(_fusion(ins, module))
+    elif ins.opcode == "custom-call":
+        target = ins.custom_call_target or "unknown"
+        summary.custom_calls.append(
+            HloCustomCall(target=target, library=library_of(target), shape=ins.shape)
+        )
+    elif ins.opcode in COLLECTIVES or ins.opcode.removesuffix("-start") in COLLECTIVES:
+        summary.collectives.append(collective_of(ins))
+
+
+def _fusion(ins: Instruction, module: HloModule) -> HloFusion:
+    backend_kind = ins.backend_kind
+    named = (ins.attribute("calls") or "").strip("{}").split(",")
+    calls = [c.strip().lstrip("%") for c in named if c.strip()]
     ops: list[str] = []
     for name in calls:
-        body = by_name.get(name)
-        for inner in body.instructions if body else []:
-            if inner.op not in _PLUMBING and inner.op not in ops:
-                ops.append(inner.op)
+        body = module.computations_by_name.get(name)
+        for inner in body.instructions if body else ():
+            if inner.opcode not in _PLUMBING and inner.opcode not in ops:
+                ops.append(inner.opcode)
     return HloFusion(
         name=ins.name,
-        kind=kind_match[1] if kind_match else "unknown",
+        kind=ins.fusion_kind or "unknown",
         calls=calls,
         backend_kind=backend_kind,
         library=library_of(backend_kind) if backend_kind else None,

@@ -24,7 +24,7 @@ from pathlib import Path
 from workers.catalog import CatalogError
 from workers.measure.publish import Measured
 from workers.protocol import JobSpec, MemoryAnalysis, Prediction, RunResult, StageId
-from workers.protocol.hlo import INSTRUCTION
+from workers.protocol.hlo import HloSyntaxError, read_hlo
 from workers.protocol.targets import own_target
 from workers.run.base import PathUnavailable
 from workers.run.isolated import run_isolated
@@ -42,13 +42,13 @@ FROM_PREDICTION = ("bundles", "mosaic")
 
 
 def instructions(hlo: str | None) -> list[tuple[str, str, str]]:
-    """Each instruction of optimized HLO text as (name, shape, operation), in order."""
-    found = []
-    for line in (hlo or "").splitlines():
-        m = INSTRUCTION.match(line)
-        if m is not None:
-            found.append((m.group("name"), m.group("shape").strip(), m.group("op")))
-    return found
+    """Each instruction of optimized HLO text as (name, shape, operation), in order (the
+    HLO reader's; nothing when the text does not read)."""
+    try:
+        module = read_hlo(hlo or "")
+    except HloSyntaxError:
+        return []
+    return [(i.name, i.shape, i.opcode) for i in module.instructions()]
 
 
 def deviceless_job(job: JobSpec, target: str) -> JobSpec:

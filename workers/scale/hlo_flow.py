@@ -13,16 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers.protocol import HloCollective, Intermediate, PlacementKind, hlo
-from workers.protocol.hlo_summary import (
-    COLLECTIVES,
-    Computation,
-    Instruction,
-    collective_of,
-    jax_op_name,
-    library_of,
-    parse_computations,
-)
+from workers.protocol import HloCollective, Intermediate, PlacementKind
+from workers.protocol.hlo import Computation, Instruction, read_hlo
+from workers.protocol.hlo_summary import COLLECTIVES, collective_of, jax_op_name, library_of
 
 PLUMBING = frozenset({"tuple", "get-tuple-element", "bitcast", "constant", "after-all"})
 """Instructions that move no data: never listed, only looked through."""
@@ -63,14 +56,14 @@ class Flow:
         """Every listed value in program order."""
         rows = []
         for node in self.nodes:
-            if node.ins.op in PLUMBING or node.ins.op.endswith("-done"):
+            if node.ins.opcode in PLUMBING or node.ins.opcode.endswith("-done"):
                 continue
             detail = "; ".join(filter(None, [node.detail, *node.notes])) or None
             rows.append(
                 Intermediate(
                     name=node.ins.name,
                     op=_describe_op(node.ins, self._bodies),
-                    jax_op=jax_op_name(node.ins.rest),
+                    jax_op=jax_op_name(node.ins.op_name),
                     shape=node.ins.shape,
                     placement=node.placement,
                     detail=detail,
@@ -81,29 +74,16 @@ class Flow:
     _bodies: dict[str, Computation] = field(default_factory=dict)
 
 
-def operand_names(rest: str) -> list[str]:
-    """The values an instruction reads: `%names` before its argument list closes."""
-    depth = 1
-    for i, char in enumerate(rest):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if depth == 0:
-                return hlo.VALUE.findall(rest[:i])
-    return hlo.VALUE.findall(rest)
-
-
 def _is_collective(op: str) -> bool:
     return op in COLLECTIVES or op.removesuffix("-start") in COLLECTIVES
 
 
-def _sharding_spread(rest: str) -> bool | None:
+def _sharding_spread(ins: Instruction) -> bool | None:
     """Whether a `sharding={...}` attribute splits the value; None if there is none."""
-    found = hlo.SHARDING.search(rest)
+    found = ins.attribute("sharding")
     if found is None:
         return None
-    text = found[1].strip()
+    text = found[1:-1].strip() if found.startswith("{") else found
     if text in {"replicated", "manual"} or text.startswith("maximal"):
         return False
     tiles = re.search(r"devices=\[([\d,]+)\]", text)
@@ -116,20 +96,19 @@ def _sharding_spread(rest: str) -> bool | None:
 
 
 def _describe_op(ins: Instruction, bodies: dict[str, Computation]) -> str:
-    if ins.op != "fusion":
-        return ins.op
-    kind = hlo.KIND.search(ins.rest)
-    backend = hlo.BACKEND_KIND.search(ins.rest)
-    label = f"fusion {kind[1] if kind else ''}".strip()
+    if ins.opcode != "fusion":
+        return ins.opcode
+    label = f"fusion {ins.fusion_kind or ''}".strip()
+    backend = ins.backend_kind
     if backend is not None:
-        library = library_of(backend[1])
-        label += f" ({library or backend[1]})"
+        library = library_of(backend)
+        label += f" ({library or backend})"
     ops = [
-        i.op
-        for name in hlo.called(ins.rest)
+        i.opcode
+        for name in ins.called
         if name in bodies
         for i in bodies[name].instructions
-        if i.op not in PLUMBING and i.op != "parameter"
+        if i.opcode not in PLUMBING and i.opcode != "parameter"
     ]
     if ops:
         label += ": " + ", ".join(dict.fromkeys(ops))
@@ -141,36 +120,35 @@ def analyse(text: str, input_names: list[str] | None = None) -> Flow:
 
     `input_names` name the parameters by position when their metadata does not.
     """
-    computations = parse_computations(text)
-    bodies = {c.name: c for c in computations}
-    entry = next((c for c in computations if c.entry), None)
-    found = hlo.NUM_PARTITIONS.search(text)
-    partitions = int(found[1]) if found else 1
-    flow = Flow(partitions=partitions, nodes=[], collectives=[], _bodies=bodies)
+    module = read_hlo(text)
+    entry = module.entry
+    flow = Flow(
+        partitions=module.partitions, nodes=[], collectives=[], _bodies=module.computations_by_name
+    )
     if entry is None:
         return flow
     nodes: dict[str, Node] = {}
     for ins in entry.instructions:
-        node = Node(ins, operand_names(ins.rest))
+        node = Node(ins, list(ins.operands))
         nodes[ins.name] = node
         flow.nodes.append(node)
         inputs = [nodes[name] for name in node.operands if name in nodes]
-        if ins.op == "parameter":
-            spread = _sharding_spread(ins.rest)
+        if ins.opcode == "parameter":
+            spread = _sharding_spread(ins)
             node.spread = bool(spread)
             node.placement = PARTITIONED if spread else REPLICATED
             node.detail = _parameter_label(ins, input_names)
-        elif _is_collective(ins.op):
+        elif _is_collective(ins.opcode):
             collective = collective_of(ins)
-            size = len(collective.groups[0]) if collective.groups else partitions
+            size = len(collective.groups[0]) if collective.groups else flow.partitions
             whole = collective.kind in {"all-gather", "all-reduce", "collective-broadcast"}
             node.placement = MOVED
             # After an all-gather or all-reduce over every device, all hold the same data.
-            node.spread = not (whole and size >= partitions)
+            node.spread = not (whole and size >= flow.partitions)
             node.detail = f"{collective.kind} over groups of {size} device(s)"
             source = trace_source(ins.name, nodes, input_names)
             flow.collectives.append((collective, source))
-        elif ins.op.endswith("-done") and inputs:
+        elif ins.opcode.endswith("-done") and inputs:
             node.placement, node.spread = inputs[0].placement, inputs[0].spread
         else:
             node.spread = any(n.spread for n in inputs)
@@ -180,10 +158,9 @@ def analyse(text: str, input_names: list[str] | None = None) -> Flow:
 
 
 def _parameter_label(ins: Instruction, input_names: list[str] | None) -> str:
-    name = jax_op_name(ins.rest)
-    index = hlo.PARAMETER_INDEX.match(ins.rest)
-    if not name and index is not None and input_names:
-        position = int(index[1])
+    name = jax_op_name(ins.op_name)
+    position = ins.parameter_number
+    if not name and position is not None and input_names:
         name = input_names[position] if position < len(input_names) else None
     return f"input {name}" if name else "an input"
 
@@ -191,7 +168,7 @@ def _parameter_label(ins: Instruction, input_names: list[str] | None) -> str:
 def _mark_partial_sums(flow: Flow, nodes: dict[str, Node]) -> None:
     """Values an all-reduce or reduce-scatter consumes hold partial sums, not copies."""
     for node in flow.nodes:
-        if node.ins.op.removesuffix("-start") not in REDUCING:
+        if node.ins.opcode.removesuffix("-start") not in REDUCING:
             continue
         groups = collective_of(node.ins).groups
         if (groups is not None and len(groups[0]) < 2) or flow.partitions < 2:
@@ -206,7 +183,7 @@ def _mark_partial_sums(flow: Flow, nodes: dict[str, Node]) -> None:
                     f"partial sums: each device holds its own contribution, combined by "
                     f"{node.ins.name}"
                 )
-                if current.ins.op not in PASS_THROUGH | PLUMBING or not current.operands:
+                if current.ins.opcode not in PASS_THROUGH | PLUMBING or not current.operands:
                     break
                 current = nodes.get(current.operands[0])
 
@@ -223,20 +200,21 @@ def trace_source(
     while current is not None and seen < 50:
         seen += 1
         ins = current.ins
-        if ins.op == "parameter":
+        if ins.opcode == "parameter":
             return _parameter_label(ins, input_names)
         single = len(current.operands) == 1
-        wrapped_copy = ins.op == "fusion" and single and _is_copy_fusion(ins)
-        if (ins.op in PASS_THROUGH or ins.op in PLUMBING or wrapped_copy) and current.operands:
+        wrapped_copy = ins.opcode == "fusion" and single and _is_copy_fusion(ins)
+        if (
+            ins.opcode in PASS_THROUGH or ins.opcode in PLUMBING or wrapped_copy
+        ) and current.operands:
             current = nodes.get(current.operands[0])
             continue
-        if _is_collective(ins.op):
-            return f"the result of {ins.op.removesuffix('-start')} {ins.name}"
-        origin = jax_op_name(ins.rest)
-        return f"the result of {origin or ins.op} ({ins.name})"
+        if _is_collective(ins.opcode):
+            return f"the result of {ins.opcode.removesuffix('-start')} {ins.name}"
+        origin = jax_op_name(ins.op_name)
+        return f"the result of {origin or ins.opcode} ({ins.name})"
     return None
 
 
 def _is_copy_fusion(ins: Instruction) -> bool:
-    kind = hlo.KIND.search(ins.rest)
-    return bool(kind and kind[1] == "kLoop" and "copy" in ins.name)
+    return ins.fusion_kind == "kLoop" and "copy" in ins.name

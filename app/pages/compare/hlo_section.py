@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import anyio
 
 from app.dispatch import Dispatcher
-from app.pages.compare.hlo_changes import HloDiffMissing, hlo_report
+from app.pages.compare.hlo_changes import HloDiffMissing, HloDiffUnreadable, hlo_report
 from app.pages.compare.hlo_words import groups
 from app.pages.jobs import PREFIX
 
@@ -49,6 +49,7 @@ def section(report: dict[str, Any], top: int | None) -> dict[str, Any]:
         "groups": groups(report, top if top is not None else MAX_ROWS),
         "full": top is None,
         "links": links(report["a"], report["b"]),
+        "unreadable": None,
     }
 
 
@@ -59,4 +60,7 @@ async def changes_section(dispatcher: Dispatcher, a: str, b: str) -> dict[str, A
         found = await report(dispatcher, a, b)
     except HloDiffMissing:
         return None
+    except HloDiffUnreadable as exc:  # said on the page, never a broken page
+        return {"a": a, "b": b, "unreadable": str(exc), "sentences": [], "groups": [],
+                "links": links(a, b), "full": False}  # fmt: skip
     return section(found, TOP)

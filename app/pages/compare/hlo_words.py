@@ -1,6 +1,10 @@
 """The HLO diff report in words and rows: the sentences at the top of "What changed", and
 the table's groups (collectives first), each row linked to both instructions in their
-runs' HLO views, with what each side's HLO says it costs."""
+runs' HLO views, with what each side's HLO says it costs.
+
+The words are a JAX user's first: a sentence about a kernel starts with the source line
+and says what the program does there ("mlp.py:20: the matmul (dot_general) became a
+cuBLASLt call..."), and names the compiler's instructions after it."""
 
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ def described(ins: dict[str, Any]) -> str:
         return _FUSIONS.get(kind, "a fusion")
     if ins["opcode"] == "custom-call":
         library = library_of(kind)
-        return f"a {library} custom call" if library else f"a custom call to {kind}"
+        return f"a {library} call" if library else f"a custom call to {kind}"
     article = "an" if ins["opcode"][:1] in "aeiou" else "a"
     return f"{article} {ins['opcode']}"
 
@@ -104,25 +108,90 @@ def _collective_words(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _operation(ins: dict[str, Any], other: dict[str, Any]) -> str:
+    """What an instruction computes, as its user wrote it: "the matmul (dot_general)"."""
+    op = ins.get("jax_op")
+    if not op:
+        return "the operation"
+    gemm = "gemm" in (ins.get("work"), other.get("work"))
+    named = f"the matmul ({op})" if gemm else f"the {op}"
+    return (
+        named.replace("the ", "the gradient's ", 1)
+        if "transpose(" in (ins.get("op_name") or "")
+        else named
+    )
+
+
+def _place(*instrs: dict[str, Any]) -> str | None:
+    """The user's source line of the first of `instrs` that names one (`mlp.py:21`)."""
+    return next((i["source"]["place"] for i in instrs if i.get("source")), None)
+
+
+def _also(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """What one side's kernel computes beside the operation and the other's does not."""
+    own = {a.get("jax_op"), b.get("jax_op")}
+    extra_a = [op for op in a["computes"] if op not in b["computes"] and op not in own]
+    extra_b = [op for op in b["computes"] if op not in a["computes"] and op not in own]
+    words = [f"A's kernel also computes {_listed(extra_a)}" if extra_a else ""]
+    words.append(f"B's kernel also computes {_listed(extra_b)}" if extra_b else "")
+    return "".join(f"; {w}" for w in words if w)
+
+
+def _listed(items: list[str], most: int = 4) -> str:
+    if len(items) > most:
+        items = [*items[: most - 1], f"{len(items) - most + 1} more"]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _part(ins: dict[str, Any], *, article: bool = True) -> str:
+    computes = f" computing {_listed(ins['computes'])}" if ins["computes"] else ""
+    kind = described(ins) if article else described(ins).split(" ", 1)[1]
+    return f"{kind} ({ins['name']}){computes}"
+
+
 def _regroup_words(report: dict[str, Any], most: int = 3) -> list[str]:
-    found = [
-        f"{s['a']} is split in {_NUMBERS.get(len(s['b']), len(s['b']))} ({', '.join(s['b'])})"
-        for s in report["splits"]
-    ]
-    found += [f"{', '.join(m['a'])} are merged into {m['b']}" for m in report["merges"]]
+    """Each split and merge, led by the whole kernel's source line and JAX operation."""
+    found: list[str] = []
+    for r in report["splits"]:
+        whole, parts = r["parts"]["a"][0], r["parts"]["b"]
+        count = _NUMBERS.get(len(parts), str(len(parts)))
+        found.append(
+            f"{_lead(r)}A's {_part(whole, article=False)} is split in {count} in B: "
+            + _listed([_part(p) for p in parts])
+        )
+    for r in report["merges"]:
+        whole, parts = r["parts"]["b"][0], r["parts"]["a"]
+        count = _NUMBERS.get(len(parts), str(len(parts)))
+        found.append(
+            f"{_lead(r)}{count} kernels of A are merged into B's {_part(whole, article=False)}: "
+            + _listed([_part(p) for p in parts])
+        )
     if len(found) > most:
-        found = [*found[:most], f"{len(found) - most} more fusions are split or merged"]
+        found = [*found[:most], f"{len(found) - most} more kernels are split or merged"]
     return found
 
 
+def _lead(row: dict[str, Any]) -> str:
+    return f"{row['label']}: " if row.get("label") else ""
+
+
 def _kernel_words(report: dict[str, Any], most: int = 3) -> list[str]:
-    found = [
-        f"{p['a']['name']} ({described(p['a'])}) became {described(p['b'])} ({p['b']['name']})"
-        for p in report["changed"]
-        if set(p["what"]) & set(KERNEL_CHANGES)
-        and KERNELS & {p["a"]["opcode"], p["b"]["opcode"]}
-        and described(p["a"]) != described(p["b"])
-    ]
+    found: list[str] = []
+    for p in report["changed"]:
+        a, b = p["a"], p["b"]
+        if not (set(p["what"]) & set(KERNEL_CHANGES) and KERNELS & {a["opcode"], b["opcode"]}):
+            continue
+        if described(a) == described(b):
+            continue
+        guess = " (a guess)" if p.get("guess") else ""
+        place = _place(a, b)
+        if place is None:
+            found.append(f"{a['name']} ({described(a)}) became {described(b)} ({b['name']}){guess}")
+            continue
+        found.append(
+            f"{place}: {_operation(a, b)} ran as {described(a)} ({a['name']}) in A and as "
+            f"{described(b)} ({b['name']}) in B{_also(a, b)}{guess}"
+        )
     if len(found) > most:
         found = [*found[:most], f"{len(found) - most} more kernels changed kind"]
     return found
@@ -132,15 +201,23 @@ def sentences(report: dict[str, Any]) -> list[str]:
     """What changed, in a few sentences: the counts, then collectives, splits and merges,
     kernels that changed kind, layouts, and which side was cut."""
     out = [_counts(report)]
-    clauses = _collective_words(report) + _regroup_words(report) + _kernel_words(report)
-    if clauses:
-        first = clauses[0]
-        clauses[0] = "The" + first[3:] if first.startswith("the ") else first
-        out.append("; ".join(clauses) + ".")
+    collectives = _collective_words(report)
+    if collectives:
+        first = collectives[0]
+        collectives[0] = "The" + first[3:] if first.startswith("the ") else first
+        out.append("; ".join(collectives) + ".")
+    out += [f"{s}." for s in _kernel_words(report) + _regroup_words(report)]
     layout = sum(1 for p in report["changed"] if p["what"] == ["layout"])
     if layout:
         verb = "differs" if layout == 1 else "differ"
         out.append(f"{layout:,} {_plural('pair', layout)} {verb} only in layout.")
+    guesses = report["summary"].get("guesses", 0)
+    if guesses:
+        verb = "is a guess" if guesses == 1 else "are guesses"
+        out.append(
+            f"{guesses:,} changed {_plural('pair', guesses)} {verb}: the same JAX operation on "
+            "the same line, but arrays of another size or kernels doing different work."
+        )
     for side in ("a", "b"):
         if report["truncated"][side]:
             out.append(
@@ -186,8 +263,9 @@ def groups(report: dict[str, Any], top: int | None) -> list[dict[str, Any]]:
     for p in report["changed"]:
         gid = next((g for g, _, whats in GROUPS if set(p["what"]) & set(whats)), "inputs")
         placed[gid].append(
-            {"a": _cell(report, "a", p["a"]), "b": _cell(report, "b", p["b"]), "what": p["what"]}
-        )
+            {"label": p["label"], "a": _cell(report, "a", p["a"]), "b": _cell(report, "b", p["b"]),
+             "what": p["what"], "step": p["step"], "guess": p["guess"]}
+        )  # fmt: skip
     out: list[dict[str, Any]] = []
 
     def add(gid: str, title: str, rows: list[dict[str, Any]]) -> None:
@@ -200,8 +278,12 @@ def groups(report: dict[str, Any], top: int | None) -> list[dict[str, Any]]:
     add("regroups", "Fusions split or merged", _regroup_rows(report))
     for gid, title, _ in GROUPS:
         add(gid, title, placed[gid])
-    add("only-a", "Only in A", [{"a": _cell(report, "a", i), "b": None} for i in report["only_a"]])
-    add("only-b", "Only in B", [{"a": None, "b": _cell(report, "b", i)} for i in report["only_b"]])
+    add("only-a", "Only in A", [
+        {"label": i["label"], "a": _cell(report, "a", i), "b": None} for i in report["only_a"]
+    ])  # fmt: skip
+    add("only-b", "Only in B", [
+        {"label": i["label"], "a": None, "b": _cell(report, "b", i)} for i in report["only_b"]
+    ])  # fmt: skip
     return out
 
 
@@ -224,6 +306,7 @@ def _regroup_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             names_b = [r["b"]] if isinstance(r["b"], str) else r["b"]
             rows.append(
                 {
+                    "label": r.get("label"),
                     "kind": word,
                     "a": [
                         {"name": n, "href": hlo_href(report["a"], {"line": ln}, n)}
