@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from app.dispatch import Dispatcher
+from app.pages.compare.hlo_diffs import HloDiffs
 from app.queue.admission import Admission
 from app.settings import Settings
 from app.state import AppState, state_of_scope
@@ -43,3 +44,14 @@ def get_admission(request: Request) -> Admission:
 
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
 """The one admission for everything that queues work (app.queue.admission)."""
+
+
+def get_hlo_diffs(request: Request) -> HloDiffs:
+    diffs = get_state(request).hlo_diffs
+    if diffs is None:
+        raise HTTPException(status_code=503, detail="the bench is not running on this server")
+    return diffs
+
+
+HloDiffsDep = Annotated[HloDiffs, Depends(get_hlo_diffs)]
+"""The app's HLO diffs: their reports kept, the ones being worked out shared."""

@@ -209,6 +209,7 @@ def build_api(state: AppState) -> Built:
     """The API side of one app: its dispatcher, admission and caps, served by the
     process's shared API app, and the function that opens its lifespan."""
     from app.dispatch import Dispatcher
+    from app.pages.compare.hlo_diffs import HloDiffs
     from app.queue.admission import Admission
     from app.queue.fits import FitSearches
     from app.web.bodylimit import BodyRules
@@ -220,6 +221,7 @@ def build_api(state: AppState) -> Built:
     dispatcher = Dispatcher(_open_store(settings), settings)
     state.dispatcher = dispatcher
     state.admission = Admission(dispatcher, settings)
+    state.hlo_diffs = HloDiffs(dispatcher.store, settings.HLO_DIFF_CACHE_BYTES)
     FitSearches(state.admission).watch()  # probes' ends move their searches on
     state.body_rules = BodyRules.from_settings(settings)
     state.streams = StreamLedger(

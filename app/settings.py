@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     ARTIFACT_MAX_BYTES: int = Field(
         default=4 * 1024 * 1024, ge=1024, description="Stored IR text per artifact."
     )
+    HLO_DIFF_CACHE_BYTES: int = Field(
+        default=32 * 1024 * 1024,
+        ge=0,
+        description="HLO diff reports kept in memory, counted as the bytes of their JSON.",
+    )
     WORKER_GRACE_S: float = Field(
         default=120.0,
         ge=0,

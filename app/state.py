@@ -28,6 +28,7 @@ from app.web.assets import Asset
 
 if TYPE_CHECKING:  # the API side is imported when it is built (see app.main.build_api)
     from app.dispatch import Dispatcher
+    from app.pages.compare.hlo_diffs import HloDiffs
     from app.queue.admission import Admission
     from app.web.bodylimit import BodyRules
     from app.web.streams import StreamLedger
@@ -48,6 +49,7 @@ class AppState:
     admission: Admission | None = None
     body_rules: BodyRules | None = None
     streams: StreamLedger | None = None
+    hlo_diffs: HloDiffs | None = None
 
 
 def state_of_scope(scope: Scope) -> AppState:

@@ -17,9 +17,10 @@ from fastapi.responses import (
 )
 from pydantic import ValidationError
 
-from app.deps import AdmissionDep, DispatcherDep, StateDep
+from app.deps import AdmissionDep, DispatcherDep, HloDiffsDep, StateDep
 from app.dispatch import Dispatcher
 from app.pages.compare.decision import DecisionNotes, build_record, to_markdown
+from app.pages.compare.hlo_diffs import HloDiffs
 from app.pages.compare.hlo_section import changes_section
 from app.pages.compare.request import CompareInputError, Comparison, read_comparison
 from app.pages.compare.stats import MIN_RUNS
@@ -80,10 +81,10 @@ def _context(dispatcher: Dispatcher, req: Comparison) -> dict[str, Any]:
         ) from None
 
 
-async def _with_changes(dispatcher: Dispatcher, req: Comparison, ctx: dict[str, Any]) -> None:
+async def _with_changes(diffs: HloDiffs, req: Comparison, ctx: dict[str, Any]) -> None:
     """Add the HLO diff of the two sides' first runs ("What changed"), when both have HLO."""
     if req.b and ctx.get("sides", {}).get("b") is not None:
-        ctx["hlo_changes"] = await changes_section(dispatcher, req.a[0], req.b[0])
+        ctx["hlo_changes"] = await changes_section(diffs, req.a[0], req.b[0])
 
 
 def _page(state: Any, **extra: Any) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def _recent_timed_runs(dispatcher: Dispatcher, limit: int = 10) -> list[dict[str
 
 @router.api_route("/compare", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def compare_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep, req: Asked
+    request: Request, state: StateDep, dispatcher: DispatcherDep, diffs: HloDiffsDep, req: Asked
 ) -> HTMLResponse:
     """Two sides side by side: the guard's verdict, the ratio, stages, samples and IR diff.
 
@@ -126,16 +127,16 @@ async def compare_page(
         ctx = compare_context(dispatcher, req)
     except CompareInputError as exc:
         return render(state, template, _page(state, c=None, error=str(exc)), 404)
-    await _with_changes(dispatcher, req, ctx)
+    await _with_changes(diffs, req, ctx)
     return render(state, template, _page(state, c=ctx))
 
 
 @router.api_route("/compare.json", methods=["GET", "HEAD"])
-async def compare_json(dispatcher: DispatcherDep, req: Asked) -> JSONResponse:
+async def compare_json(dispatcher: DispatcherDep, diffs: HloDiffsDep, req: Asked) -> JSONResponse:
     """The same comparison as JSON."""
     comparison = _read(req)
     ctx = _context(dispatcher, comparison)
-    await _with_changes(dispatcher, comparison, ctx)
+    await _with_changes(diffs, comparison, ctx)
     return JSONResponse(json_twin(ctx))
 
 

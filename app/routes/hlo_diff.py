@@ -1,8 +1,8 @@
 """The HLO diff of two runs: `GET /api/v1/compare/hlo-diff?a=&b=` (JSON), and its full
 listing at `/compare/hlo-diff?a=&b=` (a page, or its fragment for htmx). The compare
 page's "What changed" section is the same report's top
-(`app.pages.compare.hlo_section.changes_section`), worked out off the event loop and
-cached there.
+(`app.pages.compare.hlo_section.changes_section`). Each report is worked out once, off the
+event loop, and kept as its JSON (`app.pages.compare.hlo_diffs`).
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
 
-from app.deps import DispatcherDep, StateDep
-from app.dispatch import Dispatcher
+from app.deps import HloDiffsDep, StateDep
 from app.pages.compare.hlo_changes import HloDiffMissing, HloDiffUnreadable
-from app.pages.compare.hlo_section import report, section
+from app.pages.compare.hlo_diffs import HloDiffs
+from app.pages.compare.hlo_section import section
 from app.pages.jobs import PREFIX
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
-from app.routes.schemas import MessagePublic
+from app.routes.schemas import MessagePublic, ValidationErrorPublic
 
 api_router = APIRouter(prefix=PREFIX, tags=["compare"])
 page_router = APIRouter(include_in_schema=False)
@@ -181,14 +181,15 @@ class HloDiffPublic(BaseModel):
     merges: list[HloMergePublic]
     collectives: list[HloCollectivePublic]
     truncated: HloSides = Field(
-        description="Which side's HLO was cut at the server's storage cap (diffed as far "
-        "as it goes)."
+        description="Which side's HLO was cut at the storage cap (by the server, or by the "
+        "worker that sent it): read to its last whole instruction and diffed as far as it "
+        "goes."
     )
 
 
-async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
+async def _report(diffs: HloDiffs, a: str, b: str, *, as_json: bool) -> Any:
     try:
-        return await report(dispatcher, a, b)
+        return await (diffs.report_json(a, b) if as_json else diffs.report(a, b))
     except HloDiffMissing as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     except HloDiffUnreadable as exc:
@@ -200,22 +201,28 @@ async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
     response_model=HloDiffPublic,
     responses={
         404: {"model": MessagePublic, "description": "No such job, or no HLO."},
-        422: {"model": MessagePublic, "description": "A side's HLO does not parse (the line)."},
+        422: {
+            "model": ValidationErrorPublic | MessagePublic,
+            "description": "A query field is wrong (each named), or a side's HLO does not "
+            "parse (the job and the line).",
+        },
     },
     summary="Two runs' optimized HLO, paired instruction by instruction",
 )
-async def hlo_diff_json(a: JobId, b: JobId, dispatcher: DispatcherDep) -> JSONResponse:
+async def hlo_diff_json(a: JobId, b: JobId, diffs: HloDiffsDep) -> Response:
     """Job `a`'s optimized HLO against job `b`'s: identical and changed pairs (with what
     differs), what only one side has, fusions split or merged, and the collectives of
     both; cost as each side's HLO states it."""
-    return JSONResponse(await _report(dispatcher, a, b))
+    # The report as it is kept: its JSON, sent without being read back into objects.
+    found = await _report(diffs, a, b, as_json=True)
+    return Response(found, media_type="application/json")
 
 
 @reads(page_router)("/compare/hlo-diff", response_class=HTMLResponse)
 async def hlo_diff_page(
-    request: Request, state: StateDep, dispatcher: DispatcherDep, a: JobId, b: JobId
+    request: Request, state: StateDep, diffs: HloDiffsDep, a: JobId, b: JobId
 ) -> HTMLResponse:
     """Every row of the HLO diff (the compare page shows each group's top)."""
-    changes = section(await _report(dispatcher, a, b), None)
+    changes = section(await _report(diffs, a, b, as_json=False), None)
     template = "_compare_hlo_diff.html" if is_htmx(request) else "compare_hlo_diff.html"
     return render(state, template, {"changes": changes, "nav": "runs"})

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from app.ir.hlo_diff import STEPS, HloDiff, diff_modules
-from app.pages.compare.hlo_changes import DiffCache, hlo_report, report_of
+from app.pages.compare.hlo_changes import report_of
 from tests.app.hlo_modules import BASE, GATHERED, RELAID, RENAMED, SPLIT, large, meta
-from workers.protocol.base import JobStatus
 
 
 def names(d: HloDiff) -> dict[str, Any]:
@@ -240,37 +238,3 @@ def test_ten_thousand_instructions_pair_up_with_every_change_found() -> None:
     assert kinds.count(("operands",)) == 4  # what reads an added all-reduce
     assert len(d.changed) == 204
     assert took < 20, f"{took:.1f} s (the benchmark holds the real bound: bench/hlo_diff.py)"
-
-
-@dataclass
-class _Job:
-    path: str
-    status: JobStatus = JobStatus.DONE
-
-
-class _Store:
-    """The two store methods the report reads, over texts in memory."""
-
-    def __init__(self, texts: dict[str, str]) -> None:
-        self.texts = texts
-        self.reads = 0
-
-    def get_job(self, job_id: str) -> _Job | None:
-        return _Job("jax-tpu") if job_id in self.texts else None
-
-    def get_artifact(self, job_id: str, name: str) -> tuple[str, bool] | None:
-        self.reads += 1
-        return (self.texts[job_id], False) if name == "hlo" and job_id in self.texts else None
-
-
-def test_a_repeated_report_is_a_lookup_and_a_changed_text_is_not() -> None:
-    store = _Store({"a": large(2000), "b": large(2000, variant=True)})
-    cache = DiffCache(4)
-    first = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
-    started = time.perf_counter()
-    again = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
-    assert again is first and time.perf_counter() - started < 0.5
-    assert first["compilers"] == {"a": "libtpu", "b": "libtpu"}
-    store.texts["b"] = large(2000)
-    fresh = hlo_report(store, "a", "b", cache)  # type: ignore[arg-type]
-    assert fresh is not first and fresh["summary"]["changed"] == 0

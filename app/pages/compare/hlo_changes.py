@@ -2,17 +2,18 @@
 "What changed" section and its full listing all render it.
 
 Each run's optimized HLO is the stored artifact (`store.get_artifact(id, "hlo")`), cut at
-the store's cap when it was larger (then diffed as far as it goes). Diffs are kept in a
-small LRU keyed by both runs' ids and texts' digests: a run repeated on the same id
-cannot answer from a stale entry, and a second request for a large pair is a lookup.
+the storage cap when it was larger, by the server or by the worker (the store's flag says
+so either way): a cut text is read to its last whole instruction and diffed as far as it
+goes, and the report says which side was cut (`truncated`). A report is identified by
+both runs' ids and a digest of both texts (`Key`), so a run repeated on the same id is
+another report; `app.pages.compare.hlo_diffs` keeps reports by it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
-from typing import Any
+import json
+from typing import Any, NamedTuple
 
 from app.ir.hlo_diff import HloDiff, Pair, diff_read
 from app.ir.hlo_graph import HloGraph, Node
@@ -22,9 +23,9 @@ from app.store import Store
 from workers.protocol.compiler_options import PATH_COMPILER
 from workers.protocol.hlo import Frame, HloModule, HloSyntaxError, read_hlo
 
-CACHED = 8
-"""Reports kept in memory (one of two 10,000-instruction programs with every pair changed
-holds some tens of MB)."""
+DIGEST_CHUNK = 1 << 20
+Key = tuple[str, str, str, str]
+"""A report's identity: job `a`, job `b`, and a digest of each one's HLO text."""
 
 
 class HloDiffMissing(LookupError):
@@ -35,34 +36,18 @@ class HloDiffUnreadable(ValueError):
     """A side's stored HLO does not parse; the message names the job and the line."""
 
 
-class DiffCache:
-    """A thread-safe LRU of reports (computed in worker threads)."""
+class Side(NamedTuple):
+    """One side of a diff as stored: its job, HLO text, whether the text was cut, and the
+    compiler that wrote it."""
 
-    def __init__(self, size: int = CACHED) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, ...]) -> dict[str, Any] | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: tuple[str, ...], report: dict[str, Any]) -> None:
-        with self._lock:
-            self._items[key] = report
-            self._items.move_to_end(key)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+    job_id: str
+    text: str
+    cut: bool
+    compiler: str
 
 
-CACHE = DiffCache()
-
-
-def _side(store: Store, job_id: str) -> tuple[str, bool, str]:
-    """(HLO text, whether it was cut, compiler name) of the job's run; HloDiffMissing."""
+def side_of(store: Store, job_id: str) -> Side:
+    """The job's run's optimized HLO as stored; HloDiffMissing."""
     job = store.get_job(job_id) if len(job_id) <= 64 else None
     if job is None:
         raise HloDiffMissing(f"no job {job_id[:64]!r}")
@@ -73,36 +58,45 @@ def _side(store: Store, job_id: str) -> tuple[str, bool, str]:
             f"this job is {job.status.value})"
         )
     compiler = PATH_COMPILER.get(job.path)
-    return found[0], found[1], compiler.value if compiler else job.path
+    return Side(job_id, found[0], found[1], compiler.value if compiler else job.path)
 
 
-def hlo_report(store: Store, a: str, b: str, cache: DiffCache = CACHE) -> dict[str, Any]:
-    """The HLO diff of job `a`'s run against job `b`'s, as JSON; HloDiffMissing when a
-    side has none. Slow for large programs on a first request: call it off the event loop."""
-    text_a, cut_a, compiler_a = _side(store, a)
-    text_b, cut_b, compiler_b = _side(store, b)
-    key = (a, b, _digest(text_a), _digest(text_b))
-    found = cache.get(key)
-    if found is None:
-        diff = _diff(text_a, text_b, cut_a, cut_b, (a, b))
-        found = report_of(diff, a, b, {"a": compiler_a, "b": compiler_b})
-        cache.put(key, found)
-    return found
+def key_of(a: Side, b: Side) -> Key:
+    return (a.job_id, b.job_id, _digest(a.text), _digest(b.text))
 
 
-def _read(text: str, cut: bool, job_id: str) -> HloModule:
+def stored_key(store: Store, a: str, b: str) -> Key:
+    """The key of the report of job `a` against job `b` as they are stored now (both texts
+    read, digested and let go); HloDiffMissing."""
+    return key_of(side_of(store, a), side_of(store, b))
+
+
+def report_json(a: Side, b: Side) -> bytes:
+    """The report of side `a` against side `b`, as the API sends it (compact UTF-8 JSON,
+    as FastAPI's JSONResponse writes it); HloDiffUnreadable. The diff and the report's
+    objects are let go before it returns: only the bytes stay."""
+    report = report_of(
+        diff_read(_read(a), _read(b)), a.job_id, b.job_id, {"a": a.compiler, "b": b.compiler}
+    )
+    text = json.dumps(report, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode()
+
+
+def _read(side: Side) -> HloModule:
     try:
-        return read_hlo(text, cut=cut)
+        return read_hlo(side.text, cut=side.cut)
     except HloSyntaxError as exc:
-        raise HloDiffUnreadable(f"job {job_id!r}'s optimized HLO does not parse: {exc}") from None
-
-
-def _diff(text_a: str, text_b: str, cut_a: bool, cut_b: bool, ids: tuple[str, str]) -> HloDiff:
-    return diff_read(_read(text_a, cut_a, ids[0]), _read(text_b, cut_b, ids[1]))
+        raise HloDiffUnreadable(
+            f"job {side.job_id!r}'s optimized HLO does not parse: {exc}"
+        ) from None
 
 
 def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    """A digest of `text`, encoded a MiB at a time (not one more copy of a 4 MiB text)."""
+    found = hashlib.blake2b(digest_size=16)
+    for start in range(0, len(text), DIGEST_CHUNK):
+        found.update(text[start : start + DIGEST_CHUNK].encode())
+    return found.hexdigest()
 
 
 def _frame(frame: Frame | None) -> dict[str, Any] | None:

@@ -221,8 +221,8 @@ def sentences(report: dict[str, Any]) -> list[str]:
     for side in ("a", "b"):
         if report["truncated"][side]:
             out.append(
-                f"{side.upper()}'s HLO was cut at the server's storage cap: it is compared as "
-                "far as it goes, and what comes after the cut is missing from this diff."
+                f"{side.upper()}'s HLO was cut at the storage cap: it is compared up to its "
+                "last whole instruction, and what came after the cut is missing from this diff."
             )
     return out
 
