@@ -68,6 +68,8 @@ async def test_a_chip_runs_page_sets_the_prediction_beside_the_chip(
     assert "the same, to the byte" in page  # predicted peak = the real compile's
     assert "one bfloat16 pass per float32 product" in page
     assert f'href="/chips/{V5E.replace(" ", "%20")}"' in page
+    explained = page[page.index('id="explain-h"') :]
+    assert "on the chip</th>" in explained and "(estimated 1.02×)" in explained
 
     small = await post_as_the_chip(client, runs[SUM])
     page = (await client.get(f"/runs/{small}")).text
