@@ -90,3 +90,29 @@ async def test_the_chips_page_gathers_its_runs_by_kind(bench_client: httpx.Async
     page = (await client.get(f"/chips/{V5E}")).text
     assert "the compiler's estimate against the chip" in page and "convolution fusion" in page
     assert (await client.get("/api/v1/chips/no such chip")).status_code == 404
+
+
+def test_a_small_programs_roofline_point_is_in_device_time() -> None:
+    """On roofs a chip measured in its own time, a run's point is its device time (the
+    run's FLOPs over its device-time median), and the page says so; on host-synced roofs
+    the same run's host-sync rate stands, as before."""
+    from app.pages.runs.roofline import build_roofline
+    from workers.protocol import BoundaryId, Ceilings, RunResult
+
+    run = RunResult.model_validate(chip_runs()[MATMUL])
+    # The test's own roofs (a v5e's order of magnitude), on each boundary in turn.
+    roofs = Ceilings(
+        device_kind=V5E,
+        copy_bytes_per_s=1.2e12,
+        matmul_flops_per_s={"float32": 1.9e14},
+        measured_at="2026-12-06T00:00:00+00:00",
+        boundary=BoundaryId.DEVICE_TIME,
+    )
+    on_device = build_roofline(run.model_copy(update={"ceilings": roofs}))
+    assert on_device is not None and on_device.withheld is None
+    flops, device = 2 * 2048**3, 93.05e-6
+    assert on_device.achieved == pytest.approx(flops / device, rel=1e-2)
+    assert any("in device time" in n for n in on_device.notes)
+    host = roofs.model_copy(update={"boundary": BoundaryId.HOST_SYNC})
+    on_host = build_roofline(run.model_copy(update={"ceilings": host}))
+    assert on_host is not None and on_host.achieved == run.rates.flops_per_s  # type: ignore[union-attr]
