@@ -18,9 +18,10 @@ from app.dispatch import Dispatcher
 from app.pages.compare.hlo_changes import HloDiffMissing, HloDiffUnreadable
 from app.pages.compare.hlo_section import report, section
 from app.pages.jobs import PREFIX
+from app.queue.submission import field_errors
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
-from app.routes.schemas import MessagePublic
+from app.routes.schemas import MessagePublic, ValidationErrorPublic
 
 api_router = APIRouter(prefix=PREFIX, tags=["compare"])
 page_router = APIRouter(include_in_schema=False)
@@ -191,8 +192,9 @@ async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
         return await report(dispatcher, a, b)
     except HloDiffMissing as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
-    except HloDiffUnreadable as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
+    except HloDiffUnreadable as exc:  # named by its side, as every 422 names its field
+        side = "a" if f"job {a!r}" in str(exc) else "b"
+        field_errors([(side, str(exc))])
 
 
 @reads(api_router)(
@@ -200,7 +202,10 @@ async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
     response_model=HloDiffPublic,
     responses={
         404: {"model": MessagePublic, "description": "No such job, or no HLO."},
-        422: {"model": MessagePublic, "description": "A side's HLO does not parse (the line)."},
+        422: {
+            "model": ValidationErrorPublic,
+            "description": "A side is missing, or its HLO does not parse (the line).",
+        },
     },
     summary="Two runs' optimized HLO, paired instruction by instruction",
 )

@@ -250,7 +250,7 @@ def read_hlo(text: str, *, cut: bool = False) -> HloModule:
     for n, line in enumerate(lines, start=1):
         if reader.open is None:
             reader.outside(n, line)
-        elif line.strip() == "}":
+        elif line.strip() == "}" or line.startswith("}, "):  # `}, execution_thread="…"`
             reader.close()
         elif line.strip():
             reader.body.append(reader.instruction(n, line))
