@@ -179,3 +179,18 @@ def test_a_computation_closed_with_its_attributes_is_read() -> None:
     module = read_hlo(text)
     assert [c.name for c in module.computations] == ["sparse", "main"]
     assert module.entry is not None and module.entry.name == "main"
+
+
+def test_comment_lines_are_skipped_wherever_they_are() -> None:
+    from workers.protocol.hlo import read_hlo
+
+    text = (
+        "// a note before the module\n"
+        "HloModule m\n\n"
+        "ENTRY %main (a: f32[8]) -> f32[8] {\n"
+        "  // a note inside it\n"
+        "  ROOT %a = f32[8]{0} parameter(0)\n"
+        "}\n"
+    )
+    module = read_hlo(text)
+    assert [i.name for i in module.instructions()] == ["a"]
