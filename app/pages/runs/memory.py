@@ -119,13 +119,21 @@ class Reported:
         return SCOPE.format(where=where, gpu=GPU_SCOPE if self.gpu else "")
 
 
+def run_peak(run: dict[str, Any]) -> int | None:
+    """A run's one peak: memory_analysis()'s figure by its platform's rule (the CPU's
+    temporaries added to its own peak, which leaves them out)."""
+    analysis = run.get("memory_analysis") or {}
+    platform = platform_of((run.get("job") or {}).get("path"))
+    return program_peak(platform, peak=analysis.get("peak_bytes"), temp=analysis.get("temp_bytes"))
+
+
 def missing_json(job: dict[str, Any]) -> dict[str, Any]:
     """`GET /api/v1/runs/{id}/memory` for a job with no report to show: why, and the
     compiler's peak by its platform's rule where the run has memory_analysis()."""
     run = job.get("run") or {}
     analysis = run.get("memory_analysis") or {}
     platform = platform_of((run.get("job") or {}).get("path") or job.get("path"))
-    peak = program_peak(platform, peak=analysis.get("peak_bytes"), temp=analysis.get("temp_bytes"))
+    peak = run_peak(run)
     return {
         "id": job["id"],
         "reason": no_report_reason(job),
