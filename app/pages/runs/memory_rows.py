@@ -10,6 +10,7 @@ the value whose top sets its size.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -53,14 +54,38 @@ def library_text(library: str | None) -> str | None:
     return f"{short_file(place[0])}:{place[1]}" if place is not None else None
 
 
-def breakable(text: str | None) -> list[str]:
-    """`text` in pieces after each `/`, `,` and `(` (a JAX op name, a shape), so that a cell
-    breaks it only there."""
+_LAYOUT = re.compile(r"\{[^{}]*\}|/\*[^*]*\*/")
+
+
+def shown_shape(shape: str) -> str:
+    """A shape as the table shows it: a tuple (a table of pointers, whose shape can name a
+    hundred elements) by its count and first two elements, layouts left out."""
+    if not shape.startswith("("):
+        return shape
+    inner = _LAYOUT.sub("", shape[1:-1])
+    depth, parts, start = 0, [], 0
+    for i, c in enumerate(inner):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    parts.append(inner[start:].strip())
+    if len(parts) <= 3:
+        return f"({', '.join(parts)})"
+    return f"a tuple of {len(parts)}: ({', '.join(parts[:2])}, …)"
+
+
+def breakable(text: str | None, joints: str = "/;") -> list[str]:
+    """`text` in pieces after each of its `joints` (a JAX op name's or a pytree path's `/`
+    and `;`, a shape's `,`), so that a cell breaks it only there."""
     if not text:
         return []
     pieces, start = [], 0
     for i, c in enumerate(text):
-        if c in "/,(" and i + 1 < len(text):
+        if c in joints and i + 1 < len(text):
             pieces.append(text[start : i + 1])
             start = i + 1
     return [*pieces, text[start:]]
@@ -85,8 +110,8 @@ class BufferRow:
     op_name: list[str]
     source: Link | None
     library: str | None
-    argument: str | None
-    """A parameter's argument, by its pytree path."""
+    argument: list[str]
+    """A parameter's argument, by its pytree path (in pieces, as `breakable`)."""
     live: str
     offset: str
     reserved: bool
@@ -101,6 +126,7 @@ def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> Buff
         Link(n, f"/runs/{job_id}/ir/hlo?q={quote('%' + n + ' =', safe='')}") for n in b.instructions
     ]
     reserved = b.live_at_peak and b.kind in ("parameter", "output", "constant")
+    op_name = "; ".join(dict.fromkeys(b.op_name.split(";"))) if b.op_name else None
     return BufferRow(
         bytes=b.bytes,
         size=gb(b.bytes),
@@ -109,12 +135,12 @@ def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> Buff
         padding_text=gb(padding) if padding else ("0" if padding == 0 else "—"),
         kind=b.kind,
         instructions=links,
-        shape=breakable(b.shape),
+        shape=breakable(shown_shape(b.shape), ","),
         layout=b.layout,
-        op_name=breakable(b.op_name),
+        op_name=breakable(op_name if op_name != b.parameter_path else None),
         source=source_link(job_id, b.source, keys),
         library=library_text(b.library),
-        argument=b.parameter_path if b.kind == "parameter" else None,
+        argument=breakable(b.parameter_path) if b.kind == "parameter" else [],
         live=f"{b.live[0]:,}–{b.live[1]:,}",
         offset=f"{b.offset:,}",
         reserved=reserved and not b.live[0] <= peak_step <= b.live[1],
