@@ -18,6 +18,7 @@ from app.pages.runs.memory_charts import HBM_ON_SCALE, Curve, curve_chart, kinds
 from app.pages.runs.memory_fit import gb
 from app.pages.runs.memory_rows import block_row, buffer_row
 from workers.protocol import MemoryReport, PathId, RunResult
+from workers.protocol.dumps import first_of
 from workers.protocol.memory import KINDS, PEAK_RULES, platform_of, program_peak
 
 SCOPE = (
@@ -47,6 +48,12 @@ def no_report_reason(job: dict[str, Any]) -> str:
         return f"run {job['id']}'s memory report was withheld: {report['withheld']}"
     if job.get("path") == PathId.CUDA.value:
         return f"run {job['id']} is CUDA C++: no XLA buffer assignment to read"
+    completes = first_of(str(job["id"]))
+    if completes is not None:
+        return (
+            f"job {job['id']} makes the dumps of run {completes}, which went first: the "
+            f"memory report is that run's (/runs/{completes}/memory)"
+        )
     target = run.get("target") or {}
     if target.get("refused"):
         return (
