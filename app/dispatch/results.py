@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.dispatch.core import cap_text
+from app.ir.device_ops import with_estimates
 from app.ir.explain import explain
 from app.ir.pipeline import (
     KERNEL_PIPELINES_ARTIFACT,
@@ -181,4 +183,7 @@ def _summarized(capped: RunResult, hlo: tuple[str, bool], run: RunResult) -> Run
         logger.warning("a run's optimized HLO does not parse, so it has no summary: %s", exc)
         return capped
     explained = explain(module, hlo[0], run.source, run.pipeline)
-    return capped.model_copy(update={"hlo_explained": explained, "hlo_summary": summarize(module)})
+    update: dict[str, Any] = {"hlo_explained": explained, "hlo_summary": summarize(module)}
+    if capped.device_time is not None:  # a chip's instructions, with the compiler's estimates
+        update["device_time"] = with_estimates(capped.device_time, module)
+    return capped.model_copy(update=update)

@@ -57,7 +57,6 @@ _LEFT_OUT = frozenset(
 )  # fmt: skip
 """Attributes left out of the compared `attrs`: annotations, names of channels and
 computations, and what is compared on its own."""
-_CYCLES = re.compile(r'"estimated_cycles":"?(\d+)')
 _GEMM_TARGET = re.compile(r"cublas|gemm|matmul|\$conv|cudnn", re.IGNORECASE)
 
 
@@ -142,8 +141,7 @@ class Node:
     @property
     def cycles(self) -> int | None:
         """The compiler's own estimate (a TPU's `estimated_cycles`), when it states one."""
-        found = _CYCLES.search(self.backend) if "estimated_cycles" in self.backend else None
-        return int(found[1]) if found else None
+        return self.ins.estimated_cycles
 
     @property
     def result_bytes(self) -> int | None:

@@ -109,28 +109,40 @@ def fit_of(target: dict[str, Any]) -> dict[str, Any] | None:
 
 def memory_answer(report: dict[str, Any], top: int, address: str) -> dict[str, Any]:
     """The memory report in short: the peak and what makes it up, then the `top` largest
-    buffers live at the peak (what the peak is made of) with the source line that made
-    each."""
+    buffers live at the peak (what the peak is made of) with the line of the user's code
+    that made each (the library's beside it) or, for a parameter, its argument's path. A
+    run without a report says why, with the compiler's peak where it gave one."""
     buffers = report.get("buffers") or []
     at_peak = sorted(
         (b for b in buffers if b.get("live_at_peak") is True),
         key=lambda b: -int(b.get("bytes") or 0),
     )
+    fields = ("bytes", "held_bytes", "kind", "shape", "op_name", "source", "library")
     return {
         "run_id": report.get("id"),
         "address": address,
+        "reason": report.get("reason"),
         "peak_bytes": report.get("peak_bytes"),
         "usable_bytes": report.get("usable_bytes"),
         "hbm_bytes": report.get("hbm_bytes"),
         "peak_make_up": report.get("by_kind"),
+        "blocks": [
+            {k: block.get(k) for k in ("name", "bytes", "live_bytes", "counted_bytes", "why")}
+            for block in report.get("blocks") or []
+        ],
         "padding_bytes": report.get("padding_bytes"),
+        "unattributed_bytes": report.get("unattributed_bytes"),
         "memory_analysis": report.get("memory_analysis"),
         "not_counted": report.get("not_counted"),
         "buffers_listed": min(top, len(at_peak)),
         "buffers_live_at_peak": len(at_peak),
         "buffers_in_report": len(buffers),
         "top_buffers": [
-            {k: b.get(k) for k in ("bytes", "kind", "shape", "op_name", "source", "live")}
+            {
+                **{k: b.get(k) for k in fields},
+                "argument": b.get("parameter_path"),
+                "live": b.get("live"),
+            }
             for b in at_peak[:top]
         ],
         "other": report.get("other"),

@@ -175,9 +175,12 @@ def _compile_tools(server: MCPServer, connect: Connect) -> None:
         run_id: RunId,
         top: Annotated[int, Field(ge=1, le=50, description="Buffers to list.")] = 10,
     ) -> str:
-        """A compiled run's memory report for one device: the peak and what makes it up
-        (parameters, outputs, temporaries, …), and the largest buffers with their shape,
-        live range and the source line that made them (XLA's own buffer assignment)."""
+        """A compiled run's memory report for one device: the peak (memory_analysis()'s, by
+        its platform's rule) and what makes it up (parameters, outputs, temporaries, the
+        blocks reserved whole and what sets their size), and the largest buffers with their
+        shape, live range, the line of your code that made them (the library's beside it)
+        or a parameter's argument path (XLA's own buffer assignment). A run without a
+        report says why."""
         async with connect(ctx) as api:
             return bounded(await calls.memory_report(api, run_id, top))
 

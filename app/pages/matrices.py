@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from app.dispatch import Dispatcher
+from app.pages.runs.memory import run_peak
 from app.pages.runs.memory_fit import gb, needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
@@ -147,8 +148,7 @@ def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
     memory = target.get("memory") or {}
     needed = needed_bytes(memory) if memory else None
     if needed is None:
-        analysis = run.get("memory_analysis") or {}
-        needed = analysis.get("peak_bytes")
+        needed = run_peak(run)
     hbm = memory.get("hbm_bytes")
     limit = fit_limit(memory)[0] if hbm else None
     return {

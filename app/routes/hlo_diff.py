@@ -18,6 +18,7 @@ from app.pages.compare.hlo_changes import HloDiffMissing, HloDiffUnreadable
 from app.pages.compare.hlo_diffs import HloDiffs
 from app.pages.compare.hlo_section import section
 from app.pages.jobs import PREFIX
+from app.queue.submission import field_errors
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
 from app.routes.schemas import MessagePublic, ValidationErrorPublic
@@ -192,8 +193,9 @@ async def _report(diffs: HloDiffs, a: str, b: str, *, as_json: bool) -> Any:
         return await (diffs.report_json(a, b) if as_json else diffs.report(a, b))
     except HloDiffMissing as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
-    except HloDiffUnreadable as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
+    except HloDiffUnreadable as exc:  # named by its side, as every 422 names its field
+        side = "a" if f"job {a!r}" in str(exc) else "b"
+        field_errors([(side, str(exc))])
 
 
 @reads(api_router)(
@@ -202,9 +204,8 @@ async def _report(diffs: HloDiffs, a: str, b: str, *, as_json: bool) -> Any:
     responses={
         404: {"model": MessagePublic, "description": "No such job, or no HLO."},
         422: {
-            "model": ValidationErrorPublic | MessagePublic,
-            "description": "A query field is wrong (each named), or a side's HLO does not "
-            "parse (the job and the line).",
+            "model": ValidationErrorPublic,
+            "description": "A side is missing, or its HLO does not parse (the line).",
         },
     },
     summary="Two runs' optimized HLO, paired instruction by instruction",

@@ -245,6 +245,7 @@ async def kernel_step(
         "src": query.src,
         "source_sha": "",
         "download": f"{base}/steps/{order}.txt",
+        "cut_at": None,  # a kernel's pass is stored whole with its pipeline
         "nav": "runs",
     }
     if query.part == "lines":

@@ -32,11 +32,14 @@ def reread(result: str, run_s: float | None) -> tuple[str, float | None]:
         stored = RunResult.model_validate_json(result)
     except ValueError:  # no run result (a store test's placeholder): nothing to rule on
         return result, run_s
-    again = published(stored, worker_valid=stored.valid).model_copy(
+    again = published(stored, worker_valid=stored.valid)
+    again = again.model_copy(
         update={
             "hlo_summary": stored.hlo_summary,
             "hlo_explained": stored.hlo_explained,
             "ceilings": stored.ceilings,
+            # its instructions' kinds and the compiler's estimates, where it still stands
+            "device_time": stored.device_time if again.device_time is not None else None,
         }
     )
     return again.model_dump_json(), run_seconds(again, run_s, None)

@@ -185,7 +185,9 @@ async def test_a_text_the_worker_cut_is_diffed_to_its_last_whole_instruction(
     refused = await diff(client, a, unmarked)
     line = kept.count("\n") + 1
     assert refused.status_code == 422
-    assert f"line {line}: its operand list never closes" in refused.json()["detail"]
+    (problem,) = refused.json()["detail"]
+    assert problem["field"] == "b"
+    assert f"line {line}: its operand list never closes" in problem["message"]
 
 
 def test_a_forked_child_answers_raises_or_is_named_when_it_dies() -> None:

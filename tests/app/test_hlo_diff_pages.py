@@ -171,7 +171,9 @@ async def test_the_api_answers_the_contract_and_404_names_the_id(
     broken = await post_run(bench_client, worker, BASE.replace("negate(%fusion.3)", "negate("))
     refused = await bench_client.get(f"/api/v1/compare/hlo-diff?a={a}&b={broken}")
     assert refused.status_code == 422, refused.text
-    said = refused.json()["detail"]
+    [problem] = refused.json()["detail"]
+    said = problem["message"]
+    assert problem["field"] == "b"  # the side whose HLO does not parse
     assert broken in said and f"line {line_of(BASE, 'neg.1')}: its operand list" in said
     page = await bench_client.get(f"/compare?a={a}&b={broken}")
     assert page.status_code == 200 and "does not parse" in unescape(page.text)

@@ -149,3 +149,8 @@ async def test_memory_lists_the_buffers_live_at_the_peak(
     assert not refused and answer["buffers_live_at_peak"] == len(live)
     listed = [(b["bytes"], b["kind"], b["shape"]) for b in answer["top_buffers"]]
     assert listed == [(b["bytes"], b["kind"], b["shape"]) for b in live][:50]
+    assert answer["reason"] is None and answer["peak_bytes"] == report["peak_bytes"]
+    bare = await finished(client, MATMUL)  # a run whose worker sent no report: why, not 404
+    async with mcp_client(app) as mcp:
+        refused, said = await tool_text(mcp, "memory", {"run_id": bare})
+    assert not refused and "has no memory report" in json.loads(said)["reason"]

@@ -161,7 +161,8 @@ def test_boundary_mcp_reaches_the_server_over_the_socket(on_socket: OnSocket) ->
             return answers[0], answers[1]
 
     targets, compiled = anyio.run(session)
-    h100 = next(t for t in targets["targets"] if t["id"] == "h100:1")
+    listed = [t for m in targets["models"] for t in m["targets"]]
+    h100 = next(t for t in listed if t["id"] == "h100:1")
     assert h100["compiled_by"]
     assert compiled["status"] == "done" and compiled["target"] == "h100:1"
     assert compiled["address"] == f"http://unix:{on_socket.path}:/runs/{compiled['run_id']}"

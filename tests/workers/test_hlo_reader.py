@@ -159,3 +159,38 @@ def test_a_text_of_several_modules_reads_each_with_its_own_stack_frames() -> Non
     first, other = module.by_name["sin.0"].source, module.by_name["sin.9"].source
     assert first is not None and first.user is not None and first.user.place == "prog.py:3"
     assert other is not None and other.user is not None and other.user.place == "other.py:3"
+
+
+def test_a_computation_closed_with_its_attributes_is_read() -> None:
+    """libtpu closes a computation that runs on a TPU7x's SparseCore with its execution
+    thread (`}, execution_thread="sparsecore"`), found compiling a collective for
+    tpu7x:2x2x1: the computation ends there, and the rest is read."""
+    from workers.protocol.hlo import read_hlo
+
+    text = (
+        "HloModule m, entry_computation_layout={(f32[8]{0})->f32[8]{0}}\n\n"
+        "%sparse (p: f32[8]) -> f32[8] {\n"
+        "  ROOT %p = f32[8]{0} parameter(0)\n"
+        '}, execution_thread="sparsecore"\n\n'
+        "ENTRY %main (a: f32[8]) -> f32[8] {\n"
+        "  ROOT %a = f32[8]{0} parameter(0)\n"
+        "}\n"
+    )
+    module = read_hlo(text)
+    assert [c.name for c in module.computations] == ["sparse", "main"]
+    assert module.entry is not None and module.entry.name == "main"
+
+
+def test_comment_lines_are_skipped_wherever_they_are() -> None:
+    from workers.protocol.hlo import read_hlo
+
+    text = (
+        "// a note before the module\n"
+        "HloModule m\n\n"
+        "ENTRY %main (a: f32[8]) -> f32[8] {\n"
+        "  // a note inside it\n"
+        "  ROOT %a = f32[8]{0} parameter(0)\n"
+        "}\n"
+    )
+    module = read_hlo(text)
+    assert [i.name for i in module.instructions()] == ["a"]

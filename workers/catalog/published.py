@@ -60,7 +60,7 @@ from workers.protocol import (
 )
 from workers.protocol.gate import gate, runs_anything, strip
 from workers.protocol.jobs import main_boundary
-from workers.protocol.memory import published_report
+from workers.protocol.memory import platform_of, published_report
 from workers.protocol.published_bounds import (
     bounded_extra,
     bounded_group,
@@ -145,17 +145,14 @@ def bounded_figures(run: RunResult, params: WorkloadParams | None) -> RunResult:
 
 
 def _memory_report(run: RunResult, memory: MemoryAnalysis | None) -> MemoryReport | None:
-    """The run's memory report, checked against the compiler's own figures (its rule in
-    `workers.protocol.memory.published_report`)."""
+    """The run's memory report, its peak compared with the compiler's own by the rule of
+    the run's platform (`workers.protocol.memory.published_report`)."""
     m = memory or MemoryAnalysis()
     return published_report(
         run.memory_report,
-        tpu=run.job.path is PathId.JAX_TPU,
-        argument=m.argument_bytes,
-        output=m.output_bytes,
-        temp=m.temp_bytes,
-        alias=m.alias_bytes,
+        platform=platform_of(run.job.path.value),
         peak=m.peak_bytes,
+        temp=m.temp_bytes,
     )
 
 

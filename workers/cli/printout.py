@@ -21,6 +21,7 @@ from workers.protocol import (
     TargetReport,
     fit_limit,
 )
+from workers.protocol.memory import platform_of, program_peak
 
 EXIT_OK = 0
 EXIT_INVALID_RUN = 1
@@ -260,22 +261,27 @@ def _xla_lines(run: RunResult) -> list[str]:
         if ca is not None and (ca.flops is not None or ca.bytes_accessed is not None)
         else []
     )
+    peak = (
+        program_peak(platform_of(run.job.path.value), peak=ma.peak_bytes, temp=ma.temp_bytes)
+        if ma is not None
+        else None
+    )
     memory = (
         [
             f"memory arguments {byte_size(ma.argument_bytes)}, output "
             f"{byte_size(ma.output_bytes)}, temp {byte_size(ma.temp_bytes)}, "
-            f"peak {byte_size(ma.peak_bytes)}"
+            f"peak {byte_size(peak)}"
         ]
         if ma is not None
         else []
     )
     odd = (
         [
-            "peak below temp: XLA reports the two from different accounts of its "
-            "buffers, so neither is part of the other (its buffer assignment has "
-            "the detail)"
+            "peak below temp: temp is the block that holds the temporaries as reserved, "
+            "the peak counts those live at once, not the gaps between them (the memory "
+            "report has both)"
         ]
-        if ma is not None and ma.peak_bytes is not None and (ma.temp_bytes or 0) > ma.peak_bytes
+        if ma is not None and peak is not None and (ma.temp_bytes or 0) > peak
         else []
     )
     xla = [*cost, *memory, *odd]

@@ -110,6 +110,33 @@ def parse_stages(text: str) -> list[str]:
     return names
 
 
+def _measure_options(parser: argparse.ArgumentParser) -> None:
+    """How the execute stage samples: the job's `measure` options."""
+    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.LATENCY.value)
+    parser.add_argument("--samples", type=parse_samples, default=20, help="N or auto")
+    parser.add_argument(
+        "--cache", choices=[c.value for c in CachePolicy], default=CachePolicy.COLD.value
+    )
+    parser.add_argument("--calls-per-sample", type=int, default=None, help="K in throughput mode")
+    parser.add_argument("--max-seconds", type=float, default=None, help="time cap on sampling")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="capture a JAX profiler trace of the sampled calls (adds the profiler's cost)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="compile once more with XLA's per-pass dump and keep the pass pipeline "
+        "(the reported compile time excludes it)",
+    )
+    parser.add_argument(
+        "--flush-l2",
+        action="store_true",
+        help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `boundary run` argument parser."""
     parser = argparse.ArgumentParser(
@@ -142,29 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="e.g. compile,execute (default: compile,execute; with --target: compile)",
     )
-    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.LATENCY.value)
-    parser.add_argument("--samples", type=parse_samples, default=20, help="N or auto")
-    parser.add_argument(
-        "--cache", choices=[c.value for c in CachePolicy], default=CachePolicy.COLD.value
-    )
-    parser.add_argument("--calls-per-sample", type=int, default=None, help="K in throughput mode")
-    parser.add_argument("--max-seconds", type=float, default=None, help="time cap on sampling")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="capture a JAX profiler trace of the sampled calls (adds the profiler's cost)",
-    )
-    parser.add_argument(
-        "--pipeline",
-        action="store_true",
-        help="compile once more with XLA's per-pass dump and keep the pass pipeline "
-        "(the reported compile time excludes it)",
-    )
-    parser.add_argument(
-        "--flush-l2",
-        action="store_true",
-        help="cuda path: flush the GPU's L2 cache before each sample (cold-cache timing)",
-    )
+    _measure_options(parser)
     parser.add_argument(
         "--xla-option",
         action="append",

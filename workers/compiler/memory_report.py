@@ -5,25 +5,28 @@ each value's live range over the schedule); this module turns it into the report
 run carries (`workers.protocol.memory.MemoryReport`):
 
 - the live-bytes curve: at each step, the parameters, outputs and constants (reserved for
-  the whole program), plus for each heap block the highest offset + size among the
-  values live in it then. Its maximum is the peak; `peak_step` the step at it that
-  explains it best (`workers.compiler.memory_slots`);
+  the whole program), plus the bytes the heap blocks' live values cover then, each byte
+  once (`workers.compiler.memory_slots.heap_live`); on a TPU, the larger of those and the
+  VMEM block, as libtpu counts its own peak. Its maximum is the peak, the figure of
+  `memory_analysis()` by its platform's rule; `peak_step` the step it is read at;
 - the buffers: one per value, each with its kind, defining instruction, shape and
-  layout, logical bytes beside the allocated ones, op name and source line;
-- what holds the peak, by kind (each byte given to one buffer), its padding, and the
-  bytes no buffer holds then.
+  layout, logical bytes beside the allocated ones, op name, the user's source line and
+  the library's beside it, a parameter's pytree path, and the bytes of the peak it holds;
+- what holds the peak, by kind, its padding, the blocks reserved whole and what sets
+  their size (`workers.compiler.memory_blocks`), and the bytes no value covers.
 
-Only the device's main memory (colour 0) counts; other memory spaces (TPU VMEM and
-SMEM, host memory) are totalled apart. Thread-local scalars of reducers are no device
-memory. Pure Python, no jax.
+Only the device's main memory (colour 0) holds buffers; other memory spaces (TPU VMEM and
+SMEM, host memory) are a block (VMEM) or totalled apart. Thread-local scalars of reducers
+are no device memory. Pure Python, no jax.
 """
 
 from __future__ import annotations
 
-import heapq
+from dataclasses import dataclass
 
 from workers.compiler.buffer_dump import Allocation, AssignedValue, BufferDump
-from workers.compiler.memory_slots import Slot, attribute_peak, peak_step_of
+from workers.compiler.memory_blocks import heap_blocks, vmem_allocations, vmem_block
+from workers.compiler.memory_slots import Slot, attribute_peak, heap_live, peak_step_of
 from workers.protocol.hlo import read_hlo, shape_bytes
 from workers.protocol.memory import (
     KINDS,
@@ -33,6 +36,7 @@ from workers.protocol.memory import (
     MemoryKind,
     MemoryOther,
     MemoryReport,
+    MemoryValue,
 )
 
 FLAT_KINDS = ("parameter", "output", "constant")
@@ -48,17 +52,16 @@ def device_allocations(dump: BufferDump) -> list[Allocation]:
 def heap_tuple(allocation: Allocation, value: AssignedValue, tpu: bool) -> bool:
     """On a TPU, a tuple's table of pointers inside a heap block: a few bytes each, left
     out of the curve and the buffers (libtpu leaves them out of its own peak too, and
-    places them above everything else, where they would set the heap's high water alone).
-    Elsewhere they are values like any other."""
+    places them above everything else). Elsewhere they are values like any other."""
     return tpu and allocation.kind not in FLAT_KINDS and value.shape.startswith("(")
 
 
 def not_counted(dump: BufferDump, tpu: bool) -> dict[str, int]:
     """Bytes the compiler placed that are not part of the peak: other memory spaces (by
-    colour) and the tuple tables of heap blocks."""
+    colour; a TPU's VMEM is a block of its own) and the tuple tables of heap blocks."""
     apart: dict[str, int] = {}
     for a in dump.allocations:
-        if a.thread_local:
+        if a.thread_local or (tpu and a.color == 1):
             continue
         if a.color != 0:
             apart[f"color {a.color}"] = apart.get(f"color {a.color}", 0) + a.size
@@ -67,23 +70,6 @@ def not_counted(dump: BufferDump, tpu: bool) -> dict[str, int]:
         if tables:
             apart["tuple tables"] = apart.get("tuple tables", 0) + tables
     return apart
-
-
-def _high_water(spans: list[tuple[int, int, int]], steps: int) -> list[int]:
-    """Per step, the highest top (offset + size) among the spans (first, last, top) live
-    then: a sweep over the steps with a max-heap whose expired tops are dropped lazily."""
-    spans = sorted(spans)
-    heap: list[tuple[int, int]] = []
-    out = [0] * steps
-    j = 0
-    for step in range(steps):
-        while j < len(spans) and spans[j][0] <= step:
-            heapq.heappush(heap, (-spans[j][2], spans[j][1]))
-            j += 1
-        while heap and heap[0][1] < step:
-            heapq.heappop(heap)
-        out[step] = -heap[0][0] if heap else 0
-    return out
 
 
 def _span(dump: BufferDump, key: str, instruction: str, order: dict[str, int]) -> tuple[int, int]:
@@ -127,25 +113,6 @@ def slots_of(dump: BufferDump, allocations: list[Allocation], tpu: bool) -> list
     return slots
 
 
-def live_curve(dump: BufferDump, allocations: list[Allocation], tpu: bool) -> list[int]:
-    """The live bytes at each step of the schedule (module docstring)."""
-    steps = len(dump.sequence)
-    flat = sum(a.size for a in allocations if a.kind in FLAT_KINDS)
-    curve = [flat] * steps
-    order = {name: i for i, name in enumerate(dump.sequence)}
-    for a in allocations:
-        if a.kind in FLAT_KINDS:
-            continue
-        spans = [
-            (*_span(dump, v.key, v.instruction, order), v.offset + v.size)
-            for v in a.values
-            if not heap_tuple(a, v, tpu)
-        ]
-        for step, top in enumerate(_high_water(spans, steps)):
-            curve[step] += top
-    return curve
-
-
 def thinned(curve: list[int], peak_step: int, most: int = MAX_TIMELINE) -> list[list[int]]:
     """At most `most` points of the curve: each stretch's highest (its first step at it),
     so that no peak is flattened and `peak_step` is always among them."""
@@ -156,8 +123,10 @@ def thinned(curve: list[int], peak_step: int, most: int = MAX_TIMELINE) -> list[
     for start in range(0, len(curve), width):
         stretch = curve[start : start + width]
         top = max(stretch)
-        points.append([start + stretch.index(top), top])
-    assert any(p[0] == peak_step for p in points)
+        at = start + stretch.index(top)
+        if start <= peak_step < start + width and curve[peak_step] == top:
+            at = peak_step
+        points.append([at, top])
     return points
 
 
@@ -170,20 +139,37 @@ def split_shape(text: str) -> tuple[str, str | None]:
     return (text, None) if brace < 0 else (text[:brace], text[brace:])
 
 
-Origins = dict[str, tuple[str | None, str | None]]
-"""Each instruction's JAX operation and the user's innermost source line, `file:line`."""
+@dataclass(frozen=True)
+class Origin:
+    """Where an instruction came from: its JAX operation, the user's innermost line and
+    the library's inside it (`file:line`), and, for an entry parameter, its pytree path."""
+
+    op_name: str | None
+    source: str | None
+    library: str | None
+    parameter_path: str | None
+
+
+Origins = dict[str, Origin]
 
 
 def origins_of(hlo: str, wanted: set[str]) -> Origins:
     """The origins of the instructions `wanted` that the module `hlo` defines, read by the
-    one HLO reader (its `Instruction.user_frame` is the user's own innermost frame)."""
+    one HLO reader (`Instruction.source`: the user's own frame and the library's)."""
     module = read_hlo(hlo)
     found: Origins = {}
     for name in wanted:
         ins = module.by_name.get(name)
-        if ins is not None:
-            user = ins.user_frame
-            found[name] = (ins.op_name, f"{user.file}:{user.line}" if user else None)
+        if ins is None:
+            continue
+        user = ins.source.user if ins.source else None
+        library = ins.source.library if ins.source else None
+        found[name] = Origin(
+            ins.op_name,
+            f"{user.file}:{user.line}" if user else None,
+            f"{library.file}:{library.line}" if library else None,
+            ins.parameter_path,
+        )
     return found
 
 
@@ -198,34 +184,51 @@ def published_buffer(slot: Slot, origins: Origins) -> MemoryBuffer:
         instructions=list(slot.instructions),
         shape=shape,
         layout=layout,
-        op_name=next((o for o, _ in named if o), None),
-        source=next((s for _, s in named if s), None),
+        op_name=next((o.op_name for o in named if o.op_name), None),
+        source=next((o.source for o in named if o.source), None),
+        library=next((o.library for o in named if o.library), None),
+        parameter_path=next((o.parameter_path for o in named if o.parameter_path), None),
         live=[slot.first, slot.last],
         live_at_peak=slot.at_peak,
+        held_bytes=slot.held if slot.at_peak else None,
         allocation=slot.allocation,
         offset=slot.offset,
     )
 
 
-def padding_of(buffer: MemoryBuffer) -> int:
-    return max(buffer.bytes - buffer.logical_bytes, 0) if buffer.logical_bytes is not None else 0
+def padding_of(slot: Slot) -> int:
+    """Allocated minus logical bytes of a value (a tuple, a table of pointers, has none)."""
+    shape, layout = split_shape(slot.shape)
+    if layout is None and shape.startswith("("):
+        return 0
+    logical = shape_bytes(shape)
+    return max(slot.size - logical, 0) if logical is not None else 0
 
 
 def memory_report(
     dump: BufferDump, hlo: str | None, *, source: str, tpu: bool = False
 ) -> MemoryReport:
     """The report of one compiled program (module docstring); `hlo` is its optimized
-    module as the run shows it, for op names and source lines; `tpu`: a TPU's, whose
-    memory space 1 (VMEM) has its own peak and whose tuple tables are left out."""
+    module as the run shows it, for op names, source lines and parameter paths; `tpu`: a
+    TPU's, whose VMEM block libtpu counts in its peak and whose tuple tables it leaves out."""
     allocations = device_allocations(dump)
-    curve = live_curve(dump, allocations, tpu)
-    peak = max(curve)
     values = slots_of(dump, allocations, tpu)
-    peak_step = peak_step_of(curve, values)
-    slots = attribute_peak(values, peak_step)
+    heap_ids = frozenset(a.index for a in allocations if a.kind not in FLAT_KINDS)
+    heap, shared = heap_live([s for s in values if s.allocation in heap_ids], len(dump.sequence))
+    flat = sum(a.size for a in allocations if a.kind in FLAT_KINDS)
+    spaces = vmem_allocations(dump) if tpu else []
+    vmem = sum(a.size for a in spaces)
+    curve = [flat + max(h, vmem) for h in heap]
+    step = peak_step_of(heap, shared)
+    vmem_counted = vmem > heap[step]
+    slots = attribute_peak(values, step, heap_ids if vmem_counted else frozenset())
     slots.sort(key=lambda s: (not s.at_peak, -s.size, s.allocation, s.offset))
     shown, rest = slots[:MAX_BUFFERS], slots[MAX_BUFFERS:]
+    blocks = heap_blocks(allocations, slots, step)
+    if vmem:
+        blocks.append(vmem_block(slots_of(dump, spaces, tpu), vmem, vmem_counted, heap[step]))
     wanted = {n for s in shown for n in s.instructions}
+    wanted |= {k.set_by.instruction for k in blocks if k.set_by is not None}
     origins = origins_of(hlo, wanted) if hlo else {}
     buffers = [published_buffer(s, origins) for s in shown]
     buffers.sort(key=lambda b: (-b.bytes, b.allocation, b.offset))
@@ -234,43 +237,33 @@ def memory_report(
     for a in allocations:
         allocated[a.kind] = allocated.get(a.kind, 0) + a.size
     rest_live = [s for s in rest if s.at_peak]
-    padding = sum(padding_of(b) for b in buffers if b.live_at_peak)
-    padding += sum(padding_of(published_buffer(s, {})) for s in rest_live)
+    counted = vmem if vmem_counted else 0
     return MemoryReport(
-        peak_bytes=peak,
-        peak_step=peak_step,
+        peak_bytes=max(curve),
+        peak_step=step,
         steps=len(curve),
-        by_kind={k: sum(s.size for s in at_peak if s.kind == k) for k in KINDS},
-        padding_bytes=padding,
-        unattributed_bytes=peak - sum(s.size for s in at_peak),
+        by_kind={k: sum(s.held for s in at_peak if s.kind == k) for k in KINDS},
+        padding_bytes=sum(padding_of(s) for s in at_peak),
+        unattributed_bytes=max(curve) - sum(s.held for s in at_peak) - counted,
         allocated=allocated,
+        blocks=[k.model_copy(update={"set_by": _named(k.set_by, origins)}) for k in blocks],
         buffers=buffers,
         other=MemoryOther(
             count=len(rest),
             bytes=sum(s.size for s in rest),
             live_at_peak_count=len(rest_live),
-            live_at_peak_bytes=sum(s.size for s in rest_live),
+            live_at_peak_bytes=sum(s.held for s in rest_live),
         ),
-        timeline=thinned(curve, peak_step),
+        timeline=thinned(curve, step),
         not_counted=not_counted(dump, tpu),
-        on_chip_peak_bytes=vmem_peak(dump, tpu) if tpu else None,
+        on_chip_peak_bytes=vmem or None,
         source=source,
     )
 
 
-def vmem_peak(dump: BufferDump, tpu: bool = True) -> int | None:
-    """The most bytes live at once in memory space 1 (a TPU's VMEM), values added up as
-    libtpu adds them for its own peak (no gaps between them counted)."""
-    vmem = [a for a in dump.allocations if a.color == 1 and not a.thread_local]
-    if not vmem:
-        return None
-    steps = len(dump.sequence)
-    live = [0] * (steps + 1)
-    for s in slots_of(dump, vmem, tpu):
-        live[s.first] += s.size
-        live[s.last + 1] -= s.size
-    most = running = 0
-    for delta in live[:steps]:
-        running += delta
-        most = max(most, running)
-    return most
+def _named(value: MemoryValue | None, origins: Origins) -> MemoryValue | None:
+    """A block's `set_by` value with its op name and source line, where the HLO has them."""
+    if value is None or value.instruction not in origins:
+        return value
+    origin = origins[value.instruction]
+    return value.model_copy(update={"op_name": origin.op_name, "source": origin.source})

@@ -9,52 +9,57 @@ So before compiling, every located op of the lowered module (`lowered.compiler_i
 live module jax then compiles) is renamed `<its op name>#<n>`, its location kept inside.
 XLA copies that name into the HLO's `op_name` (an `@…` suffix would be dropped; `#n`
 survives on CPU, TPU and GPU), so each instruction names the ops it came from. After the
-compile, `place_positions` takes the tags out again and writes the user's innermost
-`file:line` into each instruction's metadata (`source_file`, `source_line`), where XLA
-puts it for a program compiled from source: the IR views, the HLO summary and the
-explained fusions then link to the user's lines as they do for a catalog workload.
+compile, `place_positions` takes the tags out again and writes each instruction's Python
+stack into its metadata as XLA writes it for a program compiled from source (the source
+tables and a frame id, `workers.protocol.hlo.StackTable`), beside the user's innermost
+`file:line` (`source_file`, `source_line`): the IR views, the HLO summary, the explained
+fusions and the memory report then link to the user's lines, with the library's frame
+inside them (a flax layer's), as they do for a catalog workload. Each entry parameter,
+which jax names by its flat position (`leaves[3]`), is named by its argument's pytree
+path from the artifact's header (`params/blocks/0/w`).
 
 The rename touches metadata only: opcodes, shapes, fusions and memory are the same as an
 untagged compile's; XLA derives a few instruction names from op names, so those differ.
-A fusion whose own metadata names nothing (a TPU output fusion) takes the first position
-of the instructions it fused; an instruction that names nothing at all (XLA:GPU's
-combined all-reduce of several gradients) takes that of the values it reads, up to three
-steps back. Frames of Boundary's own code are never a position.
+A fusion whose own metadata names nothing (a TPU output fusion) takes the first stack of
+the instructions it fused; an instruction that names nothing at all (XLA:GPU's combined
+all-reduce of several gradients) takes that of the values it reads, up to three steps
+back. Frames of Boundary's own code are never on a stack.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workers.export.sources import boundary_frame
-from workers.protocol.hlo import Frame, quoted, read_hlo, source_of, with_metadata
+from workers.protocol.hlo import (
+    Frame,
+    HloModule,
+    StackTable,
+    quoted,
+    read_hlo,
+    source_of,
+    with_metadata,
+)
 from workers.protocol.hlo_summary import COLLECTIVES
 
 Position = tuple[str, int]
+Stack = tuple[Frame, ...]
+"""Python frames, innermost first."""
 
 TAG = "#"
 _TAGGED = re.compile(r"^(?P<name>.*)#(?P<n>\d+)$")
-_FILE_POS = re.compile(r'"((?:[^"\\]|\\.)+)":(\d+):\d+')
+_FRAME = re.compile(r'(?:"((?:[^"\\]|\\.)*)"\()?"((?:[^"\\]|\\.)+)":(\d+):\d+')
+"""A frame of an MLIR location: `"Linear.__call__"("…/linear.py":422:8`, its function's
+name optional."""
+_FLAT_NAME = re.compile(r"^leaves\[(\d+)\]$")
+"""jax's name of a flat argument (`workers.export.meshes.flat_call`'s `*leaves`)."""
 _OUTER_NAME = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
 _SKIPPED_OPS = frozenset({"func.func", "builtin.module", "func.return", "func.call"})
 _MAX_STEPS_BACK = 3
-
-
-def positions_of(location: str, own: Callable[[str], bool] = boundary_frame) -> list[Position]:
-    """The (file, line) chain of an MLIR location, innermost first, without the frames
-    `own` says are Boundary's and without repeats."""
-    chain: list[Position] = []
-    for file, line in _FILE_POS.findall(location):
-        if own(file):
-            continue
-        position = (file, int(line))
-        if position not in chain:
-            chain.append(position)
-    return chain
 
 
 def tag_module(module: Any) -> dict[int, str]:
@@ -84,19 +89,46 @@ def tag_module(module: Any) -> dict[int, str]:
     return table
 
 
+def stack_of(location: str, own: Callable[[str], bool] = boundary_frame) -> Stack:
+    """The Python frames of an MLIR location, innermost first, each with its function where
+    the location names it, without the frames `own` says are Boundary's and without
+    repeats."""
+    stack: list[Frame] = []
+    for function, file, line in _FRAME.findall(location):
+        frame = Frame(file, int(line), function or None)
+        if own(file) or any((f.file, f.line) == (file, frame.line) for f in stack):
+            continue
+        stack.append(frame)
+    return tuple(stack)
+
+
 def _untagged(op_name: str) -> str:
     return ";".join(re.sub(r"(#\d+)+$", "", part) for part in op_name.split(";"))
 
 
-def _with_position(line: str, position: Position | None) -> str:
-    """`line` with its op_name untagged and, if given, the position in its metadata."""
+@dataclass(frozen=True)
+class Placed:
+    """What is written into one instruction's metadata: its stack's frame in the module's
+    tables (0: none), the user's innermost position (a library's where the user's files
+    are not on the stack), and a parameter's pytree path in place of jax's flat name."""
+
+    frame: int
+    position: Position | None
+    path: str | None = None
+
+
+def _with_source(line: str, placed: Placed) -> str:
+    """`line` with its op_name untagged (or the parameter's path) and its source written."""
 
     def change(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
         kept = [(k, f'"{_untagged(v[1:-1])}"' if k == "op_name" else v) for k, v in fields]
-        if position is None or any(k == "source_file" for k, _ in kept):
+        if placed.path is not None:
+            kept = [(k, quoted(placed.path) if k == "op_name" else v) for k, v in kept]
+        if placed.position is None or any(k == "source_file" for k, _ in kept):
             return kept
-        file, number = position
-        return [("source_file", quoted(file)), ("source_line", str(number)), *kept]
+        file, number = placed.position
+        stack = [StackTable.field(placed.frame)] if placed.frame else []
+        return [("source_file", quoted(file)), ("source_line", str(number)), *stack, *kept]
 
     return with_metadata(line, change)
 
@@ -105,57 +137,87 @@ def _linked(op: str) -> bool:
     return op in ("fusion", "custom-call") or op.removesuffix("-start") in COLLECTIVES
 
 
-def _innermost(location: str, own: Callable[[str], bool]) -> Position | None:
-    """The user's innermost position of an MLIR location (an installed library's, when the
-    user's own files are not on it)."""
-    chain = positions_of(location, own)
-    found = source_of(tuple(Frame(file, line) for file, line in chain))
+def _position(stack: Stack) -> Position | None:
+    """The user's innermost position on `stack` (an installed library's, when the user's
+    own files are not on it)."""
+    found = source_of(stack)
     frame = (found.user or found.library) if found is not None else None
     return (frame.file, frame.line) if frame is not None else None
 
 
-def place_positions(
-    hlo: str, tags: dict[int, str], own: Callable[[str], bool] = boundary_frame
-) -> str:
-    """`hlo` (compiled from a tagged module) with the tags taken out of its op names and
-    each instruction's innermost user position written into its metadata."""
-    first: dict[int, Position | None] = {}
+def _stacks(
+    module: HloModule, tags: dict[int, str], own: Callable[[str], bool]
+) -> dict[str, Stack]:
+    """Each instruction's stack: its own op's, else (a fusion) the first of the
+    instructions it fused, else (a library call or collective XLA left unnamed) that of
+    the values it reads, up to three steps back."""
+    first: dict[int, Stack] = {}
 
-    def position_of(op_name: str) -> Position | None:
+    def stack_named(op_name: str) -> Stack:
         for part in op_name.split(";"):
             tagged = _TAGGED.match(part)
             if tagged is None or int(tagged["n"]) not in tags:
                 continue
             n = int(tagged["n"])
             if n not in first:
-                first[n] = _innermost(tags[n], own)
-            if first[n] is not None:
+                first[n] = stack_of(tags[n], own)
+            if first[n]:
                 return first[n]
-        return None
+        return ()
 
-    module = read_hlo(hlo)
-    own_position: dict[str, Position | None] = {}
-    body_position: dict[str, Position] = {}
+    own_stack: dict[str, Stack] = {}
+    body_stack: dict[str, Stack] = {}
     for ins in module.instructions():
-        position = position_of(ins.op_name) if ins.op_name else None
-        own_position[ins.name] = position
-        if position is not None:
-            body_position.setdefault(ins.computation, position)
-    lines = hlo.split("\n")
+        stack = stack_named(ins.op_name) if ins.op_name else ()
+        own_stack[ins.name] = stack
+        if stack:
+            body_stack.setdefault(ins.computation, stack)
+    found: dict[str, Stack] = {}
     for ins in module.instructions():
-        position = own_position.get(ins.name)
-        if position is None and ins.opcode == "fusion":
-            position = next((body_position[c] for c in ins.called if c in body_position), None)
+        stack = own_stack[ins.name]
+        if not stack and ins.opcode == "fusion":
+            stack = next((body_stack[c] for c in ins.called if c in body_stack), ())
         frontier = [ins.name]
         for _ in range(_MAX_STEPS_BACK):
-            if position is not None or not _linked(ins.opcode):
+            if stack or not _linked(ins.opcode):
                 break
             frontier = [
                 v for f in frontier for v in module.by_name[f].operands if v in module.by_name
             ]
-            position = next((p for v in frontier if (p := own_position.get(v)) is not None), None)
-        lines[ins.line - 1] = _with_position(lines[ins.line - 1], position)
-    return "\n".join(lines)
+            stack = next((s for v in frontier if (s := own_stack.get(v))), ())
+        found[ins.name] = stack
+    return found
+
+
+def _parameter_path(op_name: str | None, names: Sequence[str]) -> str | None:
+    """An entry parameter's pytree path for jax's flat name of it (`leaves[3]`)."""
+    found = _FLAT_NAME.match(op_name or "")
+    return names[int(found[1])] if found and int(found[1]) < len(names) else None
+
+
+def place_positions(
+    hlo: str,
+    tags: dict[int, str],
+    own: Callable[[str], bool] = boundary_frame,
+    names: Sequence[str] = (),
+) -> str:
+    """`hlo` (compiled from a tagged module) with the tags taken out of its op names, each
+    instruction's stack written in as XLA writes a program's compiled from source (the
+    source tables and a frame id, beside the user's innermost `file:line`), and each
+    entry parameter named by its argument's path from `names` (the flat arguments'
+    names, in order)."""
+    module = read_hlo(hlo)
+    stacks = _stacks(module, tags, own)
+    table = StackTable() if not module.tables else None
+    lines = hlo.split("\n")
+    for ins in module.instructions():
+        stack = stacks[ins.name]
+        frame = table.add(stack) if table is not None and stack else 0
+        path = _parameter_path(ins.parameter_path, names) if names else None
+        placed = Placed(frame, _position(stack) if stack else None, path)
+        lines[ins.line - 1] = _with_source(lines[ins.line - 1], placed)
+    text = "\n".join(lines)
+    return table.placed_in(text) if table is not None else text
 
 
 @dataclass(frozen=True)
@@ -167,19 +229,26 @@ class Tagged:
     tags: dict[int, str] | None
     seconds: float
     """Printing and tagging, outside every timed stage."""
+    names: tuple[str, ...] = ()
+    """The flat arguments' pytree paths, in order, for the entry parameters' names."""
 
     def hlo_of(self, compiled: Any) -> str:
-        """The compiled program's optimized HLO, with the user's positions when tagged."""
+        """The compiled program's optimized HLO, with the user's stacks when tagged."""
         text: str = compiled.as_text()
-        return place_positions(text, self.tags) if self.tags is not None and text else text
+        if self.tags is None or not text:
+            return text
+        return place_positions(text, self.tags, names=self.names)
 
 
-def tag_sources(workload: Any, lowered: Any) -> Tagged:
+def tag_sources(workload: Any, lowered: Any, params: Any = None) -> Tagged:
     """Tag `lowered`'s ops when the workload is an uploaded program (whose compiled HLO
-    would otherwise name no source); a catalog workload's HLO has its stack frames."""
+    would otherwise name no source, and its parameters only by position); a catalog
+    workload's HLO has its stack frames and its arguments' names. `params`: the job's,
+    for the arguments' paths."""
     if not getattr(workload, "tags_sources", False):
         return Tagged(None, None, 0.0)
     t0 = time.perf_counter()
     text = lowered.as_text(debug_info=True)
     tags = tag_module(lowered.compiler_ir("stablehlo"))
-    return Tagged(text, tags, time.perf_counter() - t0)
+    names = tuple(s.name for s in workload.input_specs(params)) if params is not None else ()
+    return Tagged(text, tags, time.perf_counter() - t0, names)

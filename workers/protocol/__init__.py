@@ -37,9 +37,11 @@ from workers.protocol.jobs import (
     sample_caps,
 )
 from workers.protocol.memory import (
+    MemoryBlock,
     MemoryBuffer,
     MemoryOther,
     MemoryReport,
+    MemoryValue,
 )
 from workers.protocol.profiles import (
     ProfileTrace,
@@ -160,9 +162,11 @@ __all__ = [
     "MeasureOptions",
     "Measurement",
     "MemoryAnalysis",
+    "MemoryBlock",
     "MemoryBuffer",
     "MemoryOther",
     "MemoryReport",
+    "MemoryValue",
     "Mode",
     "OpenModel",
     "PathId",

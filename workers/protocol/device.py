@@ -18,6 +18,15 @@ class DeviceOp(OpenModel):
     name: str = Field(description="The instruction's name in the optimized HLO, e.g. fusion.3.")
     median_s: float = Field(description="Median device time per call, in seconds.")
     calls: int = Field(description="Calls of the profiled pass in which it ran.")
+    kind: str | None = Field(
+        default=None,
+        description="What it does (`convolution fusion`, `copy`), by the server from the HLO.",
+    )
+    estimated_cycles: int | None = Field(
+        default=None,
+        description="The compiler's own estimate (libtpu's estimated_cycles), by the server "
+        "from the stored optimized HLO; None where the compiler states none.",
+    )
 
 
 class DeviceTime(OpenModel):
@@ -29,6 +38,11 @@ class DeviceTime(OpenModel):
     calls: int = Field(description="Calls of the profiled pass (after the timed samples).")
     ops: list[DeviceOp] = Field(
         default_factory=list, description="The instructions that took the most device time."
+    )
+    estimated_cycles: int | None = Field(
+        default=None,
+        description="The compiler's estimate for one call: the entry computation's "
+        "instructions' estimated_cycles added up, by the server from the stored HLO.",
     )
 
 

@@ -176,7 +176,7 @@ def compile_program(
         staged = trace_and_lower(jitted, abstract, emit)
     # An uploaded program's ops are tagged before compiling (untimed), so that its HLO can
     # name the user's lines (workers.compiler.source_tags); its StableHLO is printed first.
-    tagged = tag_sources(workload, staged.lowered)
+    tagged = tag_sources(workload, staged.lowered, params)
     compiled, compile_s, plan = timed_compile(staged.lowered, job)
     claim_architecture(choice)
     cache_events = events_between(before, cache_counts())

@@ -81,7 +81,7 @@ def lower_for_target(
         jitted, abstract = scaled.jitted, scaled.abstract
     with lowering_for(choice, scaled.mesh if scaled is not None else None, devices[0]):
         staged = trace_and_lower(jitted, abstract, emit)
-    tagged = tag_sources(workload, staged.lowered)
+    tagged = tag_sources(workload, staged.lowered, params)
     return TargetProgram(workload, devices, scaled, jitted, abstract, staged, tagged, choice)
 
 

@@ -47,8 +47,10 @@ def report_of(job: dict[str, Any]) -> tuple[MemoryReport | None, str | None]:
 
 
 def _place(b: MemoryBuffer) -> str:
-    """Where a buffer came from, as both sides can name it: its source line, else its JAX
-    operation, else its kind (a parameter named by its argument)."""
+    """Where a buffer came from, as both sides can name it: its source line, a parameter's
+    argument by its path, else its JAX operation, else its kind."""
+    if b.parameter_path and b.kind == "parameter":
+        return f"argument {b.parameter_path}"
     if b.source:
         file, _, line = b.source.rpartition(":")
         return f"{short_file(file)}:{line}"
@@ -77,7 +79,7 @@ def aligned(a: Side, b: Side, key: Callable[[MemoryBuffer], str]) -> list[dict[s
     rows: list[dict[str, Any]] = []
     for k in dict.fromkeys([*held_a, *held_b]):
         xs, ys = held_a.get(k, []), held_b.get(k, [])
-        x, y = sum(v.bytes for v in xs), sum(v.bytes for v in ys)
+        x, y = sum(v.held for v in xs), sum(v.held for v in ys)
         rows.append(
             {
                 "key": k,

@@ -13,6 +13,7 @@ from app.pages.compare.request import CompareInputError
 from app.pages.compare.stats import MIN_RUNS
 from app.pages.jobs import job_public
 from app.pages.matrices import compile_facts
+from app.pages.runs.memory import run_peak
 from app.pages.runs.memory_fit import memory_fit
 from app.pages.runs.plots import format_seconds
 from workers.catalog.kernel_words import kernel_phrase
@@ -161,7 +162,7 @@ def compiled_side(name: str, job: dict[str, Any]) -> dict[str, Any]:
             chart_id=f"memory-bars-{name}",
             refused=target.get("refused"),
         ),
-        "host_memory": (run.get("memory_analysis") or {}).get("peak_bytes"),
+        "host_memory": run_peak(run),
         "kernel": kernel_phrase(
             job["workload"], job["path"], run.get("params") or {}, run.get("extra")
         )

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from app.ir.view import Keys
 from app.pages.runs.memory_charts import HBM_ON_SCALE, Curve, curve_chart, kinds_chart
 from app.pages.runs.memory_fit import gb
-from workers.protocol import MemoryBuffer, MemoryReport, PathId, RunResult
-from workers.protocol.memory import KINDS
+from app.pages.runs.memory_rows import block_row, buffer_row
+from workers.protocol import MemoryReport, PathId, RunResult
+from workers.protocol.dumps import first_of
+from workers.protocol.memory import KINDS, PEAK_RULES, platform_of, program_peak
 
 SCOPE = (
     "This is the compiler's plan for one device{where}: the buffers XLA assigned before the "
@@ -30,15 +31,15 @@ SCOPE = (
 )
 GPU_SCOPE = ", and before JAX sets aside its share of the GPU's memory at start-up (75% by default)"
 UNATTRIBUTED = (
-    "bytes of the heap that no live buffer holds at the peak step: gaps between buffers "
-    "(fragmentation) and alignment"
+    "bytes of the allocations held for the whole program that no value covers at the "
+    "peak's step (alignment)"
 )
 TABLE_ROWS = 12
 """Buffers the run page's section lists; the memory page lists them all."""
 
 
 def no_report_reason(job: dict[str, Any]) -> str:
-    """Why a job has no memory report to show (the API's 404)."""
+    """Why a job has no memory report to show."""
     run = job.get("run")
     if run is None:
         return f"job {job['id']} has no run yet (it is {job['status']})"
@@ -47,9 +48,18 @@ def no_report_reason(job: dict[str, Any]) -> str:
         return f"run {job['id']}'s memory report was withheld: {report['withheld']}"
     if job.get("path") == PathId.CUDA.value:
         return f"run {job['id']} is CUDA C++: no XLA buffer assignment to read"
+    completes = first_of(str(job["id"]))
+    if completes is not None:
+        return (
+            f"job {job['id']} makes the dumps of run {completes}, which went first: the "
+            f"memory report is that run's (/runs/{completes}/memory)"
+        )
     target = run.get("target") or {}
     if target.get("refused"):
-        return f"run {job['id']} has no memory report: the compiler refused the program"
+        return (
+            f"run {job['id']} has no buffer assignment: the compiler refused the program "
+            "(its refusal is on the run page)"
+        )
     return (
         f"run {job['id']} has no memory report: its worker sent none (a run made before "
         "memory reports, or a compile that wrote no buffer assignment)"
@@ -116,12 +126,43 @@ class Reported:
         return SCOPE.format(where=where, gpu=GPU_SCOPE if self.gpu else "")
 
 
+def run_peak(run: dict[str, Any]) -> int | None:
+    """A run's one peak: memory_analysis()'s figure by its platform's rule (the CPU's
+    temporaries added to its own peak, which leaves them out)."""
+    analysis = run.get("memory_analysis") or {}
+    platform = platform_of((run.get("job") or {}).get("path"))
+    return program_peak(platform, peak=analysis.get("peak_bytes"), temp=analysis.get("temp_bytes"))
+
+
+def missing_json(job: dict[str, Any]) -> dict[str, Any]:
+    """`GET /api/v1/runs/{id}/memory` for a job with no report to show: why, and the
+    compiler's peak by its platform's rule where the run has memory_analysis()."""
+    run = job.get("run") or {}
+    analysis = run.get("memory_analysis") or {}
+    platform = platform_of((run.get("job") or {}).get("path") or job.get("path"))
+    peak = run_peak(run)
+    return {
+        "id": job["id"],
+        "reason": no_report_reason(job),
+        "peak_bytes": peak,
+        "memory_analysis": {**analysis, "compared_bytes": peak, "rule": PEAK_RULES[platform]},
+        "buffers": [],
+        "links": {"page": f"/runs/{job['id']}/memory", "run": f"/runs/{job['id']}"},
+    }
+
+
 def analysis_json(r: Reported) -> dict[str, Any]:
     """memory_analysis()'s figures, the one the peak is compared with and by which rule."""
     compared = r.report.compared_bytes
     difference = (r.report.peak_bytes - compared) / compared if compared else None
     rule = r.report.compared_rule
-    return {**r.analysis, "compared_bytes": compared, "rule": rule, "difference": difference}
+    return {
+        **r.analysis,
+        "compared_bytes": compared,
+        "rule": rule,
+        "difference": difference,
+        "why": r.report.difference,
+    }
 
 
 def memory_json(r: Reported) -> dict[str, Any]:
@@ -129,6 +170,9 @@ def memory_json(r: Reported) -> dict[str, Any]:
     report = r.report
     return {
         "id": r.job_id,
+        "reason": f"the report's figures were withheld: {report.withheld}"
+        if report.withheld
+        else None,
         "peak_bytes": report.peak_bytes,
         "usable_bytes": r.usable,
         "hbm_bytes": r.hbm,
@@ -138,6 +182,7 @@ def memory_json(r: Reported) -> dict[str, Any]:
         "padding_bytes": report.padding_bytes,
         "unattributed_bytes": report.unattributed_bytes,
         "memory_analysis": analysis_json(r),
+        "blocks": [k.model_dump(mode="json") for k in report.blocks],
         "buffers": [b.model_dump(mode="json") for b in report.buffers],
         "other": report.other.model_dump(),
         "timeline": report.timeline,
@@ -151,76 +196,16 @@ def memory_json(r: Reported) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class Link:
-    text: str
-    href: str
-
-
-def _source_cell(job_id: str, source: str | None, keys: Keys) -> Link | None:
-    """A buffer's `file:line` as the IR view keys it, linked to that line's source panel."""
-    if not source or ":" not in source:
-        return None
-    file, _, line = source.rpartition(":")
-    if not line.isdigit():
-        return None
-    key = keys.key([(file, int(line))])
-    text = f"line {key}" if ":" not in key else key
-    return Link(text, f"/runs/{job_id}/ir/hlo?src={quote(key, safe='')}")
-
-
-@dataclass(frozen=True)
-class BufferRow:
-    """One row of the buffers table (attributes, not a dict: a 200-row table reads them
-    thousands of times)."""
-
-    bytes: int
-    size: str
-    padding: int | None
-    padding_text: str
-    kind: str
-    instructions: list[Link]
-    shape: str
-    layout: str | None
-    op_name: str | None
-    source: Link | None
-    live: str
-    reserved: bool
-    """A parameter, output or constant holding its bytes at the peak before (or after)
-    its value is live."""
-
-
-def buffer_row(job_id: str, b: MemoryBuffer, keys: Keys, peak_step: int) -> BufferRow:
-    """One row of the buffers table."""
-    padding = b.bytes - b.logical_bytes if b.logical_bytes is not None else None
-    links = [
-        Link(n, f"/runs/{job_id}/ir/hlo?q={quote('%' + n + ' =', safe='')}") for n in b.instructions
-    ]
-    reserved = b.live_at_peak and b.kind in ("parameter", "output", "constant")
-    return BufferRow(
-        bytes=b.bytes,
-        size=gb(b.bytes),
-        padding=padding,
-        padding_text=gb(padding) if padding else ("0" if padding == 0 else "—"),
-        kind=b.kind,
-        instructions=links,
-        shape=b.shape,
-        layout=b.layout,
-        op_name=b.op_name,
-        source=_source_cell(job_id, b.source, keys),
-        live=f"{b.live[0]:,}–{b.live[1]:,}",
-        reserved=reserved and not b.live[0] <= peak_step <= b.live[1],
-    )
-
-
 def _parts(report: MemoryReport) -> list[dict[str, Any]]:
-    """The peak's make-up: each kind, then the unattributed bytes, with shares of it."""
+    """The peak's make-up: what the buffers hold by kind, each block counted whole (a
+    TPU's VMEM block), then the unattributed bytes, with shares of it."""
     peak = max(report.peak_bytes, 1)
-    rows: list[tuple[str, int]] = [(k, report.by_kind.get(k, 0)) for k in KINDS]
-    rows.append(("unattributed", report.unattributed_bytes))
+    rows: list[tuple[str, str, int]] = [(k, k, report.by_kind.get(k, 0)) for k in KINDS]
+    rows += [("block", f"{k.name} block", k.counted_bytes) for k in report.blocks]
+    rows.append(("unattributed", "unattributed", report.unattributed_bytes))
     return [
-        {"kind": k, "bytes": v, "size": gb(v), "share": f"{100 * v / peak:.3g} %"}
-        for k, v in rows
+        {"kind": k, "label": label, "bytes": v, "size": gb(v), "share": f"{100 * v / peak:.3g} %"}
+        for k, label, v in rows
         if v > 0 or k in ("parameter", "output", "temporary")
     ]
 
@@ -236,7 +221,8 @@ def _hbm_note(peak: int, limit: int | None, word: str) -> str | None:
 
 
 def _comparison(report: MemoryReport) -> dict[str, Any] | None:
-    """The report's peak beside memory_analysis()'s figure, with the rule and the gap."""
+    """The report's peak beside memory_analysis()'s figure, with the rule, the gap and,
+    where they differ by more than 1%, why."""
     compared = report.compared_bytes
     if compared is None:
         return None
@@ -245,8 +231,10 @@ def _comparison(report: MemoryReport) -> dict[str, Any] | None:
         "theirs": gb(compared),
         "theirs_bytes": compared,
         "rule": report.compared_rule,
+        "same": report.peak_bytes == compared,
         "gap": f"{100 * gap:+.2g} %",
-        "warn": abs(gap) > 0.01,
+        "warn": report.difference is not None,
+        "why": report.difference,
     }
 
 
@@ -259,6 +247,7 @@ def memory_view(
         return None
     report, job_id = r.report, r.job_id
     view: dict[str, Any] = {
+        "available": True,
         "scope": r.scope,
         "peak": gb(report.peak_bytes),
         "peak_bytes": report.peak_bytes,
@@ -296,6 +285,7 @@ def memory_view(
         curve=curve_chart(curve, chart_id=f"{chart_prefix}-curve"),
         bar=kinds_chart(bars, report.peak_bytes, chart_id=f"{chart_prefix}-kinds"),
         rows=[buffer_row(job_id, b, keys, step) for b in shown],
+        blocks=[block_row(job_id, k, keys) for k in report.blocks],
         live_count=len(live) + report.other.live_at_peak_count,
         more=len(live) - len(shown) + report.other.live_at_peak_count,
         others=[buffer_row(job_id, b, keys, step) for b in listed if not b.live_at_peak]
@@ -305,3 +295,21 @@ def memory_view(
         not_counted=[(name, gb(v)) for name, v in report.not_counted.items()],
     )
     return view
+
+
+def missing_view(answer: dict[str, Any]) -> dict[str, Any]:
+    """The section for a run with no report (`missing_json`'s answer): why, and the
+    compiler's peak where it gave one."""
+    peak = answer.get("peak_bytes")
+    return {
+        "available": False,
+        "scope": None,
+        "reason": answer["reason"],
+        "peak": gb(int(peak)) if peak is not None else None,
+        "peak_bytes": peak,
+        "rule": answer["memory_analysis"]["rule"],
+        "links": {
+            "page": answer["links"]["page"],
+            "json": f"/api/v1/runs/{answer['id']}/memory",
+        },
+    }

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from app.pages.charts import Chart, El, el
+from app.web.units import format_seconds
 from workers.protocol import BoundaryId, Ceilings, Rates, RunResult
 
 ROOF_SLACK = 0.02
@@ -154,6 +156,27 @@ def boundary_mismatch(run: RunResult, rates: Rates, ceilings: Ceilings) -> str |
     )
 
 
+def _point(
+    run: RunResult, rates: Rates, ceilings: Ceilings, notes: list[str]
+) -> tuple[float | None, str | None]:
+    """The run's FLOP/s against its roofs, and why none is drawn: on roofs a chip measured
+    in its own time, the run's own device time (host-sync of a small program is mostly the
+    host); else the rate on its own boundary, if it is the roofs'."""
+    device = next(
+        (m for m in run.measurements if m.boundary is BoundaryId.DEVICE_TIME and m.samples_s),
+        None,
+    )
+    if ceilings.boundary is BoundaryId.DEVICE_TIME and device is not None and rates.flops:
+        median = statistics.median(device.samples_s)
+        notes.append(
+            "The point and the roofs are in device time (the chip's own span per call, "
+            f"median {format_seconds(median)}): host-sync would add the host's dispatch, "
+            "which for a small program is most of it."
+        )
+        return rates.flops / median, None
+    return rates.flops_per_s, boundary_mismatch(run, rates, ceilings)
+
+
 def build_roofline(run: RunResult) -> Roofline | None:
     """The roofline of a valid run with rates, if its worker sent measured ceilings; its
     point only where the rate's boundary is the roofs'."""
@@ -178,13 +201,13 @@ def build_roofline(run: RunResult) -> Roofline | None:
             f"The ceilings were measured on {ceilings.device_kind}, the run ran on "
             f"{run.environment.device_kind}."
         )
-    withheld = boundary_mismatch(run, rates, ceilings)
+    achieved, withheld = _point(run, rates, ceilings, notes)
     return Roofline(
         bandwidth=ceilings.copy_bytes_per_s,
         peak=peak,
         dtype=dtype,
         intensity=rates.flops / rates.bytes,
-        achieved=None if withheld else rates.flops_per_s,
+        achieved=None if withheld else achieved,
         label=measured_label(ceilings),
         notes=tuple(notes),
         counts=counts_of(rates),

@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from app.pages.runs.chip import chip_view
 from app.pages.runs.kernels_view import kernels_view
 from app.pages.runs.memory import Reported, memory_view
 from app.pages.runs.memory_fit import memory_fit
@@ -53,6 +54,9 @@ BOUNDARY_NOTES: dict[str, str] = {
     BoundaryId.APPLICATION.value: "transfer-in + call + transfer-out: the whole trip",
     BoundaryId.TRANSFER_OUT.value: "device → host copy of the output",
     BoundaryId.DEVICE_EVENTS.value: "CUDA event pair in one stream: device time only",
+    BoundaryId.DEVICE_TIME.value: (
+        "the program's span on the chip per call, from a profiled pass after these samples"
+    ),
 }
 
 STAT_ROWS: tuple[str, ...] = ("min", "q1", "median", "mean", "q3", "max", "stddev", "iqr")
@@ -223,6 +227,8 @@ def run_context(job: dict[str, Any], public_base: str = "") -> dict[str, Any]:
             cuda=_cuda_view(run),
             kernels=kernels_view(job["id"], run),
             roofline=roofline_view(run),
+            chip=(chip := chip_view(run)),
+            op_times={o.name: o for o in chip.ops} if chip is not None else {},
             sweep=sweep_view(run.sweep),
             profile=profile_view(job["id"], run_json or {}),
             compare_link=f"/compare?a={job['id']}",

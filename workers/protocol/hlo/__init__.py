@@ -12,10 +12,18 @@ worker's summaries, memory report and source tags). Pure text, no jax.
 
 `syntax` holds the expressions that split a line (only this package uses them) and
 `with_metadata`, the one writer of an instruction's metadata (`workers.compiler.source_tags`),
-`shapes` the bytes and element counts of a shape, `frames` the stack-frame tables.
+`shapes` the bytes and element counts of a shape, `frames` the stack-frame tables (and
+`StackTable`, their one writer, for an uploaded program's HLO).
 """
 
-from workers.protocol.hlo.frames import SOURCE_TABLES, Frame, Source, library_file, source_of
+from workers.protocol.hlo.frames import (
+    SOURCE_TABLES,
+    Frame,
+    Source,
+    StackTable,
+    library_file,
+    source_of,
+)
 from workers.protocol.hlo.instruction import Computation, Instruction, Metadata
 from workers.protocol.hlo.module import HloModule, HloSyntaxError, read_hlo
 from workers.protocol.hlo.packed import At, Packed
@@ -52,6 +60,7 @@ __all__ = [
     "Metadata",
     "Packed",
     "Source",
+    "StackTable",
     "attribute_spans",
     "element_counts",
     "instruction_heads",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from workers.export.sources import boundary_frame
-from workers.protocol.hlo.syntax import TABLE_FIELD, TABLE_ROW, unquoted
+from workers.protocol.hlo.syntax import TABLE_FIELD, TABLE_ROW, quoted, unquoted
 
 SOURCE_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 """The tables, in the order XLA prints them."""
@@ -145,3 +145,61 @@ def read_table_row(table: dict[int, str], line: str) -> bool:
         return False
     table[int(found[1])] = found[2]
     return True
+
+
+class StackTable:
+    """The writer of the four source tables, for a module that has none: the stacks added
+    (each innermost first) become frames, each sharing its callers' frames, numbered from 1
+    with the outermost first, printed as XLA prints them (a frame without a caller names
+    none). `read_hlo` reads them back to the same stacks."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, int] = {}
+        self.functions: dict[str, int] = {}
+        self.places: dict[tuple[int, int, int], int] = {}
+        self.frames: dict[tuple[int, int], int] = {}
+
+    def add(self, stack: tuple[Frame, ...]) -> int:
+        """The frame id of `stack` (innermost first); 0 for an empty one."""
+        frame = 0
+        for f in reversed(stack):
+            file = self.files.setdefault(f.file, len(self.files) + 1)
+            function = self.functions.setdefault(f.function or "", len(self.functions) + 1)
+            place = self.places.setdefault((file, function, f.line), len(self.places) + 1)
+            frame = self.frames.setdefault((place, frame), len(self.frames) + 1)
+        return frame
+
+    @staticmethod
+    def field(frame: int) -> tuple[str, str]:
+        """The metadata field (key, value as printed) naming a frame."""
+        return ("stack_frame_id", str(frame))
+
+    def text(self) -> str:
+        """The tables, each followed by a blank line; '' when no stack was added."""
+        if not self.frames:
+            return ""
+        rows = [
+            ("FileNames", [f"{n} {quoted(file)}" for file, n in self.files.items()]),
+            ("FunctionNames", [f"{n} {quoted(name)}" for name, n in self.functions.items()]),
+            (
+                "FileLocations",
+                [
+                    f"{n} {{file_name_id={file} function_name_id={function} line={line}}}"
+                    for (file, function, line), n in self.places.items()
+                ],
+            ),
+            (
+                "StackFrames",
+                [
+                    f"{n} {{file_location_id={place}"
+                    + (f" parent_frame_id={parent}}}" if parent else "}")
+                    for (place, parent), n in self.frames.items()
+                ],
+            ),
+        ]
+        return "".join(f"{name}\n" + "".join(r + "\n" for r in body) + "\n" for name, body in rows)
+
+    def placed_in(self, hlo: str) -> str:
+        """`hlo` with the tables after its module's header line, where XLA prints them."""
+        head, newline, rest = hlo.partition("\n")
+        return f"{head}{newline}\n{self.text()}{rest.lstrip(chr(10))}" if self.frames else hlo

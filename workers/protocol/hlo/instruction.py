@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from workers.protocol.hlo.frames import Frame, Source
 from workers.protocol.hlo.packed import At, Packed
 from workers.protocol.hlo.shapes import element_counts, layout_of, without_layout
-from workers.protocol.hlo.syntax import BACKEND_KIND, FIELD, unquoted
+from workers.protocol.hlo.syntax import BACKEND_KIND, ESTIMATED_CYCLES, FIELD, unquoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,14 @@ class Instruction(Packed):
             return None
         found = BACKEND_KIND.search(self.backend_config)
         return found[1] if found else None
+
+    @property
+    def estimated_cycles(self) -> int | None:
+        """The compiler's own estimate of its cycles (libtpu's `estimated_cycles`), if any."""
+        if "estimated_cycles" not in self.backend_config:
+            return None
+        found = ESTIMATED_CYCLES.search(self.backend_config)
+        return int(found[1]) if found else None
 
     @property
     def custom_call_target(self) -> str | None:

@@ -248,9 +248,11 @@ def read_hlo(text: str, *, cut: bool = False) -> HloModule:
     if cut and not text.endswith("\n"):
         lines.pop()  # the line the cap went through
     for n, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("//"):  # a comment, which HLO's own parser skips too
+            continue
         if reader.open is None:
             reader.outside(n, line)
-        elif line.strip() == "}":
+        elif line.strip() == "}" or line.startswith("}, "):  # `}, execution_thread="…"`
             reader.close()
         elif line.strip():
             reader.body.append(reader.instruction(n, line))

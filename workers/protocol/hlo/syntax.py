@@ -50,6 +50,9 @@ CALLS = re.compile(r"\bcalls=(\{[^}]*\}|%?[^\s,{}]+)")
 BACKEND_KIND = re.compile(r'"kind":"([^"]+)"')
 """A custom fusion's own kind inside its backend config, e.g. __triton_gemm."""
 
+ESTIMATED_CYCLES = re.compile(r'"estimated_cycles":"?(\d+)')
+"""libtpu's cost model in an instruction's backend config: the cycles it expects it to take."""
+
 REPLICA_GROUPS = re.compile(
     r"(\{\}|\{\{.*?\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
     r"|mesh\[[^\]]*\]\s*\{[^}]*\})"
