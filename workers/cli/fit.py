@@ -29,6 +29,7 @@ from typing import Any
 from workers.cli.export_upload import post_file
 from workers.cli.run import UsageError, parse_assignments
 from workers.export.server_address import EXAMPLES, ServerAddress, server_option
+from workers.protocol.sizes import byte_text
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
@@ -126,16 +127,6 @@ def progress_line(target: dict[str, Any]) -> str:
     return f"[{target['target']}] {target['status']}: " + " · ".join(parts)
 
 
-def _gb(value: int | None) -> str:
-    """Bytes in decimal units, three significant digits, as the page shows them."""
-    if value is None:
-        return "—"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value / 1e3:.3g} kB"
-
-
 def table(fit: dict[str, Any]) -> list[str]:
     """The answer per target as text, the way the page's table reads."""
     lo, hi = fit["range"]
@@ -144,13 +135,13 @@ def table(fit: dict[str, Any]) -> list[str]:
         if t["status"] != "found":
             answer = f"{t['status']}{': ' + t['reason'] if t['reason'] else ''}"
         elif t["largest_fitting"] is None:
-            answer = f"none: even {lo:,} does not fit ({_gb(t['peak_bytes_above'])})"
+            answer = f"none: even {lo:,} does not fit ({byte_text(t['peak_bytes_above'])})"
         else:
-            answer = f"{t['largest_fitting']:,} (peak {_gb(t['peak_bytes_at_largest'])})"
+            answer = f"{t['largest_fitting']:,} (peak {byte_text(t['peak_bytes_at_largest'])})"
             if t["largest_is_hi"]:
                 answer += ", the top of the range"
             else:
-                above = "refused" if t["refused_above"] else _gb(t["peak_bytes_above"])
+                above = "refused" if t["refused_above"] else byte_text(t["peak_bytes_above"])
                 answer += f"; {t['value_above']:,}: {above}"
         lines.append(f"  {t['target']:<9} {answer}")
         lines.append(f"  {'':<9} {t['criterion']}; {t['probes_done']} compiles")

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 from app.ir.view import Keys
 from app.pages.runs.memory_charts import HBM_ON_SCALE, Curve, curve_chart, kinds_chart
-from app.pages.runs.memory_fit import gb
 from workers.protocol import MemoryBuffer, MemoryReport, PathId, RunResult
 from workers.protocol.memory import KINDS
+from workers.protocol.sizes import byte_text as gb
 
 SCOPE = (
     "This is the compiler's plan for one device{where}: the buffers XLA assigned before the "
