@@ -29,7 +29,13 @@ from workers.catalog.sharded_matmul import ShardedMatmulParams
 
 # How a client names a server and reaches it, for `boundary mcp --server` (in app/, which
 # reaches the worker's side only through this package and workers.protocol): every
-# `--server` option reads it the same way.
+# `--server` option reads it the same way, and every client says a refusal and waits for
+# a job the same way.
+from workers.export.api_client import LIVE as LIVE
+from workers.export.api_client import Refused as Refused
+from workers.export.api_client import ServerLost as ServerLost
+from workers.export.api_client import refusal_text as refusal_text
+from workers.export.api_client import wait_ended as wait_ended
 from workers.export.server_address import ServerAddress as ServerAddress
 from workers.export.server_address import server_option as server_option
 from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
