@@ -1,54 +1,20 @@
 """Every field a worker can post has one written rule, and the manual's table is the code's.
 
-The walk goes through the result model itself, so a field added to `RunResult` (or to
-any model under it) without a rule fails here before it can reach a page.
+The walk goes through the result model itself (and the `extra` entries a run may carry),
+so a field added to `RunResult` (or to any model under it) without a rule fails here
+before it can reach a page.
 """
 
 from __future__ import annotations
 
 import re
-import typing
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from workers.catalog.result_rules import RULES, rule_for
+from workers.catalog.rule_walk import field_paths
 from workers.protocol import RunResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "design" / "result-rules.md"
-
-
-def _models_in(annotation: object) -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = []
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        found.append(annotation)
-    for arg in typing.get_args(annotation):
-        found += _models_in(arg)
-    return found
-
-
-def _container(annotation: object) -> str:
-    """How a field's path continues into its model: `[].` for a list, `{}.` for a dict."""
-    origins = {typing.get_origin(annotation)}
-    origins |= {typing.get_origin(a) for a in typing.get_args(annotation)}
-    if list in origins:
-        return "[]."
-    if dict in origins:
-        return "{}."
-    return "."
-
-
-def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Every leaf field of `model`, as a path (`measurements[].stats.median`)."""
-    paths: list[str] = []
-    for name, info in model.model_fields.items():
-        models = _models_in(info.annotation)
-        if models:
-            for inner in models:
-                paths += field_paths(inner, prefix + name + _container(info.annotation))
-        else:
-            paths.append(prefix + name)
-    return paths
 
 
 def test_every_field_of_a_run_result_has_a_rule() -> None:
