@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from workers.catalog.result_rules import RULES, rule_for
+from workers.catalog.rule_kinds import Bound, Check, Recompute, Server, Text, scope_of
 from workers.catalog.rule_walk import field_paths
 from workers.protocol import RunResult
 
@@ -46,6 +47,23 @@ def test_the_figures_of_a_run_are_never_kept_as_sent() -> None:
     ):
         rule = rule_for(path)
         assert rule is not None and rule.kind in ("recomputed", "checked"), path
+
+
+def test_each_kind_has_its_one_mechanism() -> None:
+    """Every row is carried out by its kind's enforcer, and each enforcer reaches a place:
+    a scoped one an object the result model has."""
+    mechanism = {
+        "checked": Check,
+        "server": Server,
+        "bounded": Bound,
+        "recomputed": Recompute,
+        "text": Text,
+    }
+    wrong = [r.pattern for r in RULES if not isinstance(r.by, mechanism[r.kind])]
+    assert wrong == []
+    paths = field_paths(RunResult)
+    scopes = {scope_of(r.by) for r in RULES} - {None}
+    assert [s for s in scopes if not any(p.startswith(str(s)) for p in paths)] == []
 
 
 def test_the_manuals_table_is_the_codes() -> None:

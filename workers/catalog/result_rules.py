@@ -56,6 +56,9 @@ STORED = Text(limit=None)
 caps (a source file)."""
 BY_GATE = Recompute(later="the gate, from the samples of a valid run")
 MEMORY_REPORT = Bound(b.memory_report, scope="memory_report")
+COMPARED = Recompute(b.memory_report, scope="memory_report")
+"""The memory report's own rule works out the figure its peak is compared with, and
+withholds figures that disagree: applied as a bound, then again (unchanged) as a recompute."""
 CORRECTNESS = Recompute(r.correctness, scope="correctness")
 RATES = Recompute(r.rates, scope="rates")
 TARGET = Recompute(r.target, scope="target")
@@ -73,7 +76,8 @@ RULES: tuple[Rule, ...] = (
     Rule("protocol_version", "checked", "the protocol the worker registered with", Check(c.protocol)),
     Rule("job.*", "checked", "the leased job, field by field", LEASED),
     Rule("params", "checked", "the leased job's parameters after validation and defaults", LEASED),
-    Rule("inputs[].*", "recomputed", "an upload's from its header; else within the job's bytes", Recompute(r.inputs, scope="inputs")),
+    Rule("inputs[].*", "bounded", "within the job's bytes and of its dtype, else all withheld; an upload's from its header", Bound(r.inputs, scope="inputs")),
+    Rule("inputs[].name", "text", "the argument's name, capped", Text(limit=200)),
     Rule("stage_seconds.*", "bounded", "finite and not negative; warm_up withheld with times", NOT_NEGATIVE),
     Rule("artifacts.*", "text", "the compiler's output, capped in size where stored", STORED),
     Rule("artifacts_cut", "bounded", "names of artifacts the run has, each once", Bound(b.artifacts_cut)),
@@ -142,7 +146,7 @@ RULES: tuple[Rule, ...] = (
     Rule("extra.cuda", "checked", "the cuda path's kernel, launches and build, typed (422)", Check(c.cuda_facts)),
     Rule("extra.baselines", "recomputed", "the cuda path's subjects, judged at the catalog's tolerance", Recompute(r.baselines)),
     Rule("extra.comparison", "recomputed", "the cuda path's, from its subjects' samples", Recompute(r.comparison)),
-    Rule("extra.warmed", "recomputed", "the job's warm-up calls, and what they covered as words", Recompute(r.warmed)),
+    Rule("extra.warmed", "recomputed", "the job's warm-up calls and what its mode warms", Recompute(r.warmed)),
     Rule("extra.unreported_s", "bounded", "times by name: finite and not negative", Bound(b.unreported)),
     Rule("extra.seed", "bounded", "a whole number, not negative", Bound(b.whole)),
     Rule("extra.sizes_distinct", "bounded", "a whole number, not negative", Bound(b.whole)),
@@ -212,9 +216,9 @@ RULES: tuple[Rule, ...] = (
     Rule("target.*", "text", "the compiler's name, notes and refusal, as words", Text(items=64)),
     Rule("memory_report.*", "bounded", "≥ 0; curve peaks at peak_step; live + unattributed = peak", MEMORY_REPORT),
     Rule("memory_report.peak_bytes", "bounded", "within 1% of memory_analysis() by the rule", MEMORY_REPORT),
-    Rule("memory_report.compared_bytes", "recomputed", "from memory_analysis() by the rule", MEMORY_REPORT),
-    Rule("memory_report.compared_rule", "recomputed", "the run's platform's rule", MEMORY_REPORT),
-    Rule("memory_report.withheld", "recomputed", "why the figures are withheld, if they are", MEMORY_REPORT),
+    Rule("memory_report.compared_bytes", "recomputed", "from memory_analysis() by the rule", COMPARED),
+    Rule("memory_report.compared_rule", "recomputed", "the run's platform's rule", COMPARED),
+    Rule("memory_report.withheld", "server", "why the server withheld the figures, if it did", Server("memory_report.withheld")),
     Rule("memory_report.buffers[].kind", "text", "a kind of allocation, by name", TEXT),
     Rule("memory_report.buffers[].instructions", "text", "HLO instruction names, capped", Text(limit=200, items=16)),
     Rule("memory_report.buffers[].shape", "text", "the compiler's shape, capped", Text(limit=400)),

@@ -126,6 +126,7 @@ def server_correctness(
             "error": error,
             "passed": passed,
             "results": results,
+            "worst": None,  # no checked result to be the worst
             **found,
         }
     )

@@ -27,6 +27,7 @@ from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     NEVER_A_SPEED,
+    BoundaryId,
     CachePolicy,
     Correctness,
     InputInfo,
@@ -191,12 +192,16 @@ def comparison(value: Any, extra: Any, facts: Facts) -> Any:
     return value if facts.job.path is PathId.CUDA else None
 
 
+APPLICATION_WARMED = [BoundaryId.TRANSFER_IN.value, "call", BoundaryId.TRANSFER_OUT.value]
+"""What an application-mode run warms up: its transfers are sampled too."""
+
+
 def warmed(value: Any, extra: Any, facts: Facts) -> dict[str, Any]:
-    """The uncounted calls: as many as the job asked for, and which parts they covered,
-    by name."""
-    raw = value.get("covers") if isinstance(value, dict) else None
-    covers = [str(c)[:64] for c in raw[:16]] if isinstance(raw, list) else []
-    return {"calls": facts.job.measure.warmup, "covers": covers}
+    """The uncounted calls: as many as the job asked for, covering the call and, in
+    application mode, the transfers (as `workers.run.execute` warms them)."""
+    mode = facts.job.measure.mode
+    covers = APPLICATION_WARMED if mode is Mode.APPLICATION else ["call"]
+    return {"calls": facts.job.measure.warmup, "covers": list(covers)}
 
 
 # --- a real chip, a target ------------------------------------------------------------------
