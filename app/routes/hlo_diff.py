@@ -200,7 +200,20 @@ async def _report(dispatcher: Dispatcher, a: str, b: str) -> dict[str, Any]:
     response_model=HloDiffPublic,
     responses={
         404: {"model": MessagePublic, "description": "No such job, or no HLO."},
-        422: {"model": MessagePublic, "description": "A side's HLO does not parse (the line)."},
+        422: {
+            "description": "A query parameter is wrong (each named), or a side's HLO does not "
+            "parse (the job and the line, in words).",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "anyOf": [
+                            {"$ref": "#/components/schemas/ValidationErrorPublic"},
+                            {"$ref": "#/components/schemas/MessagePublic"},
+                        ]
+                    }
+                }
+            },
+        },
     },
     summary="Two runs' optimized HLO, paired instruction by instruction",
 )

@@ -275,7 +275,7 @@ async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     "/result",
     response_model=ReportReply,
     responses=RESULT_ERRORS,
-    openapi_extra=body_of(ResultReport),
+    openapi_extra=body_of(ResultReport, exactly_one=("result", "failure")),
 )
 async def result(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """The run of a job, or why it failed. Posting the same report twice is harmless.
