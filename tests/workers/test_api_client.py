@@ -55,7 +55,7 @@ def wait(server: Any, **options: Any) -> dict[str, Any]:
     async def go() -> dict[str, Any]:
         transport = httpx.MockTransport(server)
         async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
-            return await wait_ended(client, "/api/v1/jobs/j", **options)
+            return await wait_ended(client, "/api/v1/jobs/j", pauses_s=(0.01, 0.02), **options)
 
     return anyio.run(go)
 
@@ -72,8 +72,8 @@ def test_the_wait_rides_out_a_restart_and_returns_the_final_answer() -> None:
 
 def test_the_wait_gives_up_past_its_patience_and_returns_at_its_timeout() -> None:
     with pytest.raises(ServerLost, match="connection refused"):
-        wait(Restarting(down=10**6, statuses=["done"]), patience_s=0.5)
-    assert wait(Restarting(down=0, statuses=["queued"]), timeout_s=0.3)["status"] == "queued"
+        wait(Restarting(down=10**6, statuses=["done"]), patience_s=0.1)
+    assert wait(Restarting(down=0, statuses=["queued"]), timeout_s=0.1)["status"] == "queued"
 
 
 def test_any_other_refusal_ends_the_wait_in_the_apis_words() -> None:

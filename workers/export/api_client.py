@@ -74,15 +74,16 @@ async def wait_ended(
     between: Callable[[], Awaitable[None]] | None = None,
     lost: Callable[[str], None] | None = None,
     patience_s: float = PATIENCE_S,
+    pauses_s: tuple[float, float] = (FIRST_PAUSE_S, MOST_PAUSE_S),
 ) -> dict[str, Any]:
     """GET `path` (a job or a fit search) until its status is no longer live, or
     `timeout_s` passed; the last answer. `seen` is told each answer, `between` is awaited
     between two (a job's event stream, say, which ends with the job) before a short
-    pause, `lost` is told each time the server does not answer. Refused for any other
-    refusal; ServerLost once the server stayed away longer than `patience_s` (or past
-    `timeout_s`)."""
+    pause, `lost` is told each time the server does not answer; the pause grows from the
+    first of `pauses_s` to the second. Refused for any other refusal; ServerLost once the
+    server stayed away longer than `patience_s` (or past `timeout_s`)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    pause, away_since = FIRST_PAUSE_S, None
+    pause, away_since = pauses_s[0], None
     while True:
         try:
             answer = await _answer(client, path)
@@ -100,7 +101,7 @@ async def wait_ended(
             if lost is not None:
                 lost(str(exc))
         await anyio.sleep(_left(pause, deadline))
-        pause = min(MOST_PAUSE_S, pause * 1.5)
+        pause = min(pauses_s[1], pause * 1.5)
 
 
 class _Away(Exception):
