@@ -176,7 +176,7 @@ def _streams(scope: Scope) -> StreamLedger:
 
 @cache
 def _api() -> FastAPI:
-    from app.routes import pages
+    from app.routes import document, pages
     from app.web.bodylimit import BodyLimit
     from app.web.streams import StreamCap
 
@@ -184,6 +184,7 @@ def _api() -> FastAPI:
     pages.install(api)
     for router in _routers():
         api.include_router(router)
+    document.install(api)  # and the answers of the layers in front of the routes
     api.add_middleware(BodyLimit, rules_of=_body_rules)  # every body through one cap
     api.add_middleware(StreamCap, ledger_of=_streams)
     return api

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 from workers.agent.memory import read_status, reset_peak  # noqa: E402
 from workers.agent.runner_pool import RunnerPool  # noqa: E402
 from workers.catalog import parse_params  # noqa: E402
-from workers.catalog.peak import size_text  # noqa: E402
 from workers.protocol import JobSpec  # noqa: E402
+from workers.protocol.sizes import byte_text  # noqa: E402
 
 DEFAULT_SET = [
     "m=16384,n=16384,k=64,dtype=float32",  # projected; the output dominates
@@ -95,7 +95,7 @@ async def main(argv: list[str]) -> int:
         estimate = params.peak(alive)
         used, reference = await measure(job)
         print(
-            f"{text:44} {size_text(estimate.total):>10} {size_text(used):>10} "
+            f"{text:44} {byte_text(estimate.total):>10} {byte_text(used):>10} "
             f"{estimate.total / max(used, 1):6.2f}  {estimate.phase}; {reference}",
             flush=True,
         )

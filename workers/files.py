@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.catalog import WORKLOADS, CatalogError
+from workers.protocol.sizes import env_bytes
 
 FILES_DIR_ENV = "BOUNDARY_FILES_DIR"
 FILES_MAX_ENV = "BOUNDARY_FILES_MAX_BYTES"
@@ -68,10 +69,8 @@ class FileCache:
         env = os.environ.get(FILES_DIR_ENV)
         default = Path(env).expanduser() if env else Path.home() / ".cache/boundary/files"
         self.directory = directory or default
-        configured = os.environ.get(FILES_MAX_ENV, "").strip()  # as `boundary worker` checks
-        self.max_bytes = max_bytes or (
-            int(configured) if configured.isascii() and configured.isdigit() else DEFAULT_MAX_BYTES
-        )
+        # As `boundary worker` checks it when it starts: a size it cannot read stops it.
+        self.max_bytes = max_bytes or env_bytes(os.environ, FILES_MAX_ENV) or DEFAULT_MAX_BYTES
 
     def path(self, sha256: str) -> Path:
         return self.directory / sha256

@@ -1,15 +1,14 @@
 """The server's half of the result gate: nothing a worker posts is stored on trust.
 
-A posted run is first checked against the job its lease carries (`lease_problems`: the
-workload, path, target, stages, measurement options and parameters after validation and
-defaults must be the leased job's; each measurement's boundary must be one its mode
-reports, its samples within what the job takes, finite and above zero; `extra.cuda` of
-its documented types; or the report is refused naming the field), then passed through
-the same rules as the publish step (`workers.protocol.gate.gate`, one implementation for
-both halves): validity re-derived from its own verdict, a run that is not valid or that
-ran nothing stripped of every speed-bearing field, and every statistic and rate of a
-valid one worked out again from its samples. What the gate returns is all
-the server stores and all that any page, download or API answer reads.
+A posted run is first checked against the job its lease carries and the worker that
+registered (`lease_problems`: the checked rules of `workers.catalog.result_rules`, each
+refusing the report naming its field), then emptied of the server's own fields and passed
+through the same rules as the publish step (`workers.catalog.published`, one
+implementation for both halves): every field by its rule, validity re-derived from its own
+verdict, a run that is not valid or that ran nothing stripped of every speed-bearing
+field, and every statistic and rate of a valid one worked out again from its samples. What
+the gate returns is all the server stores and all that any page, download or API answer
+reads.
 
 `prepare` also caps each artifact and explains the optimized HLO from the text already
 cut to the artifact cap, so its cost is bounded by the cap, not by what a worker sends.
@@ -32,23 +31,14 @@ from app.ir.pipeline import (
     split_pipeline,
 )
 from app.store import Store
-from workers.catalog import CatalogError, parse_params
 from workers.catalog.jaxexport import ArtifactError, ExportHeader, read_header
-from workers.catalog.kernels import public_params
-from workers.catalog.published import published
-from workers.catalog.server_correctness import result_problems
-from workers.catalog.server_figures import job_params, subject_problems
-from workers.catalog.target_rules import apply_target
-from workers.protocol import ARTIFACT_NAMES, PROTOCOL_VERSION, InputInfo, JobSpec, RunResult
-from workers.protocol.gate import lease_mismatches
+from workers.catalog.published import published, refusals, without_server_fields
+from workers.catalog.rule_checks import Lease
+from workers.protocol import ARTIFACT_NAMES, Capabilities, InputInfo, RunResult
 from workers.protocol.hlo import HloSyntaxError, read_hlo
 from workers.protocol.hlo_summary import summarize
 
 logger = logging.getLogger(__name__)
-
-NO_BYTE_CAP = 2**62
-"""The lease check parses parameters only to fill in defaults; the job's byte cap was
-checked when it was queued."""
 
 
 @dataclass
@@ -65,29 +55,28 @@ class Prepared:
         return self.run.valid
 
 
-def leased_job(spec: dict[str, object]) -> tuple[JobSpec, dict[str, object]]:
-    """The stored job as its runner sees it (its target's defaults applied) and its
-    parameters after validation and defaults, as JSON."""
-    job = JobSpec.model_validate(spec)
-    try:
-        job = apply_target(job)
-        parsed = parse_params(job.workload, job.params, NO_BYTE_CAP)
-        params = public_params(parsed, job.path.value)  # as a runner publishes them
-    except CatalogError:  # admitted once, so this does not happen; compare as stored
-        params = dict(job.params)
-    return job, params
-
-
 def lease_problems(
     spec: dict[str, object], result: RunResult, header: ExportHeader | None = None
 ) -> list[tuple[str, str]]:
     """(field, message) for each way `result` is not the job `spec` that was leased (or,
-    for an upload, the program its `header` declares)."""
-    job, params = leased_job(spec)
-    problems = lease_mismatches(result, job, params) + subject_problems(result, job_params(job))
-    if result.protocol_version != PROTOCOL_VERSION:
-        problems.append(("result.protocol_version", f"this server speaks {PROTOCOL_VERSION}"))
-    return problems + result_problems(result, result_dtypes(header))
+    for an upload, the program its `header` declares): the checked rules refused with 422."""
+    return _refused(spec, result, header, None).get(422, [])
+
+
+def environment_problems(result: RunResult, caps: Capabilities) -> list[tuple[str, str]]:
+    """(field, message) for each way `result` is not what its worker registered (its
+    platform, device kind and count, a group's devices): the checked rules refused with 409."""
+    return _refused(None, result, None, caps).get(409, [])
+
+
+def _refused(
+    spec: dict[str, object] | None,
+    result: RunResult,
+    header: ExportHeader | None,
+    caps: Capabilities | None,
+) -> dict[int, list[tuple[str, str]]]:
+    leased = dict(spec) if spec is not None else None
+    return refusals(result, Lease(leased, caps, result_dtypes(header)))
 
 
 def result_dtypes(header: ExportHeader | None) -> dict[str, str] | None:
@@ -136,9 +125,10 @@ def prepare(
     header, which names its inputs and each result's dtype (and so its tolerance)."""
     if header is not None:
         result = _from_header(result, header)
-    run = published(result, worker_valid=result.valid, result_dtypes=result_dtypes(header))
     # What the server adds is the server's alone: nothing a worker sends under these names.
-    run = run.model_copy(update={"hlo_explained": None, "ceilings": None, "hlo_summary": None})
+    result = without_server_fields(result)
+    run = published(result, worker_valid=result.valid, result_dtypes=result_dtypes(header))
+    run = run.model_copy(update={"hlo_summary": None})  # worked out again from the stored HLO
     prepared = Prepared(run)
     inline: dict[str, str | None] = {}
     for name in ARTIFACT_NAMES:

@@ -139,7 +139,8 @@ class ReportsMixin(DispatcherCore):
         self, worker_id: str, job_id: str, lease_id: str | None, problems: list[tuple[str, str]]
     ) -> None:
         """End a job failed whose result names an environment that is not its worker's
-        (`workers.protocol.bounds.environment_problems`): the run is no result of it."""
+        (the checked rules: `workers.catalog.rule_checks.environment`): the run is no
+        result of it."""
         said = "; ".join(f"{f}: {m}" for f, m in problems)
         with contextlib.suppress(LeaseEnded, UnknownWorker, LookupError):
             self.fail(

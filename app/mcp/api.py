@@ -17,8 +17,8 @@ import httpx
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-ERROR_TEXT_CHARS = 2_000
-"""The most of an error body (not JSON) repeated to the assistant."""
+from workers.catalog import Refused as ApiRefused
+from workers.catalog import ServerLost, refusal_text, wait_ended
 
 
 class Refused(ToolError):
@@ -78,28 +78,22 @@ class BoundaryApi:
             ) from None
         if response.is_success:
             return response
-        raise Refused(refusal_message(response), response.status_code)
+        raise Refused(
+            f"refused by the Boundary API: {refusal_text(response)}", response.status_code
+        )
 
-
-def refusal_message(response: httpx.Response) -> str:
-    """What the API said when it refused: its own message (each field's, for a 422),
-    with the status, and when to try again for a 429 or 503."""
-    status = f"HTTP {response.status_code}"
-    try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
-        detail = response.text[:ERROR_TEXT_CHARS] or response.reason_phrase
-    said = "; ".join(_problem(p) for p in detail) if isinstance(detail, list) else str(detail)
-    retry = response.headers.get("retry-after")
-    later = f" (retry after {retry} s)" if retry else ""
-    return f"refused by the Boundary API ({status}): {said}{later}"
-
-
-def _problem(problem: Any) -> str:
-    if isinstance(problem, dict) and "message" in problem:
-        field = problem.get("field")
-        return f"{field}: {problem['message']}" if field else str(problem["message"])
-    return str(problem)
+    async def follow(self, path: str, timeout_s: float) -> Any:
+        """The JSON of `path` (a job or a fit search) once its status ended, or the last
+        answer when `timeout_s` passed first: the wait every client shares, which rides
+        out a server that restarts on the way (until `timeout_s`)."""
+        try:
+            return await wait_ended(self.client, path, timeout_s=timeout_s)
+        except ApiRefused as exc:
+            raise Refused(f"refused by the Boundary API: {exc}", exc.status) from None
+        except ServerLost as exc:
+            raise ToolError(
+                f"cannot reach the Boundary server at {self.public_base}: {exc!s}"[:500]
+            ) from None
 
 
 Connect = Callable[[Context | None], AbstractAsyncContextManager[BoundaryApi]]

@@ -9,10 +9,8 @@ timeout, after which the answer carries the id to ask again with.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 
 from app.ir.pipeline import PIPELINE_ARTIFACT
@@ -26,29 +24,14 @@ from app.mcp.answers import (
 from app.mcp.api import BoundaryApi, Refused
 from app.mcp.arguments import checked_id, finite, refused, segment
 from app.mcp.bounds import MAX_IR_PAGE_CHARS
+from workers.catalog import LIVE
 from workers.protocol import ARTIFACT_NAMES, parse_target
 
 JOBS = "/api/v1/jobs"
 FITS = "/api/v1/fits"
-POLL_FIRST_S = 0.2
-POLL_MOST_S = 2.0
-LIVE = frozenset({"queued", "running"})
-"""The statuses of a job or a fit search that has not ended."""
 STILL_RUNNING = "still running: call again with this id to keep waiting"
 IR_NAMES = (*ARTIFACT_NAMES, PIPELINE_ARTIFACT)
 """The artifacts a run may have, as the API names them."""
-
-
-async def _follow(api: BoundaryApi, path: str, timeout_s: float) -> Any:
-    """GET `path` until its status is no longer live or `timeout_s` passed; the last answer."""
-    deadline = time.monotonic() + timeout_s
-    pause = POLL_FIRST_S
-    while True:
-        seen = await api.get(path)
-        if seen.get("status") not in LIVE or time.monotonic() >= deadline:
-            return seen
-        await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(POLL_MOST_S, pause * 1.5)
 
 
 async def existing_job(api: BoundaryApi, field: str, run_id: str) -> dict[str, Any]:
@@ -115,7 +98,7 @@ async def compile_run(
             run_id = job["id"]
         else:
             await existing_job(api, "run_id", run_id)
-        job = await _follow(api, f"{JOBS}/{segment(run_id)}", timeout_s)
+        job = await api.follow(f"{JOBS}/{segment(run_id)}", timeout_s)
         answer = run_answer(job, api.address(f"/runs/{run_id}"))
         if job["status"] in LIVE:
             answer["next"] = STILL_RUNNING
@@ -143,7 +126,7 @@ async def timed_run(
                 "queue timeout); call run with this run_id later to see it"
             )
             return waiting
-        job = await _follow(api, f"{JOBS}/{segment(run_id)}", timeout_s)
+        job = await api.follow(f"{JOBS}/{segment(run_id)}", timeout_s)
         answer = published_run(job, address)
         if job["status"] in LIVE:
             answer["next"] = STILL_RUNNING
@@ -214,7 +197,7 @@ async def fit_search(
             assert body is not None
             fit_id = (await api.post(FITS, body))["id"]
         checked_id("fit_id", fit_id, "fit search")
-        search = await _follow(api, f"{FITS}/{segment(fit_id)}", timeout_s)
+        search = await api.follow(f"{FITS}/{segment(fit_id)}", timeout_s)
         answer = fit_answer(search, api.address(f"/fits/{fit_id}"))
         if search.get("status") in LIVE:
             answer["next"] = STILL_RUNNING

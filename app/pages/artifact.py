@@ -19,7 +19,6 @@ from fastapi import HTTPException
 from app.dispatch import Dispatcher
 from app.pages.jobs import iso
 from app.pages.matrices import compile_facts
-from app.pages.runs.memory_fit import gb
 from app.pages.runs.plots import format_seconds
 from app.queue.uploads import UploadError, describe, kind_of, sources_of
 from workers.catalog.target_rules import JAX_PLATFORM_OF, placement_on
@@ -35,6 +34,7 @@ from workers.protocol import (
 )
 from workers.protocol.compiler_options import as_text
 from workers.protocol.dumps import first_of
+from workers.protocol.sizes import byte_text as gb
 
 ONE_CLICK = ("v6e:2x4", "h100:8", "b200:8")
 """The targets "Compile for v6e-8, H100 ×8, B200 ×8" compiles for, where they fit."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.pages.charts import Chart, El, el
-from app.pages.runs.memory_fit import gb
+from workers.protocol.sizes import byte_text as gb
 
 W, H = 760, 340
 PAD_L, PAD_R, PAD_T, PAD_B = 76, 190, 30, 48

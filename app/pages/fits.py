@@ -10,13 +10,13 @@ from typing import Any
 
 from app.dispatch import Dispatcher
 from app.pages.fit_chart import fit_svg
-from app.pages.runs.memory_fit import gb
 from app.queue.fit_spec import FitSpec, path_for
 from app.queue.fit_state import TargetState, TargetStatus, target_states
 from app.store import Store
 from app.store.fits import LIVE, FitRow, ProbeRow
 from workers.catalog.jaxexport import ArtifactError, DimError, read_header
 from workers.protocol import JobStatus
+from workers.protocol.sizes import byte_text as gb
 
 CSV_COLUMNS = (
     "fit",

@@ -16,11 +16,12 @@ from typing import Any
 
 from app.dispatch import Dispatcher
 from app.pages.runs.memory import run_peak
-from app.pages.runs.memory_fit import gb, needed_bytes
+from app.pages.runs.memory_fit import needed_bytes
 from app.pages.runs.plots import format_seconds
 from app.queue.matrices import MatrixSpec, columns_of, row_label
 from app.store.matrices import CellRow, MatrixRow
 from workers.protocol import FINAL_STATUSES, NEVER_A_SPEED, BoundaryId, JobStatus, fit_limit, hlo
+from workers.protocol.sizes import byte_text as gb
 
 NEVER_A_SPEED_NOTE = (
     "host-dispatch times the call returning, not the work finishing: a teaching demo of "

@@ -22,28 +22,15 @@ bench/fit_search.py from a compile of its own.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from workers.protocol import GPU_USABLE_FRACTION, Platform, Target, gpu_usable_bytes
+from workers.protocol.sizes import hbm_refusal_figures
 
 DEFAULT_USABLE_FRACTION = GPU_USABLE_FRACTION
 """JAX's GPU allocator preallocates 75% of the device's memory unless told otherwise."""
-
-_REFUSAL = re.compile(
-    r"required for HLO temporaries \((?P<need>[\d.]+)(?P<need_unit>[KMGT])\) exceeds "
-    r"available HBM \((?P<have>[\d.]+)(?P<have_unit>[KMGT])\)"
-)
-_OVER_CAPACITY = re.compile(
-    r"Used (?P<need>[\d.]+)(?P<need_unit>[KMGT]) of (?P<have>[\d.]+)(?P<have_unit>[KMGT]) "
-    r"hbm\. Exceeded hbm capacity by (?P<over>[\d.]+)(?P<over_unit>[KMGT])"
-)
-"""libtpu's other form, for a program just over: what it used, of what it keeps, and by
-how much it went over."""
-_SCALE = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-"""libtpu writes sizes in binary multiples (31.25G of a 32 GiB chip)."""
 
 
 class Rule(StrEnum):
@@ -106,7 +93,7 @@ class Criterion:
         if self.usable_bytes is not None:
             return self.usable_bytes
         for message in reversed(refusals):
-            figures = refusal_figures(message)
+            figures = hbm_refusal_figures(message)
             if figures is not None:
                 return figures[1]
         return self.hbm_bytes
@@ -127,15 +114,3 @@ def criterion_of(
         return Criterion(Rule.LIBTPU, hbm, label, None, usable)
     fraction = DEFAULT_USABLE_FRACTION if usable_fraction is None else usable_fraction
     return Criterion(Rule.USABLE, hbm, label, fraction, gpu_usable_bytes(chip, fraction))
-
-
-def refusal_figures(message: str) -> tuple[int, int] | None:
-    """(bytes the program needs, bytes libtpu keeps) from libtpu's out-of-HBM refusal
-    (either of its forms), or None when the message gives no figures."""
-    found = _REFUSAL.search(message) or _OVER_CAPACITY.search(message)
-    if found is None:
-        return None
-    need = round(float(found["need"]) * _SCALE[found["need_unit"]])
-    if "over" in found.groupdict():
-        need += round(float(found["over"]) * _SCALE[found["over_unit"]])
-    return need, round(float(found["have"]) * _SCALE[found["have_unit"]])

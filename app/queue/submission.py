@@ -70,6 +70,19 @@ MAX_INT_DIGITS = 4000
 no parameter is anywhere near this long, so longer ones are refused by name first."""
 
 
+EXACT_INTEGER = 2**53
+"""Below this, a float holds every whole number exactly."""
+
+
+def _parse_float(text: str) -> float | int:
+    """A JSON number with a fraction or an exponent: a whole one (`8.0`, `1e3`) is the
+    integer it equals, as JSON has one number type and the document's `integer` admits
+    it; any other stays a float (`8.5` is no integer)."""
+    value = float(text)
+    whole = math.isfinite(value) and value.is_integer() and abs(value) < EXACT_INTEGER
+    return int(value) if whole else value
+
+
 def _parse_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise _Rejected(f"an integer has {len(text):,} digits (at most {MAX_INT_DIGITS:,})")
@@ -83,7 +96,8 @@ recursion limit further on (in validation or serialization) as a 500."""
 
 
 def parse_strict_json(body: bytes) -> Any:
-    """`body` as JSON with NaN, Infinity, duplicate keys, integers of thousands of digits,
+    """`body` as JSON (a whole number written `8.0` read as 8) with NaN, Infinity,
+    duplicate keys, integers of thousands of digits,
     nesting past `MAX_DEPTH` (422 naming 'body') and numbers too large for a float, such
     as 1e999 (422 naming where they are, e.g. 'axis.values.0') refused."""
     try:
@@ -96,6 +110,7 @@ def parse_strict_json(body: bytes) -> Any:
             parse_constant=_reject_constant,
             object_pairs_hook=_no_duplicates,
             parse_int=_parse_int,
+            parse_float=_parse_float,
         )
     except _Rejected as exc:
         field_errors([("body", str(exc))])

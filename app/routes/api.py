@@ -19,6 +19,7 @@ from app.ir.pipeline import PIPELINE_ARTIFACT
 from app.pages.jobs import PREFIX, iso, job_links, job_public, job_summary
 from app.pages.targets import targets_public
 from app.queue.submission import read_json_body, validate_submission
+from app.routes.request_schemas import job_request_schema
 from app.routes.routing import reads
 from app.routes.schemas import (
     SUBMIT_ERRORS,
@@ -29,11 +30,11 @@ from app.routes.schemas import (
     WorkerPublic,
     WorkersPublic,
     WorkloadsPublic,
-    inline_schema,
+    refusing,
 )
 from app.store import JobRow
 from workers.catalog import catalog_listing
-from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobSpec, JobStatus, PathId
+from workers.protocol import ARTIFACT_NAMES, FINAL_STATUSES, JobStatus, PathId
 
 router = APIRouter(prefix=PREFIX, tags=["jobs"])
 
@@ -43,10 +44,16 @@ read_route = reads(router)
 JOB_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": inline_schema(JobSpec)}},
+        "content": {"application/json": {"schema": job_request_schema()}},
     }
 }
-ERRORS = SUBMIT_ERRORS
+ERRORS = refusing(
+    SUBMIT_ERRORS,
+    "a Pallas kernel's block sizes and backend against the problem and the path, a scale "
+    "workload's devices against its target's count, the files an upload's job names "
+    "(params.artifact, inputs, reference) being stored, and the job's estimated peak under "
+    "this server's byte cap (BOUNDARY_MAX_JOB_BYTES)",
+)
 
 
 def _job_or_404(job_id: str, dispatcher: Dispatcher) -> JobRow:

@@ -53,7 +53,13 @@ ARTIFACT_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": MessagePublic, "description": "Uploading needs the submission token."},
     413: {"model": MessagePublic, "description": "The file is over UPLOAD_MAX_BYTES."},
     415: {"model": MessagePublic, "description": "The body is not application/octet-stream."},
-    422: {"model": ValidationErrorPublic, "description": "The file is corrupted or unusable."},
+    422: {
+        "model": ValidationErrorPublic,
+        "description": "The file is corrupted or unusable: its bytes must be a function "
+        "jax.export serialized, an .npz archive or a sources document, which no schema of "
+        "bytes states.",
+    },
+    429: {"model": MessagePublic, "description": "Uploads come faster than this client may send."},
     507: {
         "model": MessagePublic,
         "description": "No room: the disk is full, or files that queued jobs need fill "

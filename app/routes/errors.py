@@ -156,6 +156,24 @@ def bad_address_page(request: Request, problems: list[dict[str, str | None]]) ->
     return error_page(request, 422, "Not a value this page takes", what, back)
 
 
+def allowed_methods(app: Any, path: str) -> list[str]:
+    """Every method a route of `app` answers at `path`. Starlette's 405 names only the
+    methods of the first route whose path matched (POST for /api/v1/jobs, whose GET and
+    HEAD are other routes); an included router keeps its routes in `original_router`."""
+    found: set[str] = set()
+    stack: list[Any] = list(app.router.routes)
+    while stack:
+        route = stack.pop()
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            stack.extend(inner.routes)
+            continue
+        regex, methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and methods and regex.match(path):
+            found |= set(methods)
+    return sorted(found)
+
+
 def install(app: FastAPI, reader_not_found: Any) -> None:
     """The handlers: `reader_not_found(request)` answers 404s outside the bench sections."""
 
@@ -171,9 +189,10 @@ def install(app: FastAPI, reader_not_found: Any) -> None:
                 part = replace(section, hint="", links=(exc.back, *section.links))
                 return error_page(request, 404, exc.heading, _detail_text(exc.detail), part)
             return error_page(request, 404, section.missing, _detail_text(exc.detail), section)
-        return JSONResponse(
-            {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
-        )
+        headers = exc.headers
+        if exc.status_code == 405:  # every method the path answers, not the first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request.app, path))}
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     async def disk_full(request: Request, exc: Exception) -> Response:
         if not is_disk_full(exc):

@@ -20,18 +20,25 @@ from app.pages.fits import fit_links, load_fit
 from app.queue.fit_spec import FitSpec
 from app.queue.fits import FitSearches
 from app.queue.submission import field_errors, read_json_body
+from app.routes.request_schemas import fit_request_schema
 from app.routes.routing import reads
-from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, inline_schema
+from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, refusing
 from app.web.problems import pydantic_problems
 
 router = APIRouter(prefix="/api/v1", tags=["fits"])
 
 read_route = reads(router)
 
+FIT_ERRORS = refusing(
+    SUBMIT_ERRORS,
+    "one program (a workload or an artifact), the integer searched being one of its "
+    "integer parameters or symbolic dimensions, its range a multiple of the step, each "
+    "target one the program compiles for, and the artifact being stored",
+)
 FIT_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": inline_schema(FitSpec)}},
+        "content": {"application/json": {"schema": fit_request_schema(FitSpec)}},
     }
 }
 
@@ -56,7 +63,7 @@ def read_fit_spec(data: Any) -> FitSpec:
 @router.post(
     "/fits",
     status_code=202,
-    responses=SUBMIT_ERRORS,
+    responses=FIT_ERRORS,
     openapi_extra=FIT_BODY,
     summary="Start a fit search",
 )

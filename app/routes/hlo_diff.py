@@ -21,7 +21,7 @@ from app.pages.jobs import PREFIX
 from app.queue.submission import field_errors
 from app.routes.common import is_htmx, render
 from app.routes.routing import reads
-from app.routes.schemas import MessagePublic, ValidationErrorPublic
+from app.routes.schemas import MessagePublic
 
 api_router = APIRouter(prefix=PREFIX, tags=["compare"])
 page_router = APIRouter(include_in_schema=False)
@@ -204,8 +204,18 @@ async def _report(diffs: HloDiffs, a: str, b: str, *, as_json: bool) -> Any:
     responses={
         404: {"model": MessagePublic, "description": "No such job, or no HLO."},
         422: {
-            "model": ValidationErrorPublic,
-            "description": "A side is missing, or its HLO does not parse (the line).",
+            "description": "A query parameter is wrong (each named), or a side's HLO does not "
+            "parse (the job and the line, in words).",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "anyOf": [
+                            {"$ref": "#/components/schemas/ValidationErrorPublic"},
+                            {"$ref": "#/components/schemas/MessagePublic"},
+                        ]
+                    }
+                }
+            },
         },
     },
     summary="Two runs' optimized HLO, paired instruction by instruction",

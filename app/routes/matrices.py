@@ -26,8 +26,9 @@ from app.queue.matrices import HOST, SHAPE, MatrixSpec, expand
 from app.queue.submission import field_errors, read_capped_body, read_json_body
 from app.routes.common import connected_paths, is_htmx, render
 from app.routes.forms import FormValueError, sample_count, typed_value
+from app.routes.request_schemas import matrix_request_schema
 from app.routes.routing import reads
-from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, inline_schema
+from app.routes.schemas import SUBMIT_ERRORS, MessagePublic, refusing
 from app.settings import Settings
 from app.store.matrices import CellRow, MatrixRow
 from app.web.problems import pydantic_problems
@@ -45,7 +46,11 @@ FORM_FIELDS = frozenset(
 """The matrix form's text fields, kept when the form is asked for again."""
 
 
-ERRORS = SUBMIT_ERRORS
+ERRORS = refusing(
+    SUBMIT_ERRORS,
+    "each cell as a job (POST /api/v1/jobs): an axis's values as the parameter it names, "
+    "against the workload, path and target of the cell",
+)
 
 
 def create_matrix(spec: MatrixSpec, admission: Admission, settings: Settings, client: str) -> str:
@@ -87,7 +92,7 @@ def _matrix_or_404(matrix_id: str, dispatcher: Dispatcher) -> MatrixRow:
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": inline_schema(MatrixSpec)}},
+            "content": {"application/json": {"schema": matrix_request_schema(MatrixSpec)}},
         }
     },
     summary="Submit a workload matrix",

@@ -28,7 +28,12 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
     For `openapi_extra` request bodies of routes that parse their body by hand: OpenAPI
     cannot resolve a JSON Schema's own `#/$defs/...` references.
     """
-    schema = model.model_json_schema()
+    return inline_schema_of(model.model_json_schema())
+
+
+def inline_schema_of(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema with its local $defs substituted in place (`inline_schema`)."""
+    schema = dict(schema)
     defs = schema.pop("$defs", {})
 
     def walk(node: Any) -> Any:
@@ -71,6 +76,16 @@ SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     },
 }
 """What every route that queues work through the API may answer besides success."""
+
+
+Answers = dict[int | str, dict[str, Any]]
+
+
+def refusing(errors: Answers, beyond: str) -> Answers:
+    """`errors` with a 422 that says what is refused besides what the schema states:
+    `beyond`, the rules no JSON Schema can say (fields checked together, files stored)."""
+    said = f"A field is wrong; it is named. Besides its schema, {beyond}."
+    return {**errors, 422: {"model": ValidationErrorPublic, "description": said}}
 
 
 class RunPublic(RunResult):
@@ -370,6 +385,9 @@ RESULT_ERRORS: dict[int | str, dict[str, Any]] = {
     422: {
         "model": ValidationErrorPublic,
         "description": "A field is wrong, or the result is not the job its lease carries "
-        "(the field is named, e.g. result.job.params).",
+        "(the field is named, e.g. result.job.params): besides its schema, the job's "
+        "parameters, compiler options and target as the catalog checks them together, the "
+        "boundaries, subjects and samples its job allows, an upload's results as its header "
+        "names them.",
     },
 }

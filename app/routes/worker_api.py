@@ -20,7 +20,13 @@ from starlette.concurrency import run_in_threadpool
 
 from app.deps import DispatcherDep, SettingsDep
 from app.dispatch import Ack, LeaseEnded, UnknownWorker
-from app.dispatch.results import Prepared, artifact_header, lease_problems, prepare
+from app.dispatch.results import (
+    Prepared,
+    artifact_header,
+    environment_problems,
+    lease_problems,
+    prepare,
+)
 from app.queue.submission import field_errors
 from app.routes.schemas import (
     ENDED,
@@ -45,7 +51,6 @@ from app.store.profiles import screen_profile
 from app.web.bodylimit import Caps
 from workers.catalog import CATALOG_VERSION
 from workers.protocol import PROTOCOL_VERSION, JobStatus
-from workers.protocol.bounds import environment_problems
 from workers.protocol.targets import (
     TARGET_IDS,
     TPU_TARGET_IDS,
@@ -270,7 +275,7 @@ async def progress(request: Request, dispatcher: DispatcherDep) -> Response:
     "/result",
     response_model=ReportReply,
     responses=RESULT_ERRORS,
-    openapi_extra=body_of(ResultReport),
+    openapi_extra=body_of(ResultReport, exactly_one=("result", "failure")),
 )
 async def result(request: Request, dispatcher: DispatcherDep, settings: SettingsDep) -> Response:
     """The run of a job, or why it failed. Posting the same report twice is harmless.

@@ -22,13 +22,15 @@ def _parsed(
     body: bytes, model: type[MessageT], check: Callable[[Any], None] | None = None
 ) -> MessageT:
     """`body` as `model`: strict JSON (NaN, Infinity and duplicate keys refused, as on the
-    public API), `check` on the parsed JSON (it raises), then the model's own rules, or
-    422 naming each field."""
+    public API), `check` on the parsed JSON (it raises), then the model's own rules with
+    no type coerced, or 422 naming each field."""
     data = parse_strict_json(body)
     if check is not None:
         check(data)
     try:
-        return model.model_validate(data)
+        # Strict, as the document says: `true` is no integer and "8" no number (read from
+        # the JSON text, where an enum's value is its string).
+        return model.model_validate_json(body, strict=True)
     except ValidationError as exc:
         field_errors(
             [
@@ -55,11 +57,25 @@ async def read_message(
     return _parsed(body, model, check)
 
 
-def body_of(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads `model` by hand."""
+def body_of(model: type[BaseModel], *, exactly_one: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads `model` by hand; with `exactly_one`,
+    the fields of which a message carries exactly one (each of the others null or left
+    out), as the route checks."""
+    schema = inline_schema(model)
+    if exactly_one:
+        schema["oneOf"] = [
+            {
+                "required": [name],
+                "properties": {
+                    name: {"not": {"type": "null"}},
+                    **{other: {"type": "null"} for other in exactly_one if other != name},
+                },
+            }
+            for name in exactly_one
+        ]
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": inline_schema(model)}},
+            "content": {"application/json": {"schema": schema}},
         }
     }

@@ -13,7 +13,7 @@ from app.store.base import StoreBase
 from app.store.channel import CHANNEL, News, encode
 from app.store.jobs import CLEAR_WORKER, event_in
 from app.store.schema import FollowUp, NewRun, RunRow
-from workers.catalog.published import published, run_seconds
+from workers.catalog.published import published, run_seconds, without_server_fields
 from workers.protocol import JobStatus, RunResult
 from workers.protocol.dumps import (
     DUMP_ARTIFACTS,
@@ -33,15 +33,11 @@ def reread(result: str, run_s: float | None) -> tuple[str, float | None]:
     except ValueError:  # no run result (a store test's placeholder): nothing to rule on
         return result, run_s
     again = published(stored, worker_valid=stored.valid)
-    again = again.model_copy(
-        update={
-            "hlo_summary": stored.hlo_summary,
-            "hlo_explained": stored.hlo_explained,
-            "ceilings": stored.ceilings,
-            # its instructions' kinds and the compiler's estimates, where it still stands
-            "device_time": stored.device_time if again.device_time is not None else None,
-        }
-    )
+    # The server's own fields (its HLO explained, the worker's ceilings, a chip's
+    # instructions' kinds and estimates, where they still stand) and the summary it worked
+    # out from the stored HLO are kept as stored.
+    again = without_server_fields(again, stored)
+    again = again.model_copy(update={"hlo_summary": stored.hlo_summary})
     return again.model_dump_json(), run_seconds(again, run_s, None)
 
 

@@ -91,7 +91,7 @@ async def test_an_example_over_the_upload_cap_is_refused_saying_what_to_do(
     status, summary, said = await export_fn(capsys, tmp_path, "large", *flags)
     assert status == EXIT_UPLOAD_FAILED
     assert summary["uploaded"]["artifact"] and summary["uploaded"]["jobs"] == []
-    assert "the server refused the npz file (413:" in said
+    assert "the server refused the npz file (HTTP 413:" in said
     assert "The example's arrays are the runs' inputs" in said
     assert "give the large ones as jax.ShapeDtypeStruct" in said and "--generated-inputs" in said
     assert "BOUNDARY_UPLOAD_MAX_BYTES" in said and "Traceback" not in said

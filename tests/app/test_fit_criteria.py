@@ -5,8 +5,9 @@ own). Both name the figure usable_bytes, with the published HBM beside it."""
 
 from __future__ import annotations
 
-from app.queue.fit_criteria import Rule, criterion_of, refusal_figures
+from app.queue.fit_criteria import Rule, criterion_of
 from workers.protocol import parse_target
+from workers.protocol.sizes import hbm_refusal_figures
 
 OVER_TEMPORARIES = (
     "Ran out of memory on HBM, the total memory required for HLO temporaries (31.31G) "
@@ -43,9 +44,9 @@ def test_a_tpu_fits_when_libtpu_compiles_it_and_aims_at_its_usable_bytes() -> No
     assert v6e.aim([OVER_TEMPORARIES]) == int(31.25 * 2**30)  # what its refusal says
     tpu7x = criterion_of(parse_target("tpu7x:2x2x1"))  # two devices a chip: half its HBM
     assert tpu7x.hbm_bytes == 96 * 2**30
-    assert refusal_figures(OVER_TEMPORARIES) == (round(31.31 * 2**30), int(31.25 * 2**30))
-    assert refusal_figures(OVER_CAPACITY) == (
+    assert hbm_refusal_figures(OVER_TEMPORARIES) == (round(31.31 * 2**30), int(31.25 * 2**30))
+    assert hbm_refusal_figures(OVER_CAPACITY) == (
         int(31.25 * 2**30) + round(6.75 * 2**20),
         int(31.25 * 2**30),
     )
-    assert refusal_figures("Ran out of memory in memory space vmem.") is None
+    assert hbm_refusal_figures("Ran out of memory in memory space vmem.") is None

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.app.bench_fakes import MATMUL, FakeWorker, capabilities, run_result
 from workers.catalog import parse_params
-from workers.catalog.arithmetic import arithmetic_of
+from workers.catalog.arithmetic import Arithmetic
 
 pytestmark = pytest.mark.anyio
 
@@ -166,10 +166,9 @@ async def test_the_tolerance_is_the_catalogs_not_the_workers(
     forged["correctness"].update(passed=True, error=5.0, tolerance=1e9)
     job, rows, page = await published(bench_client, MATMUL, forged, run_s=1.0)
     run = job["run"]
-    # The catalog's at the arithmetic this path's platform runs the precision at (the CPU's
-    # products are float32), whatever the worker says of either.
+    # The catalog's at the arithmetic a CPU runs float32 products at (its own float32).
     params = parse_params("matmul", MATMUL["params"])
-    tolerance = params.tolerance_at(arithmetic_of("cpu", params.contraction_precision()))
+    tolerance = params.tolerance_at(Arithmetic.FLOAT32)
     assert run["correctness"]["tolerance"] == tolerance and not run["correctness"]["passed"]
     assert run["correctness"]["arithmetic"] == "float32"
     assert run["valid"] is False and run["rates"]["flops_per_s"] is None

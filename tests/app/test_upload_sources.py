@@ -226,7 +226,7 @@ async def test_export_fn_sends_the_lines_and_goes_on_when_they_are_refused(
     done = await asyncio.to_thread(send, server, function, sources=bad, **common)
     assert done["artifact"] == sha and "sources" not in done
     assert done["sources_refused"] == (
-        "the server refused the sources file (422: body: sources: "
+        "the server refused the sources file (HTTP 422: body: sources: "
         'files[0].lines["3"]: one line, without line breaks)'
     )
 

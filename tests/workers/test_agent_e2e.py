@@ -7,6 +7,7 @@ with BOUNDARY_TEST_HANG_FILE) makes a job hang on demand.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,6 +30,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "e2e-worker-token"
+FIT_GATHER = ("gather", "width=4096", "count=1024", "--dim", "rows", "--range", "1:16777216")
+"""A fit search of four compiles whose answer tests/workers/test_cli_fit.py checks too."""
 SMALL = {
     "workload": "matmul",
     "path": "jax-cpu",
@@ -133,6 +136,11 @@ class Cluster:
         """A worker process; with `session`, in a process group of its own."""
         args = [sys.executable, "-m", "workers.cli.worker", "--server", self.url, "--name", name]
         return self._spawn(args, {**self.env, **env}, f"worker-{name}.log", session)
+
+    def start_fit(self, *args: str) -> subprocess.Popen[bytes]:
+        """`boundary fit … --server` this cluster's server, its output in log `fit`."""
+        command = [sys.executable, "-m", "app.cli", "fit", *args, "--server", self.url]
+        return self._spawn(command, self.env, "fit.log")
 
     def wait_worker(self, name: str, timeout: float = 60) -> str:
         def registered() -> str | None:
@@ -294,16 +302,23 @@ def test_a_killed_worker_loses_its_job_to_another_and_its_runner_dies(
     assert job["run"]["worker_id"] == rescuer_id != doomed_id
 
 
-def test_queued_jobs_survive_a_server_restart(cluster: Callable[..., Cluster]) -> None:
+def test_queued_jobs_and_a_fit_search_survive_a_server_restart(
+    cluster: Callable[..., Cluster],
+) -> None:
     c = cluster()
     c.start_server()
     jobs = [c.submit() for _ in range(3)]
+    fit = c.start_fit(*FIT_GATHER, "--target", "h100:1")  # its compiles wait for a worker
+    c.wait(lambda: "fit search " in c.log("fit"), 60, "boundary fit to queue its search")
     c.kill_server()  # SIGKILL: nothing is flushed on the way out
     c.start_worker("patient")  # finds no server and keeps retrying
     c.wait(lambda: "server unreachable" in c.log("worker-patient"), 60, "the worker to retry")
+    c.wait(lambda: "server unreachable" in c.log("fit"), 60, "boundary fit to retry")
     c.start_server()
     for job_id in jobs:
         assert c.wait_status(job_id, {"done", "failed"})["status"] == "done"
+    assert fit.wait(120) == 0, c.log("fit")
+    assert re.search(r"h100:1\s+3,661,085 \(peak 60 GB\); 3,661,086: 60 GB", c.log("fit"))
 
 
 def test_a_hung_runner_is_killed_and_the_worker_takes_the_next_job(

@@ -16,7 +16,7 @@ import pytest
 from workers.catalog.arithmetic import Arithmetic, arithmetic_of, coarsest, result_tolerance
 from workers.catalog.exported import ExportedParams
 from workers.catalog.matmul import MatmulParams
-from workers.catalog.server_correctness import server_correctness
+from workers.catalog.rule_correctness import server_correctness
 from workers.compiler.precision import program_arithmetic
 from workers.protocol import Correctness, JobSpec, PathId, ResultCheck
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from workers.catalog.device_figures import bounded_device_time
+from workers.catalog.published import ruled
 from workers.measure.device_time import module_name, profiled_pass, read_trace
 from workers.protocol import (
     BoundaryId,
@@ -94,11 +94,11 @@ def test_the_server_bounds_what_a_worker_says_of_its_device_time() -> None:
         DeviceOp(name="longer-than-the-program", median_s=5e-3, calls=2),
         DeviceOp(name="negative", median_s=-1e-6, calls=2),
     ]
-    kept = bounded_device_time(run_with([7.2e-4, 7.3e-4], ops, calls=500))
+    kept = ruled(run_with([7.2e-4, 7.3e-4], ops, calls=500)).device_time
     assert kept is not None and kept.calls == 2
     assert [(o.name, o.calls) for o in kept.ops] == [("fusion", 2)]
     # No device-time samples, no account of them.
-    assert bounded_device_time(run_with([], ops, calls=2)) is None
+    assert ruled(run_with([], ops, calls=2)).device_time is None
 
 
 def chip_runs() -> dict[str, dict[str, Any]]:

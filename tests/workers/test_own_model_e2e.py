@@ -152,7 +152,7 @@ def test_the_upload_presents_the_submission_token_from_the_environment(
     args += ["-o", str(tmp_path / "f.jaxexport"), "--upload", c.url, "--target", "b200:1"]
     bare = export_fn(args, tmp_path, env={"BOUNDARY_SUBMIT_TOKEN": ""})
     assert bare.returncode == 4, bare.stderr  # the server's refusal, named
-    assert "refused the exported file (401" in bare.stderr
+    assert "refused the exported file (HTTP 401" in bare.stderr
     given = export_fn(args, tmp_path, env={"BOUNDARY_SUBMIT_TOKEN": c.env["BOUNDARY_SUBMIT_TOKEN"]})
     assert given.returncode == 0, given.stderr[-2000:]
     (job,) = json.loads(given.stdout)["uploaded"]["jobs"]

@@ -1,54 +1,21 @@
 """Every field a worker can post has one written rule, and the manual's table is the code's.
 
-The walk goes through the result model itself, so a field added to `RunResult` (or to
-any model under it) without a rule fails here before it can reach a page.
+The walk goes through the result model itself (and the `extra` entries a run may carry),
+so a field added to `RunResult` (or to any model under it) without a rule fails here
+before it can reach a page.
 """
 
 from __future__ import annotations
 
 import re
-import typing
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from workers.catalog.result_rules import RULES, rule_for
+from workers.catalog.rule_kinds import Bound, Check, Recompute, Server, Text, scope_of
+from workers.catalog.rule_walk import field_paths
 from workers.protocol import RunResult
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "design" / "result-rules.md"
-
-
-def _models_in(annotation: object) -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = []
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        found.append(annotation)
-    for arg in typing.get_args(annotation):
-        found += _models_in(arg)
-    return found
-
-
-def _container(annotation: object) -> str:
-    """How a field's path continues into its model: `[].` for a list, `{}.` for a dict."""
-    origins = {typing.get_origin(annotation)}
-    origins |= {typing.get_origin(a) for a in typing.get_args(annotation)}
-    if list in origins:
-        return "[]."
-    if dict in origins:
-        return "{}."
-    return "."
-
-
-def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Every leaf field of `model`, as a path (`measurements[].stats.median`)."""
-    paths: list[str] = []
-    for name, info in model.model_fields.items():
-        models = _models_in(info.annotation)
-        if models:
-            for inner in models:
-                paths += field_paths(inner, prefix + name + _container(info.annotation))
-        else:
-            paths.append(prefix + name)
-    return paths
 
 
 def test_every_field_of_a_run_result_has_a_rule() -> None:
@@ -80,6 +47,23 @@ def test_the_figures_of_a_run_are_never_kept_as_sent() -> None:
     ):
         rule = rule_for(path)
         assert rule is not None and rule.kind in ("recomputed", "checked"), path
+
+
+def test_each_kind_has_its_one_mechanism() -> None:
+    """Every row is carried out by its kind's enforcer, and each enforcer reaches a place:
+    a scoped one an object the result model has."""
+    mechanism = {
+        "checked": Check,
+        "server": Server,
+        "bounded": Bound,
+        "recomputed": Recompute,
+        "text": Text,
+    }
+    wrong = [r.pattern for r in RULES if not isinstance(r.by, mechanism[r.kind])]
+    assert wrong == []
+    paths = field_paths(RunResult)
+    scopes = {scope_of(r.by) for r in RULES} - {None}
+    assert [s for s in scopes if not any(p.startswith(str(s)) for p in paths)] == []
 
 
 def test_the_manuals_table_is_the_codes() -> None:

@@ -47,8 +47,7 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from workers.catalog.job_limit import env_bytes
-from workers.catalog.peak import size_text
+from workers.protocol.sizes import byte_text, env_bytes
 
 MAX_MEMORY_ENV = "BOUNDARY_RUNNER_MAX_MEMORY"
 KEEP_BYTES_ENV = "BOUNDARY_RUNNER_KEEP_BYTES"
@@ -160,8 +159,8 @@ class Overrun:
     def reason(self) -> str:
         kind = "private memory" if self.private else "memory"
         return (
-            f"the job used {size_text(self.reached)} of {kind}, over the runner's limit of "
-            f"{size_text(self.limit)} (BOUNDARY_RUNNER_MAX_MEMORY); the runner was killed"
+            f"the job used {byte_text(self.reached)} of {kind}, over the runner's limit of "
+            f"{byte_text(self.limit)} (BOUNDARY_RUNNER_MAX_MEMORY); the runner was killed"
         )
 
 

@@ -27,7 +27,7 @@ from workers.agent.memory import (
     restore_data,
 )
 from workers.agent.runner import PARENT_ENV
-from workers.catalog.peak import size_text
+from workers.protocol.sizes import byte_text
 
 log = logging.getLogger("boundary.worker")
 
@@ -202,7 +202,7 @@ class Runner:
             if previous is not None and self.alive:
                 restore_data(self.pid, previous)
         if memory.limit_data and out_of_memory(outcome.error):
-            limit = size_text(memory.max_memory)
+            limit = byte_text(memory.max_memory)
             return Outcome(
                 error=f"the job passed the runner's memory limit of {limit} "
                 f"(BOUNDARY_RUNNER_MAX_MEMORY): {outcome.error}",

@@ -22,17 +22,24 @@ from workers.catalog.job_limit import host_job_bytes
 from workers.catalog.kernels import PALLAS_FIELDS, pallas_refusal
 from workers.catalog.matmul import MatmulParams
 from workers.catalog.mesh import MESH_ERROR
-from workers.catalog.peak import limit_text, refusal, size_text
+from workers.catalog.peak import limit_text, refusal
 from workers.catalog.reduction import ReductionParams
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.sharded_matmul import ShardedMatmulParams
 
 # How a client names a server and reaches it, for `boundary mcp --server` (in app/, which
 # reaches the worker's side only through this package and workers.protocol): every
-# `--server` option reads it the same way.
+# `--server` option reads it the same way, and every client says a refusal and waits for
+# a job the same way.
+from workers.export.api_client import LIVE as LIVE
+from workers.export.api_client import Refused as Refused
+from workers.export.api_client import ServerLost as ServerLost
+from workers.export.api_client import refusal_text as refusal_text
+from workers.export.api_client import wait_ended as wait_ended
 from workers.export.server_address import ServerAddress as ServerAddress
 from workers.export.server_address import server_option as server_option
 from workers.protocol import JobSpec, MeasureOptions, Mode, StageId
+from workers.protocol.sizes import byte_text
 
 CATALOG_VERSION = 1
 """Bumped whenever a workload's parameters change meaning."""
@@ -156,7 +163,7 @@ def _cap(max_bytes: int | None) -> int:
 
 def over_limit(size: int, max_bytes: int) -> str:
     """Why a job's arrays are refused, in GB as well as bytes, and what would take them."""
-    return f"inputs and outputs take {size_text(size, exact=True)}, {limit_text(max_bytes)}"
+    return f"inputs and outputs take {byte_text(size, exact=True)}, {limit_text(max_bytes)}"
 
 
 def may_go_unchecked(workload: str, params: dict[str, Any]) -> bool:

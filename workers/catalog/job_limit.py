@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path, PurePosixPath
 
+from workers.protocol.sizes import env_bytes
+
 MAX_JOB_BYTES_ENV = "BOUNDARY_MAX_JOB_BYTES"
 HOST_SHARE = 0.5
 """The share of this host's usable memory a job may take, unless a setting says otherwise."""
@@ -26,17 +28,6 @@ FLOOR_BYTES = 2 * 1024**3
 """The least default limit, whatever the host has (and the limit where its memory cannot
 be read)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def env_bytes(env: Mapping[str, str], name: str) -> int | None:
-    """The positive whole number of bytes `name` holds in `env`, None when it is unset or
-    empty (ValueError naming the variable when it holds anything else, such as "2GiB")."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isascii() or not raw.isdigit() or int(raw) <= 0:
-        raise ValueError(f"{name}: expected a positive number of bytes, got {raw[:40]!r}")
-    return int(raw)
 
 
 def physical_memory() -> int | None:

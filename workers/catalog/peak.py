@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from workers.protocol.sizes import byte_text
+
 F64 = 8
 BLOCK_BYTES = 64 * 1024**2
 """The float64 rows a blocked check (a large product's projections, attention's reference)
@@ -54,20 +56,10 @@ def float64_rows(rows: int, width: int) -> int:
     return max(1, min(rows, BLOCK_BYTES // (F64 * max(width, 1))))
 
 
-def size_text(size: int, *, exact: bool = False) -> str:
-    """Bytes in decimal units, "3.22 GB", with the exact count when `exact`:
-    "3.22 GB (3,221,225,472 bytes)"."""
-    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "kB")):
-        if size >= scale:
-            text = f"{size / scale:.3g} {unit}"
-            return f"{text} ({size:,} bytes)" if exact else text
-    return f"{size:,} bytes"
-
-
 def limit_text(max_bytes: int) -> str:
     """The end of every refusal by the job's byte cap: the cap, and what takes no cap."""
     return (
-        f"over this server's limit of {size_text(max_bytes, exact=True)}, set by "
+        f"over this server's limit of {byte_text(max_bytes, exact=True)}, set by "
         "BOUNDARY_MAX_JOB_BYTES. Compiled for a target without running (a target, stages "
         "compile only) the job places no array, has no such limit, and shows whether the "
         "program fits the chip"
@@ -92,11 +84,11 @@ class Peak:
         """E.g. 'about 11.8 GB at its peak (the correctness check; float64 outputs alone
         6.17 GB)'."""
         if not self.parts:
-            return f"about {size_text(self.total)} at its peak ({self.phase})"
+            return f"about {byte_text(self.total)} at its peak ({self.phase})"
         name, biggest = max(self.parts.items(), key=lambda kv: kv[1])
         return (
-            f"about {size_text(self.total)} at its peak ({self.phase}; "
-            f"{name} alone {size_text(biggest)})"
+            f"about {byte_text(self.total)} at its peak ({self.phase}; "
+            f"{name} alone {byte_text(biggest)})"
         )
 
 

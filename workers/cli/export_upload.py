@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from workers.export.api_client import refusal_text
 from workers.export.server_address import ServerAddress
 
 GPU_MODELS = ("b200", "h100", "h200")
@@ -35,21 +36,6 @@ def path_of(target: str) -> str:
     """The job path a target compiles on: jax-tpu for a TPU slice, jax-gpu for NVIDIA GPUs."""
     model = target.strip().lower().split(":", 1)[0]
     return "jax-gpu" if model in GPU_MODELS else "jax-tpu"
-
-
-def _refusal(response: Any) -> str:
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        detail = response.text[:300]
-    if isinstance(detail, list):
-        detail = "; ".join(
-            str(d.get("message"))
-            if str(d.get("message")).startswith(f"{d.get('field')}:")
-            else f"{d.get('field')}: {d.get('message')}"
-            for d in detail
-        )
-    return f"{response.status_code}: {detail}"
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
@@ -71,7 +57,7 @@ def post_file(client: Any, data: bytes | Path, kind: str) -> str:
         "/api/v1/artifacts", params={"kind": kind}, content=content, headers=headers
     )
     if response.status_code not in (200, 201):
-        raise ValueError(f"the server refused the {kind} file ({_refusal(response)})")
+        raise ValueError(f"the server refused the {kind} file ({refusal_text(response)})")
     digest: str = response.json()["sha256"]
     return digest
 
@@ -88,7 +74,7 @@ def post_inputs(client: Any, inputs: Path) -> str:
         why = f"the inputs file could not be sent ({type(exc).__name__}: {exc})"
     except ValueError as exc:
         why = str(exc)
-    over = " (413:" in why
+    over = "(HTTP 413:" in why
     raise ValueError(
         f"{why}. The example's arrays are the runs' inputs ({inputs}, "
         f"{inputs.stat().st_size:,} bytes): give the large ones as jax.ShapeDtypeStruct in "
@@ -158,7 +144,7 @@ def upload_all(
         for what, job in jobs:
             response = client.post("/api/v1/jobs", json=job)
             if response.status_code != 202:
-                raise UploadRefused(f"the server refused {what} ({_refusal(response)})", done)
+                raise UploadRefused(f"the server refused {what} ({refusal_text(response)})", done)
             made = response.json()
             done["jobs"].append(
                 {

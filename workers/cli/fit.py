@@ -8,7 +8,8 @@ answer, then printed as a table with the search's page.
 A file is uploaded first; a SHA-256 names a function uploaded already. `--dim NAME` is
 the integer searched (a workload's parameter, or the function's symbolic dimension);
 `--dim NAME=N` fixes another symbolic dimension. Progress (compiles done, the bracket)
-goes to stderr while it runs; Ctrl-C cancels the search. Exit status: 0 when every
+goes to stderr while it runs, and a server that restarts on the way is waited for (the
+search survives it); Ctrl-C cancels the search. Exit status: 0 when every
 target has its answer, 1 when the search failed or was cancelled, 2 when the server
 refused it (the field at fault named).
 
@@ -22,17 +23,19 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from workers.cli.export_upload import post_file
 from workers.cli.run import UsageError, parse_assignments
+from workers.export.api_client import Refused, ServerLost, refusal_text, wait_ended
 from workers.export.server_address import EXAMPLES, ServerAddress, server_option
+from workers.protocol.sizes import byte_text
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
-POLL_S = 1.0
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _RANGE = re.compile(r"^([0-9]+):([0-9]+)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -102,16 +105,6 @@ def _artifact(program: str, client: Any, server: ServerAddress) -> str | None:
     return sha
 
 
-def _detail(response: Any) -> str:
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        return str(response.text[:500])
-    if isinstance(detail, list):
-        return "; ".join(f"{d.get('field') or 'body'}: {d.get('message')}" for d in detail)
-    return str(detail)
-
-
 def progress_line(target: dict[str, Any]) -> str:
     """One target's progress: compiles done, the bracket, what compiles now."""
     bracket = target["bracket"]
@@ -126,16 +119,6 @@ def progress_line(target: dict[str, Any]) -> str:
     return f"[{target['target']}] {target['status']}: " + " · ".join(parts)
 
 
-def _gb(value: int | None) -> str:
-    """Bytes in decimal units, three significant digits, as the page shows them."""
-    if value is None:
-        return "—"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value / 1e3:.3g} kB"
-
-
 def table(fit: dict[str, Any]) -> list[str]:
     """The answer per target as text, the way the page's table reads."""
     lo, hi = fit["range"]
@@ -144,34 +127,39 @@ def table(fit: dict[str, Any]) -> list[str]:
         if t["status"] != "found":
             answer = f"{t['status']}{': ' + t['reason'] if t['reason'] else ''}"
         elif t["largest_fitting"] is None:
-            answer = f"none: even {lo:,} does not fit ({_gb(t['peak_bytes_above'])})"
+            answer = f"none: even {lo:,} does not fit ({byte_text(t['peak_bytes_above'])})"
         else:
-            answer = f"{t['largest_fitting']:,} (peak {_gb(t['peak_bytes_at_largest'])})"
+            answer = f"{t['largest_fitting']:,} (peak {byte_text(t['peak_bytes_at_largest'])})"
             if t["largest_is_hi"]:
                 answer += ", the top of the range"
             else:
-                above = "refused" if t["refused_above"] else _gb(t["peak_bytes_above"])
+                above = "refused" if t["refused_above"] else byte_text(t["peak_bytes_above"])
                 answer += f"; {t['value_above']:,}: {above}"
         lines.append(f"  {t['target']:<9} {answer}")
         lines.append(f"  {'':<9} {t['criterion']}; {t['probes_done']} compiles")
     return lines
 
 
-def follow(client: Any, fit_id: str, *, quiet: bool) -> dict[str, Any]:
-    """The search once it ended, its progress said on stderr as it changes."""
+def follow(server: ServerAddress, token: str | None, fit_id: str, *, quiet: bool) -> dict[str, Any]:
+    """The search once it ended, its progress said on stderr as it changes; a server that
+    restarts on the way is waited for (`wait_ended`), as the search itself survives it."""
     said: dict[str, str] = {}
-    while True:
-        response = client.get(f"/api/v1/fits/{fit_id}")
-        response.raise_for_status()
-        fit: dict[str, Any] = response.json()
+
+    def seen(fit: dict[str, Any]) -> None:
         for target in fit["targets"]:
             line = progress_line(target)
             if not quiet and said.get(target["target"]) != line:
                 print(line, file=sys.stderr, flush=True)
                 said[target["target"]] = line
-        if fit["status"] not in ("queued", "running"):
-            return fit
-        time.sleep(POLL_S)
+
+    def lost(why: str) -> None:
+        print(f"server unreachable ({why}); retrying", file=sys.stderr, flush=True)
+
+    async def wait() -> dict[str, Any]:
+        async with server.async_client(token, timeout=60.0) as client:
+            return await wait_ended(client, f"/api/v1/fits/{fit_id}", seen=seen, lost=lost)
+
+    return anyio.run(wait)
 
 
 def fit_command(argv: list[str]) -> int:
@@ -187,18 +175,22 @@ def fit_command(argv: list[str]) -> int:
         response = client.post("/api/v1/fits", json=body)
         if response.status_code != 202:
             print(
-                f"boundary fit: the server refused the search: {_detail(response)}", file=sys.stderr
+                f"boundary fit: the server refused the search: {refusal_text(response)}",
+                file=sys.stderr,
             )
             return EXIT_REFUSED
         fit_id = response.json()["id"]
         page = server.link(f"/fits/{fit_id}")
         print(f"fit search {fit_id}: {page}", file=sys.stderr)
         try:
-            fit = follow(client, fit_id, quiet=args.json)
+            fit = follow(server, token, fit_id, quiet=args.json)
         except KeyboardInterrupt:
             client.post(f"/api/v1/fits/{fit_id}/cancel")
             print(f"cancelled the search: {page}", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except (Refused, ServerLost) as exc:
+            print(f"boundary fit: stopped following the search {fit_id}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     if args.json:
         print(json.dumps(fit, indent=1))
     else:

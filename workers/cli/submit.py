@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
+import anyio
 import httpx
 
+from workers.export.api_client import Refused, ServerLost, refusal_text, wait_ended
 from workers.export.server_address import ServerAddress
 from workers.protocol import FINAL_STATUSES, JobSpec, JobStatus, RunResult
 
@@ -23,7 +24,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
 EXIT_INTERRUPTED = 130
-GIVE_UP_UNREACHABLE_S = 300.0
 SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
 
 
@@ -31,23 +31,13 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _detail(response: httpx.Response) -> str:
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        return response.text[:500]
-    if isinstance(detail, list):
-        return "; ".join(f"{d.get('field') or 'body'}: {d.get('message')}" for d in detail)
-    return str(detail)
-
-
-def _follow_events(client: httpx.Client, job_id: str, show_progress: bool) -> None:
+async def _follow_events(client: httpx.AsyncClient, job_id: str, show_progress: bool) -> None:
     """Read the job's event stream until a final status (or the stream breaks)."""
     event = ""
-    with client.stream("GET", f"/api/v1/jobs/{job_id}/events", timeout=None) as response:
+    async with client.stream("GET", f"/api/v1/jobs/{job_id}/events", timeout=None) as response:
         if response.status_code != 200:
             return
-        for line in response.iter_lines():
+        async for line in response.aiter_lines():
             if line.startswith("event:"):
                 event = line.partition(":")[2].strip()
             elif line.startswith("data:"):
@@ -62,28 +52,22 @@ def _follow_events(client: httpx.Client, job_id: str, show_progress: bool) -> No
                     _say(f"[{data['phase']}]{count}")
 
 
-def _wait_final(client: httpx.Client, job_id: str, show_progress: bool) -> dict[str, Any]:
-    """The job once it reached a final status, surviving a server restart on the way."""
-    unreachable_since: float | None = None
-    delay = 0.25
-    while True:
-        try:
-            _follow_events(client, job_id, show_progress)
-            response = client.get(f"/api/v1/jobs/{job_id}")
-        except httpx.TransportError as exc:
-            unreachable_since = unreachable_since or time.monotonic()
-            if time.monotonic() - unreachable_since > GIVE_UP_UNREACHABLE_S:
-                raise
-            _say(f"server unreachable ({exc}); retrying")
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            continue
-        unreachable_since = None
-        if response.status_code == 200:
-            job: dict[str, Any] = response.json()
-            if job["status"] in FINAL_STATUSES:
-                return job
-        time.sleep(0.5)
+def _wait_final(
+    server: ServerAddress, token: str | None, job_id: str, show_progress: bool
+) -> dict[str, Any]:
+    """The job once it reached a final status, following its events on the way; a server
+    that restarts is waited for (`wait_ended`)."""
+
+    async def wait() -> dict[str, Any]:
+        async with server.async_client(token, timeout=30.0) as client:
+            return await wait_ended(
+                client,
+                f"/api/v1/jobs/{job_id}",
+                between=lambda: _follow_events(client, job_id, show_progress),
+                lost=lambda why: _say(f"server unreachable ({why}); retrying"),
+            )
+
+    return anyio.run(wait)
 
 
 def _full_run(client: httpx.Client, job: dict[str, Any]) -> RunResult:
@@ -150,21 +134,18 @@ def submit_to_server(
             _say(f"boundary run: cannot reach {server}: {exc}")
             return EXIT_REFUSED
         if response.status_code != 202:
-            extra = ""
-            if response.status_code == 429:
-                extra = f" (retry after {response.headers.get('retry-after', '?')} s)"
-            _say(f"boundary run: the server refused the job: {_detail(response)}{extra}")
+            _say(f"boundary run: the server refused the job: {refusal_text(response)}")
             return EXIT_REFUSED
         job_id = response.json()["id"]
         page = server.link(f"/runs/{job_id}")
         _say(f"job {job_id} queued: {page}")
         try:
-            final = _wait_final(client, job_id, show_progress=sys.stderr.isatty())
+            final = _wait_final(server, token, job_id, show_progress=sys.stderr.isatty())
         except KeyboardInterrupt:
             _say(f"stopped waiting; job {job_id} goes on: {page}")
             return EXIT_INTERRUPTED
-        except httpx.TransportError as exc:
-            _say(f"boundary run: lost the server while waiting for job {job_id}: {exc}")
+        except (Refused, ServerLost) as exc:
+            _say(f"boundary run: stopped waiting for job {job_id}: {exc}")
             return EXIT_FAILED
         if final["status"] != JobStatus.DONE or final.get("run") is None:
             _say(f"boundary run: job {job_id} {final['status']}: {final.get('reason')}")

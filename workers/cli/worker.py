@@ -19,10 +19,11 @@ from pathlib import Path
 from workers.agent.agent import PARENT_ENV, Agent, AgentConfig
 from workers.agent.memory import MemoryPolicy
 from workers.agent.runner import DEFAULT_MAX_VIRTUAL_DEVICES, die_with_parent
-from workers.catalog.job_limit import env_bytes, job_limit
+from workers.catalog.job_limit import job_limit
 from workers.compiler.jaxenv import apply_jax_environment
 from workers.export.server_address import EXAMPLES, server_option
 from workers.files import FILES_DIR_ENV, FILES_MAX_ENV
+from workers.protocol.sizes import env_bytes
 
 TOKEN_ENV = "BOUNDARY_WORKER_TOKEN"
 CACHE_DIR_ENV = "BOUNDARY_CACHE_DIR"

@@ -22,8 +22,8 @@ The rules:
   a scaling point), and every statistic, calls per second, rate and comparison it shows
   is worked out from its own samples (`workers.protocol.speeds`): no boundary in
   `NEVER_A_SPEED` gets calls per second or a rate.
-- What a posted run's boundaries, sample counts and samples may be is checked against the
-  leased job before this (`lease_mismatches`, with `workers.protocol.bounds`).
+- What a posted run's job, boundaries, sample counts and samples may be is checked against
+  the leased job before this (the checked rules: `workers.catalog.rule_checks`).
 - A worker group agrees when every process that executed passed and they hold one output;
   a group that only compiled agrees when no process failed.
 """
@@ -35,8 +35,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from workers.protocol.base import PathId, StageId
-from workers.protocol.bounds import extra_problems, sample_problems
-from workers.protocol.jobs import JobSpec
 from workers.protocol.runs import Measurement, RunResult
 from workers.protocol.scale import GroupReport, ScalingPoint
 from workers.protocol.speeds import KERNEL_SUBJECT, with_speeds
@@ -66,17 +64,6 @@ name them. (`run_seconds` is not part of a run result: the server stores none fo
 
 SPEED_EXTRA_KEYS = frozenset({"comparison", "unreported_s", "warmed"})
 """`extra` entries that hold times, or counts of timed calls."""
-
-LEASE_FIELDS: tuple[str, ...] = (
-    "workload",
-    "path",
-    "target",
-    "stages",
-    "measure",
-    "params",
-    "compiler_options",
-)
-"""What a posted result's job must share with the job that was leased."""
 
 EXECUTING = frozenset({StageId.EXECUTE})
 RUNNING = frozenset({StageId.EXECUTE, StageId.SCALE})
@@ -296,41 +283,3 @@ def gate(run: RunResult, *, may_be_unchecked: bool = False) -> RunResult:
         update["scaling"] = run.scaling.model_copy(update={"points": points})
     # Every speed from the samples kept: failed subjects' rows leave the comparison.
     return with_speeds(run.model_copy(update=update))
-
-
-def _stages(job: JobSpec) -> list[str]:
-    return sorted(s.value for s in job.stages)
-
-
-def lease_mismatches(
-    posted: RunResult, leased: JobSpec, leased_params: dict[str, Any]
-) -> list[tuple[str, str]]:
-    """(field, message) for each way a posted result differs from the job it leased, or
-    carries boundaries, samples or `extra` entries no run of it can (`workers.protocol.bounds`).
-
-    `leased` is the job as the runner sees it (its target's defaults applied) and
-    `leased_params` its parameters after validation and defaults (the catalog's parse,
-    as JSON), so a genuine result always matches: a runner publishes exactly these.
-    Compiler options are compared as checked (sorted, each of its compiler's type), as
-    both sides read them through the same `JobSpec`.
-    """
-    problems: list[tuple[str, str]] = []
-    mine, theirs = posted.job, leased
-    pairs: dict[str, tuple[Any, Any]] = {
-        "workload": (mine.workload, theirs.workload),
-        "path": (mine.path.value, theirs.path.value),
-        "target": (mine.target, theirs.target),
-        "stages": (_stages(mine), _stages(theirs)),
-        "measure": (mine.measure.model_dump(mode="json"), theirs.measure.model_dump(mode="json")),
-        "params": (mine.params, theirs.params),
-        "compiler_options": (mine.compiler_options, theirs.compiler_options),
-    }
-    for name in LEASE_FIELDS:
-        sent, wanted = pairs[name]
-        if sent != wanted:
-            problems.append((f"result.job.{name}", f"differs from the leased job's {name}"))
-    if posted.params != leased_params:
-        problems.append(
-            ("result.params", "differs from the leased job's parameters after defaults")
-        )
-    return problems + sample_problems(posted, leased) + extra_problems(posted)

@@ -29,13 +29,15 @@ JAX_SUBJECT = "JAX"
 def restated(m: Measurement) -> Measurement:
     """`m` with its statistics computed from its own samples (None without samples), calls
     per second at the mean where its boundary is a speed, and its discard count that of
-    its discarded samples."""
+    its discarded samples (where a loop judged the warm-up, or discarded any)."""
     stats = summarize(m.samples_s) if m.samples_s else None
     if stats is not None and m.boundary not in NEVER_A_SPEED and stats.mean > 0:
         stats.ops = 1.0 / stats.mean
+    # A sampling loop that judged its warm-up, or discarded samples, counts them; a
+    # measurement no such loop took (the device's own time, the cuda path's) has no count.
+    counted = m.shape_checked is not None or bool(m.warmup_samples_s)
     update: dict[str, Any] = {"stats": stats}
-    if m.warmup_discarded is not None:
-        update["warmup_discarded"] = len(m.warmup_samples_s)
+    update["warmup_discarded"] = len(m.warmup_samples_s) if counted else None
     return m.model_copy(update=update)
 
 

@@ -13,19 +13,9 @@ and the excess).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_HBM = re.compile(
-    r"HLO temporaries \((?P<temp>[\d.]+)(?P<unit>[KMGT])\) exceeds available HBM "
-    r"\((?P<hbm>[\d.]+)(?P<hbm_unit>[KMGT])\)"
-)
-_CAPACITY = re.compile(
-    r"Used (?P<used>[\d.]+)(?P<unit>[KMGT]) of (?P<hbm>[\d.]+)(?P<hbm_unit>[KMGT]) hbm\. "
-    r"Exceeded hbm capacity by (?P<over>[\d.]+)(?P<over_unit>[KMGT])"
-)
-_SCALE = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-"""libtpu writes sizes with binary multiples (31.25G is what it keeps of a 32 GiB chip)."""
+from workers.protocol.sizes import hbm_refusal_figures
 
 
 @dataclass(frozen=True)
@@ -47,16 +37,7 @@ def hbm_misfit(exc: BaseException) -> Misfit | None:
     if "RESOURCE_EXHAUSTED" not in text or "HBM" not in text.upper():
         return None
     message = text.split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0][:300]
-    found = _HBM.search(text)
-    if found is not None:
-        temp = _bytes(found["temp"], found["unit"])
-        return Misfit(message, temp, _bytes(found["hbm"], found["hbm_unit"]))
-    over = _CAPACITY.search(text)
-    if over is not None:
-        used = _bytes(over["used"], over["unit"]) + _bytes(over["over"], over["over_unit"])
-        return Misfit(message, used, _bytes(over["hbm"], over["hbm_unit"]))
-    return Misfit(message, None, None)
-
-
-def _bytes(figure: str, unit: str) -> int:
-    return round(float(figure) * _SCALE[unit])
+    figures = hbm_refusal_figures(text)
+    if figures is None:
+        return Misfit(message, None, None)
+    return Misfit(message, *figures)

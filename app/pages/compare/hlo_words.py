@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from app.ir.hlo_graph import KERNELS
 from app.ir.view import PAGE_LINES
 from workers.protocol.hlo_summary import library_of
+from workers.protocol.sizes import byte_text
 
 KERNEL_CHANGES = ("opcode", "custom-call target", "fusion kind")
 GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -34,12 +35,7 @@ _FUSIONS = {"kLoop": "a loop fusion", "kInput": "an input fusion", "kOutput": "a
 
 def size(n: int | None) -> str:
     """Bytes in decimal units (MB = 10^6 bytes), three figures."""
-    if n is None:
-        return "unknown"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} B"
+    return byte_text(n, unknown="unknown")
 
 
 def described(ins: dict[str, Any]) -> str:

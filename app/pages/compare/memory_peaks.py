@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.ir.sent import short_file
-from app.pages.runs.memory_fit import gb
 from workers.protocol import MemoryBuffer, MemoryReport, RunResult
 from workers.protocol.memory import KINDS
+from workers.protocol.sizes import byte_text as gb
 
 ROWS = 15
 """Rows of each alignment table; the rest are counted."""

@@ -15,11 +15,11 @@ from typing import Any
 
 from app.ir.view import Keys
 from app.pages.runs.memory_charts import HBM_ON_SCALE, Curve, curve_chart, kinds_chart
-from app.pages.runs.memory_fit import gb
 from app.pages.runs.memory_rows import block_row, buffer_row
 from workers.protocol import MemoryReport, PathId, RunResult
 from workers.protocol.dumps import first_of
 from workers.protocol.memory import KINDS, PEAK_RULES, platform_of, program_peak
+from workers.protocol.sizes import byte_text as gb
 
 SCOPE = (
     "This is the compiler's plan for one device{where}: the buffers XLA assigned before the "

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from app.pages.charts import Chart, El, el, nice_ticks
-from app.pages.runs.memory_fit import gb
+from workers.protocol.sizes import byte_text as gb
 
 W, PLOT_H = 640, 180
 TOP, BOTTOM = 24, 22

@@ -16,8 +16,8 @@ from typing import Any
 
 from app.pages.charts import Chart, El, el
 from workers.protocol import CHIPS, Platform, TargetModel, fit_limit
+from workers.protocol.sizes import byte_text as gb
 
-GB = 10**9
 GIB = 2**30
 BAR_W, BAR_H = 640, 28
 BAR_Y = 22
@@ -31,17 +31,6 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("temp_bytes", "temporaries"),
     ("generated_code_bytes", "generated code"),
 )
-
-
-def gb(value: float) -> str:
-    """Bytes in decimal units (TB, GB, MB, kB: powers of 10), three significant digits."""
-    if value >= 10**12:
-        return f"{value / 10**12:.3g} TB"
-    if value >= GB:
-        return f"{value / GB:.3g} GB"
-    if value >= 10**6:
-        return f"{value / 10**6:.3g} MB"
-    return f"{value / 10**3:.3g} kB" if value else "0 bytes"
 
 
 GPU_CODE_UNREPORTED = (

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from app.ir.sent import short_file
 from app.ir.view import Keys
-from app.pages.runs.memory_fit import gb
 from workers.protocol import MemoryBlock, MemoryBuffer
+from workers.protocol.sizes import byte_text as gb
 
 
 @dataclass(frozen=True)

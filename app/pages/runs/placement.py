@@ -11,17 +11,7 @@ from typing import Any
 from app.pages.runs.plots import format_seconds
 from app.pages.runs.scaling_plot import MODE_LABELS, scaling_svg
 from workers.protocol import RunResult
-
-
-def format_bytes(value: int | None) -> str:
-    """Bytes with thousands separators, and a decimal unit beside large numbers."""
-    if value is None:
-        return "—"
-    if value >= 10**6:
-        return f"{value:,} B ({value / 1e6:.1f} MB)"
-    if value >= 10**3:
-        return f"{value:,} B ({value / 1e3:.1f} kB)"
-    return f"{value:,} B"
+from workers.protocol.sizes import byte_text
 
 
 def _shape(shape: list[int]) -> str:
@@ -61,11 +51,11 @@ def placement_view(run: RunResult) -> dict[str, Any] | None:
         view["memory"] = [
             {
                 "device": m.device,
-                "argument": format_bytes(m.argument_bytes),
-                "output": format_bytes(m.output_bytes),
-                "temp": format_bytes(m.temp_bytes),
-                "peak": format_bytes(m.peak_bytes),
-                "allocator": format_bytes(m.in_use_peak_bytes),
+                "argument": byte_text(m.argument_bytes, exact=True),
+                "output": byte_text(m.output_bytes, exact=True),
+                "temp": byte_text(m.temp_bytes, exact=True),
+                "peak": byte_text(m.peak_bytes, exact=True),
+                "allocator": byte_text(m.in_use_peak_bytes, exact=True),
             }
             for m in placement.memory
         ]

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from app.dispatch.requirements import has_real
 from workers.catalog import WORKLOADS, CatalogError
 from workers.catalog.mesh import MeshParams
-from workers.catalog.peak import size_text
 from workers.catalog.target_rules import apply_target
 from workers.protocol import (
     TARGET_IDS,
@@ -21,6 +20,7 @@ from workers.protocol import (
     merge_capacities,
     parse_target,
 )
+from workers.protocol.sizes import byte_text
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def target_options(workload: str, path: str, workers: list[Capabilities]) -> lis
         if not offered:
             how += "; no connected worker compiles for it"
         usable = capacities.get(target_id) or gpu_usable_bytes(target.chip)
-        held = f", {size_text(usable)} usable a device" if usable else ""
+        held = f", {byte_text(usable)} usable a device" if usable else ""
         label = f"{target_id} — {target.chip.name}, {size_words(target)}{held} ({how})"
         options.append(TargetOption(target_id, label, real, offered))
     return options

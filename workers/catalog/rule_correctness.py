@@ -1,6 +1,7 @@
 """A posted correctness verdict judged by the server's own rule: the tolerance from the
 catalog at the arithmetic the run's products ran at, the error kept only where finite, the
-verdict the worst checked result's. Jax-free (`workers.catalog.published` calls it)."""
+verdict the worst checked result's. The recomputed rules of `correctness.*` (and of a cuda
+run's baselines) name it. Jax-free."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import math
 from workers.catalog.arithmetic import Arithmetic, arithmetic_of, phrase, platform_arithmetics
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import ExportedParams
-from workers.protocol import PATH_PLATFORM, Correctness, PathId, ResultCheck, RunResult
-from workers.protocol.published_bounds import count
+from workers.protocol import PATH_PLATFORM, Correctness, PathId, ResultCheck
 
 
 def checked_error(error: float | None) -> float | None:
+    """An error figure: kept when finite and not negative (else the check did not pass)."""
     return error if error is not None and math.isfinite(error) and error >= 0 else None
 
 
@@ -60,6 +61,10 @@ def result_tolerance(
     return own if own is not None else _finite_or(check.tolerance, 0.0)
 
 
+def _count(value: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _finite_or(value: float, fallback: float) -> float:
     return value if math.isfinite(value) and value >= 0 else fallback
 
@@ -89,7 +94,7 @@ def server_correctness(
         tol = result_tolerance(params, r, dtypes, arithmetic)
         error = checked_error(r.error)
         passed = _judged(r.passed, r.checked, error, tol)
-        update = {"tolerance": tol, "error": error, "passed": passed, "sampled": count(r.sampled)}
+        update = {"tolerance": tol, "error": error, "passed": passed, "sampled": _count(r.sampled)}
         results.append(r.model_copy(update=update))
     found = {"arithmetic": arithmetic.value if arithmetic else None, "arithmetic_words": words}
     checked = [r for r in results if r.checked]
@@ -121,18 +126,7 @@ def server_correctness(
             "error": error,
             "passed": passed,
             "results": results,
+            "worst": None,  # no checked result to be the worst
             **found,
         }
     )
-
-
-def result_problems(run: RunResult, dtypes: dict[str, str] | None) -> list[tuple[str, str]]:
-    """An uploaded program's checks must name its results as its header does, all of
-    them, when it has several: a result left out cannot set a looser verdict."""
-    c = run.correctness
-    if c is None or dtypes is None or len(dtypes) < 2:
-        return []
-    named = [r.name for r in c.results]
-    if sorted(named) != sorted(dtypes):
-        return [("result.correctness.results", f"the program's {len(dtypes)} results, each once")]
-    return []
