@@ -282,6 +282,8 @@ def report_problem(report: MemoryReport) -> str | None:
         )
     if sum(report.by_kind.values()) != live_at_peak_bytes(report):
         return "the bytes by kind do not add up to the buffers live at the peak"
+    if any(k.live_bytes > k.bytes or k.counted_bytes > k.bytes for k in report.blocks):
+        return "a block holds more at the peak than its own size"
     return None
 
 
