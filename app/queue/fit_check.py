@@ -13,8 +13,8 @@ to check an answer: the round check, and the check of the rest of the range.
   compiles (every value of the step-1024 grid from 1024 is a multiple of 1024), so the
   checks compile round values first (`roundest`).
 - **The round check.** Once a search has proved a boundary on a fine grid, it compiles
-  the roundest value just above it (`round_check`): when that one fits, the peak is not
-  monotone, and the search goes on above.
+  the next multiple of 1,024 above it (`round_check`): when that one fits, the peak is
+  not monotone, and the search goes on above.
 - **The rest of the range.** When the probes show a peak that falls, the first proved
   boundary is not taken for the largest: the search compiles a value in each stretch of
   the range above it, stretches that grow fourfold (`check_points`), the roundest of
@@ -31,11 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-ROUND_SHARE = 256
-ROUND_REACH = 1024
-"""The round check looks above an answer by 1/256 of it (0.4 %), or by 1,024 where that
-is more: far enough to reach the next multiple of 1,024 (tiles and padding are smaller),
-near enough to be the same question."""
+ROUND = 1024
+"""The round check compiles the next multiple of 1,024 above the value that did not fit:
+a compiler's tiles and padding are smaller (XLA's TPU lanes are 128 wide), and a search
+over every 1,024th value compiles such multiples only."""
 SNAP_SHARE = 256
 """Once the peak is shown not monotone, a value the search aims at gives way to the
 roundest within 1/256 (0.4 %) below it."""
@@ -138,18 +137,18 @@ def shown_after(probes: Sequence[Probe]) -> int | None:
 
 def round_check(grid: Grid, over: int) -> int | None:
     """The index of the round check above a proved boundary (`over` does not fit, and the
-    value before it does; in grid indices): the roundest value within ROUND_SHARE's share of the
-    answer (ROUND_REACH at least) above `over`, when it is rounder than `over` (the value
-    that does not fit may not only because of how it is aligned); None when there is
-    none."""
+    value before it does; in grid indices): the next multiple of ROUND above the value at
+    `over` (of the largest power of two at most an eighth of that value, where that is
+    less), when that value is no such multiple itself and the next one is on the grid;
+    None otherwise."""
     if over >= grid.size:
         return None
-    reach = max(grid.value(over) // ROUND_SHARE, ROUND_REACH)
-    last = over + reach // grid.step
-    index = roundest(grid, over + 1, last)
-    if index is None:
+    value = grid.value(over)
+    unit = min(ROUND, 1 << max(0, (value // 8).bit_length() - 1))
+    if unit < 2 or value % unit == 0:
         return None
-    return index if twos(grid.value(index)) > twos(grid.value(over)) else None
+    index = grid.index((value // unit + 1) * unit)
+    return index if index is not None and index < grid.size else None
 
 
 def check_points(grid: Grid, over: int, probed: set[int], *, width: int = 1) -> list[int]:

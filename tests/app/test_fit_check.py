@@ -65,14 +65,18 @@ def test_a_refusal_s_figure_shows_no_fall_but_its_verdict_does() -> None:
 
 def test_the_round_check_looks_just_above_an_answer() -> None:
     fine = Grid(1, 2**20)
-    # 421,885 does not fit: within 1/256 above it, 421,888 = 2^12 × 103.
-    assert fine.value(round_check(fine, fine.index(421_885) or 0) or 0) == 421_888
-    # Within 1,024 at least: above 1,001 the roundest is 1,024.
-    assert fine.value(round_check(fine, fine.index(1_001) or 0) or 0) == 1_024
+
+    def check(grid: Grid, over: int) -> int | None:
+        found = round_check(grid, grid.index(over) or 0)
+        return None if found is None else grid.value(found)
+
+    assert check(fine, 421_885) == 421_888  # the next multiple of 1,024
+    assert check(fine, 1_001) == 1_024  # of 64, at most an eighth of the value
+    assert check(fine, 152) == 160  # of 16
+    assert check(fine, 7) is None and check(fine, 2**19) is None  # small, or round already
+    assert check(Grid(1, 255), 250) is None  # 256 is past the range
     coarse = Grid(1024, 2**20, 1024)
-    # 559,104 = 2^11 × 273; the next 1,024s up to 561,288 are no rounder but 561,152.
-    assert coarse.value(round_check(coarse, coarse.index(559_104) or 0) or 0) == 561_152
-    assert round_check(coarse, coarse.index(557_056) or 0) is None  # 2^15 × 17: round already
+    assert check(coarse, 559_104) is None  # every value is a multiple of 1,024
     assert round_check(coarse, coarse.size) is None
 
 
