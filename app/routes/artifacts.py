@@ -147,6 +147,7 @@ async def artifact_json(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
     info = stored_file(dispatcher, sha256)
     page = artifact_context(info, dispatcher)
     keep = ("arguments", "results", "mesh", "fitting", "one_click", "fit")
+    keep += ("fit_compared", "fit_elsewhere", "fit_probes")
     return JSONResponse({**info, **{k: page[k] for k in keep}})
 
 
