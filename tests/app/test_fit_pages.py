@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.mcp.answers import fit_answer
 from tests.app.fit_fakes import affine, aligned, play, probe_worker, symbolic_artifact
 
 pytestmark = pytest.mark.anyio
@@ -172,3 +173,7 @@ async def test_a_peak_that_falls_is_flagged_checked_and_said_on_every_rendering(
     assert rows[0]["non_monotone"] == "true" and rows[0]["checks_done"] == str(
         target["checks_done"]
     )
+    # What the MCP tool answers: the flag, the pairs, and the sentence the page shows.
+    (mcp,) = fit_answer((await bench_client.get(f"/api/v1/fits/{fit_id}")).json(), "x")["table"]
+    assert mcp["non_monotone"] is True and mcp["non_monotone_probes"]
+    assert mcp["warning"].startswith("Not monotone: the peak falls as batch grows")
