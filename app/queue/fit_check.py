@@ -138,13 +138,13 @@ def shown_after(probes: Sequence[Probe]) -> int | None:
 def round_check(grid: Grid, over: int) -> int | None:
     """The index of the round check above a proved boundary (`over` does not fit, and the
     value before it does; in grid indices): the next multiple of ROUND above the value at
-    `over` (of the largest power of two at most an eighth of that value, where that is
+    `over` (of the largest power of two at most a quarter of that value, where that is
     less), when that value is no such multiple itself and the next one is on the grid;
     None otherwise."""
     if over >= grid.size:
         return None
     value = grid.value(over)
-    unit = min(ROUND, 1 << max(0, (value // 8).bit_length() - 1))
+    unit = min(ROUND, 1 << max(0, (value // 4).bit_length() - 1))
     if unit < 2 or value % unit == 0:
         return None
     index = grid.index((value // unit + 1) * unit)

@@ -71,8 +71,9 @@ def test_the_round_check_looks_just_above_an_answer() -> None:
         return None if found is None else grid.value(found)
 
     assert check(fine, 421_885) == 421_888  # the next multiple of 1,024
-    assert check(fine, 1_001) == 1_024  # of 64, at most an eighth of the value
-    assert check(fine, 152) == 160  # of 16
+    assert check(fine, 1_001) == 1_024  # of 128, at most a quarter of the value
+    assert check(fine, 7_447) == 8_192
+    assert check(fine, 152) == 160  # of 32
     assert check(fine, 7) is None and check(fine, 2**19) is None  # small, or round already
     assert check(Grid(1, 255), 250) is None  # 256 is past the range
     coarse = Grid(1024, 2**20, 1024)

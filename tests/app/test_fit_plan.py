@@ -219,10 +219,10 @@ def test_seeds_then_the_predicted_value_then_the_value_past_it() -> None:
     third = next_step(grid, probes, 10_000)
     assert third.values == (904,) and third.bracket.fits == 896
     probes.append(Probe(904, False, 10040))
-    # Proved; then the round check: the next multiple of 64 (at most an eighth of 904).
+    # Proved; then the round check: the next multiple of 128 (at most a quarter of 904).
     check = next_step(grid, probes, 10_000)
-    assert check.how is How.ROUND and check.values == (960,) and check.checks == 0
-    done = next_step(grid, [*probes, Probe(960, False, 10600)], 10_000)
+    assert check.how is How.ROUND and check.values == (1024,) and check.checks == 0
+    done = next_step(grid, [*probes, Probe(1024, False, 11240)], 10_000)
     assert done.done and done.largest == 896 and done.checks == 1 and not done.non_monotone
     assert (done.bracket.fits, done.bracket.over) == (896, 904)
 
@@ -303,7 +303,7 @@ def aligned(base: int, slope: int, align: int, factor: float) -> Peak:
     slope=st.integers(10**3, 10**6),
     align=st.sampled_from([2, 8, 64, 128, 512, 1024]),
     factor=st.floats(1.02, 1.6),
-    where=st.integers(8, 1020),  # from 8,192 on, the round check reaches a 1,024 multiple
+    where=st.integers(8, 1020),  # from 4,096 on, the round check reaches a 1,024 multiple
 )
 def test_a_search_over_every_value_agrees_with_one_over_every_1024th_or_both_say_not_monotone(
     *, base: int, slope: int, align: int, factor: float, where: int
