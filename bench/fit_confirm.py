@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -184,6 +185,131 @@ def confirm(
     return ok, notes
 
 
+@dataclass(frozen=True)
+class Row:
+    """One target's answer on one grid, and what confirming it outside Boundary found."""
+
+    program: str
+    grid: tuple[int, int, int]
+    target: str
+    largest: int | None
+    non_monotone: bool
+    searched: int
+    """The search's own compiles (the goal is about these)."""
+    checks: int
+    """The compiles that checked its answers (the round check, the rest of the range)."""
+    seconds: float
+    ok: bool
+    notes: list[str]
+
+
+def grids_of(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """The grids to search: each --grid LO:HI:STEP, else --range with --step."""
+    if args.grid:
+        return [tuple(int(n) for n in g.split(":")) for g in args.grid]  # type: ignore[misc]
+    lo, hi = (int(n) for n in args.range.split(":"))
+    return [(lo, hi, args.step)]
+
+
+def upload(url: str, client: httpx.Client, data: bytes) -> str:
+    response = client.post(
+        f"{url}/api/v1/artifacts",
+        params={"kind": "exported"},
+        content=data,
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    response.raise_for_status()
+    sha: str = response.json()["sha256"]
+    return sha
+
+
+def searched(
+    url: str, client: httpx.Client, path: Path, grid: tuple[int, int, int], args: argparse.Namespace
+) -> list[Row]:
+    """One file's search on one grid through the server, each target's answer confirmed."""
+    data = path.read_bytes()
+    fixed = {k: int(v) for k, v in (f.split("=", 1) for f in args.fix)}
+    dims = [d for d in symbolic_names(data) if d not in fixed]
+    dim = args.dim or (dims[0] if len(dims) == 1 else None)
+    if dim is None:
+        raise SystemExit(f"{path}: name the dimension to search (--dim): {dims}")
+    lo, hi, step = grid
+    body = {
+        "artifact": upload(url, client, data),
+        "dimension": dim,
+        "range": [lo, hi],
+        "step": step,
+        "targets": args.target or list(TARGETS),
+        "usable_fraction": args.usable_fraction,
+        **({"params": {"dims": fixed}} if fixed else {}),
+    }
+    started = time.perf_counter()
+    fit = search(url, client, body, args.timeout)
+    took = time.perf_counter() - started
+    name = f"{path.stem}.{lo}-{hi}-{step}.fit.json"
+    (args.keep or Path(tempfile.gettempdir())).joinpath(name).write_text(json.dumps(fit, indent=1))
+    print(f"{path.name}, {dim} in {lo:,} … {hi:,} step {step:,}: {took:.0f} s", flush=True)
+    rows = []
+    for t in fit["targets"]:
+        ok, notes = confirm(data, t, grid=grid, fixed=fixed, dim=dim, fraction=args.usable_fraction)
+        checks = t.get("checks_done") or 0
+        row = Row(
+            path.stem, grid, t["target"], t["largest_fitting"], bool(t.get("non_monotone")),
+            t["probes_done"] - checks, checks, took, ok, notes,
+        )  # fmt: skip
+        rows.append(row)
+        print(f"  {t['target']}: {'PASS' if ok else 'FAIL'}: {'; '.join(notes)}", flush=True)
+    return rows
+
+
+def agreement(rows: list[Row]) -> list[tuple[str, str, bool, str]]:
+    """Per program and target, the finest grid's answer A against each coarser grid's C
+    (step s): C ≤ A < C + s, or both flag the peak not monotone."""
+    found = []
+    for name, target in dict.fromkeys((r.program, r.target) for r in rows):
+        mine = sorted((r for r in rows if (r.program, r.target) == (name, target)),
+                      key=lambda r: r.grid[2])  # fmt: skip
+        fine = mine[0]
+        for coarse in mine[1:]:
+            step = coarse.grid[2]
+            a, c = fine.largest, coarse.largest
+            within = a is not None and c is not None and c <= a < c + step
+            both = fine.non_monotone and coarse.non_monotone
+            said = f"step {fine.grid[2]}: {a}, step {step}: {c}"
+            why = "within a step" if within else "both not monotone" if both else "DISAGREE"
+            found.append((name, target, within or both, f"{said}: {why}"))
+    return found
+
+
+def report(rows: list[Row]) -> int:
+    """The table, the agreement of the grids and the median compiles; 1 when anything
+    failed."""
+    print(
+        "\n| program | grid | target | largest_fitting | not monotone | compiles: search + checks "
+        "| search time | result | confirmed outside Boundary |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lo, hi, step = r.grid
+        print(
+            f"| {r.program} | {lo:,} … {hi:,} step {step:,} | {r.target} | {r.largest} | "
+            f"{'yes' if r.non_monotone else 'no'} | {r.searched} + {r.checks} | {r.seconds:.0f} s "
+            f"| {'PASS' if r.ok else '**FAIL**'} | {'; '.join(r.notes)} |"
+        )
+    agreed = agreement(rows)
+    for name, target, _ok, said in agreed:
+        print(f"{name} {target}: {said}")
+    monotone = [r.searched for r in rows if not r.non_monotone]
+    if monotone:
+        print(
+            f"median compiles per target on the monotone searches: "
+            f"{statistics.median(monotone)} of {monotone} (goal ≤ 5)"
+        )
+    failed = sum(not r.ok for r in rows) + sum(not ok for *_, ok, _ in agreed)
+    print(f"\n{len(rows)} answers, {len(agreed)} agreements, {failed} failed")
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("files", nargs="*", type=Path, metavar="FILE.jaxexport")
@@ -193,6 +319,13 @@ def main() -> int:
     parser.add_argument("--dim", help="the dimension searched (default: the file's only one)")
     parser.add_argument("--range", default="1:65536", help="LO:HI (default 1:65536)")
     parser.add_argument("--step", type=int, default=1)
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="LO:HI:STEP",
+        help="search on this grid (repeat: the answers must agree, see above)",
+    )
     parser.add_argument("--fix", action="append", default=[], metavar="NAME=N")
     parser.add_argument("--usable-fraction", type=float, default=DEFAULT_FRACTION)
     parser.add_argument(
@@ -205,71 +338,18 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="per search, seconds")
     args = parser.parse_args()
     environment()
-    lo, hi = (int(n) for n in args.range.split(":"))
-    fixed = {k: int(v) for k, v in (f.split("=", 1) for f in args.fix)}
-    targets = args.target or list(TARGETS)
-    rows: list[tuple[str, str, int | None, bool, list[str], int]] = []
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="boundary-fit-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        args.keep = folder
         files = args.files or [own_program(folder, args.program)]
         (folder / "server").mkdir(exist_ok=True)
         with serve(folder / "server", SETTINGS) as url, httpx.Client(timeout=120) as client:
             for path in files:
-                data = path.read_bytes()
-                dims = [d for d in symbolic_names(data) if d not in fixed]
-                dim = args.dim or (dims[0] if len(dims) == 1 else None)
-                if dim is None:
-                    raise SystemExit(f"{path}: name the dimension to search (--dim): {dims}")
-                response = client.post(
-                    f"{url}/api/v1/artifacts",
-                    params={"kind": "exported"},
-                    content=data,
-                    headers={"Content-Type": "application/octet-stream"},
-                )
-                response.raise_for_status()
-                body = {
-                    "artifact": response.json()["sha256"],
-                    "dimension": dim,
-                    "range": [lo, hi],
-                    "step": args.step,
-                    "targets": targets,
-                    "usable_fraction": args.usable_fraction,
-                    **({"params": {"dims": fixed}} if fixed else {}),
-                }
-                started = time.perf_counter()
-                fit = search(url, client, body, args.timeout)
-                took = time.perf_counter() - started
-                (folder / f"{path.stem}.fit.json").write_text(json.dumps(fit, indent=1))
-                print(f"{path.name}: the search took {took:.0f} s", flush=True)
-                for row in fit["targets"]:
-                    ok, notes = confirm(
-                        data,
-                        row,
-                        grid=(lo, hi, args.step),
-                        fixed=fixed,
-                        dim=dim,
-                        fraction=args.usable_fraction,
-                    )
-                    probes = row["probes_done"]
-                    rows.append(
-                        (path.stem, row["target"], row["largest_fitting"], ok, notes, probes)
-                    )
-                    print(
-                        f"  {row['target']}: {'PASS' if ok else 'FAIL'}: {'; '.join(notes)}",
-                        flush=True,
-                    )
-    print(
-        "\n| program | target | largest_fitting | server compiles | result "
-        "| confirmed outside Boundary |"
-    )
-    print("|---|---|---|---|---|---|")
-    for name, target, largest, ok, notes, probes in rows:
-        verdict = "PASS" if ok else "**FAIL**"
-        print(f"| {name} | {target} | {largest} | {probes} | {verdict} | {'; '.join(notes)} |")
-    failed = sum(not r[3] for r in rows)
-    print(f"\n{len(rows)} targets, {failed} failed")
-    return 1 if failed else 0
+                for grid in grids_of(args):
+                    rows += searched(url, client, path, grid, args)
+    return report(rows)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.pages.fits import falls_text
 from app.pages.runs.memory_fit import memory_fit
 
 TOP_BUFFERS = 10
@@ -186,29 +187,36 @@ def compare_answer(page: dict[str, Any], diff: dict[str, Any] | None) -> dict[st
 
 
 def fit_answer(search: dict[str, Any], address: str) -> dict[str, Any]:
-    """A fit search: per target the largest value that fits, proved by the value above."""
+    """A fit search: per target the largest value that fits, proved by the value above,
+    and whether the probes showed a peak that falls as the value grows (then a sentence
+    says what that means for the answer)."""
     rows = []
     for t in search.get("targets") or []:
-        rows.append(
-            {
-                k: t.get(k)
-                for k in (
-                    "target",
-                    "status",
-                    "largest_fitting",
-                    "peak_bytes_at_largest",
-                    "value_above",
-                    "peak_bytes_above",
-                    "refused_above",
-                    "largest_is_hi",
-                    "criterion",
-                    "probes_done",
-                    "probes_pending",
-                    "reason",
-                )
-                if k in t
-            }
-        )
+        row = {
+            k: t.get(k)
+            for k in (
+                "target",
+                "status",
+                "largest_fitting",
+                "peak_bytes_at_largest",
+                "value_above",
+                "peak_bytes_above",
+                "refused_above",
+                "largest_is_hi",
+                "usable_bytes",
+                "criterion",
+                "non_monotone",
+                "non_monotone_probes",
+                "probes_done",
+                "checks_done",
+                "probes_pending",
+                "reason",
+            )
+            if k in t
+        }
+        if t.get("non_monotone"):
+            row["warning"] = falls_text(str(search.get("dimension")), t)
+        rows.append(row)
     return {
         "fit_id": search.get("id"),
         "status": search.get("status"),

@@ -11,44 +11,29 @@ or the smallest v6e slices that hold a larger artifact.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from fastapi import HTTPException
 
 from app.dispatch import Dispatcher
+from app.pages.artifact_fit import fit_table, options_of, target_label
 from app.pages.jobs import iso
-from app.pages.matrices import compile_facts
-from app.pages.runs.plots import format_seconds
 from app.queue.uploads import UploadError, describe, kind_of, sources_of
 from workers.catalog.target_rules import JAX_PLATFORM_OF, placement_on
 from workers.protocol import (
-    FINAL_STATUSES,
     TARGET_IDS,
-    JobStatus,
     PathId,
     Target,
     TargetModel,
-    fit_limit,
     parse_target,
 )
-from workers.protocol.compiler_options import as_text
 from workers.protocol.dumps import first_of
-from workers.protocol.sizes import byte_text as gb
 
 ONE_CLICK = ("v6e:2x4", "h100:8", "b200:8")
 """The targets "Compile for v6e-8, H100 ×8, B200 ×8" compiles for, where they fit."""
 
 MAX_LISTED = 12
 """Arguments or results listed before the rest fold away."""
-
-
-def target_label(target: Target) -> str:
-    """A TPU slice by Google's name for it (`v6e-8`, `v5p-8`: chips, or TensorCores on v4,
-    v5p and TPU7x), `H100 ×8` for GPUs."""
-    if target.grid is not None:
-        return f"{target.model.value}-{target.chips * target.chip.cores_per_chip}"
-    return f"{target.model.value.upper()} ×{target.count}"
 
 
 def target_path(target: Target) -> PathId:
@@ -103,126 +88,13 @@ def mesh_text(header: dict[str, Any]) -> str | None:
     return "not named (no argument or result is placed)"
 
 
-def _collectives(run: dict[str, Any]) -> list[str]:
-    """Each collective the partitioner chose: kind, payload and bytes."""
-    found = []
-    for c in (run.get("hlo_summary") or {}).get("collectives") or []:
-        # Layouts ({1,0:T(8,128)}) and index notes say nothing about what is moved.
-        shape = re.sub(r"/\*[^*]*\*/|\{[^{}]*\}", "", str(c.get("shape", "")))
-        shape = shape if len(shape) <= 48 else shape[:45].rsplit(",", 1)[0] + ", …)"
-        size = f", {gb(int(c['bytes']))}" if c.get("bytes") else ""
-        found.append(f"{c['kind']} {shape}{size}")
-    return found
-
-
-def fit_row(job: Any, dispatcher: Dispatcher, devices: int) -> dict[str, Any]:
-    """One target's row: its compile's state, memory per device against the HBM, and the
-    collectives its partitioner chose."""
-    target = parse_target(str(job.spec["target"]))
-    row: dict[str, Any] = {
-        "target": target.id,
-        "label": target_label(target),
-        "job": job.id,
-        "link": f"/runs/{job.id}",
-        "status": job.status.value,
-        "final": job.status in FINAL_STATUSES,
-        "reason": dispatcher.waiting_reason(job) or job.reason,
-        "placement": placement_on(target, devices),
-        "hbm": target.chip.device_hbm_label,
-        "compiled": False,
-        "peak_bytes": None,
-        "peak": None,
-        "verdict": None,
-        "fits": None,
-        "collectives": [],
-        "compile": None,
-        "compare": None,
-        "compare_with": None,
-    }
-    stored = dispatcher.store.get_run(job.id) if job.status == JobStatus.DONE else None
-    if stored is None:
-        return row
-    run: dict[str, Any] = json.loads(stored.result)
-    facts = compile_facts(run)
-    compile_s = (run.get("stage_seconds") or {}).get("compile")
-    report = run.get("target") or {}
-    memory = report.get("memory") or {}
-    needed, hbm = facts.get("memory_needed_bytes"), facts.get("hbm_bytes")
-    limit, usable = fit_limit(memory) if hbm else (None, False)
-    if usable and limit is not None:
-        row["hbm"] = f"{gb(limit)} usable ({limit:,} bytes); published {row['hbm']}"
-    row.update(
-        compiled=True,
-        placement=report.get("mesh") or row["placement"],
-        peak_bytes=memory.get("peak_bytes"),
-        peak=gb(int(memory["peak_bytes"])) if memory.get("peak_bytes") is not None else None,
-        needed_bytes=needed,
-        fits=facts.get("fits"),
-        fusions=facts.get("fusions"),
-        collectives=_collectives(run),
-        compile=format_seconds(float(compile_s)) if compile_s is not None else None,
-    )
-    if needed is not None and limit:
-        row["verdict"] = (
-            f"Fits: {gb(needed)} of {gb(limit)} ({100 * needed / limit:.3g} %)"
-            if needed <= limit
-            else f"Does not fit by {gb(needed - limit)}"
-        )
-    return row
-
-
-def options_of(spec: dict[str, Any]) -> str | None:
-    """What sets a job's compile apart from the artifact's other compiles for its target,
-    as text: the values of its symbolic dimensions ("b=64") and its compiler options
-    ("xla_gpu_enable_triton_gemm=false"); None for no dimension and default options."""
-    dims = (spec.get("params") or {}).get("dims") or {}
-    options = spec.get("compiler_options") or {}
-    words = [f"{k}={v}" for k, v in sorted(dims.items())] + ([as_text(options)] if options else [])
-    return " ".join(words) or None
-
-
-def _shown(jobs: list[Any]) -> tuple[Any, list[Any]]:
-    """Of one target's compiles (newest first): the one its row shows, the newest with the
-    compiler's default options when there is one, and the newest of each other set of
-    options, which the row lists beside it."""
-    shown = next((j for j in jobs if options_of(j.spec) is None), jobs[0])
-    others: dict[str | None, Any] = {}
-    for job in jobs:
-        if job is not shown and options_of(job.spec) != options_of(shown.spec):
-            others.setdefault(options_of(job.spec), job)
-    return shown, list(others.values())
-
-
-def fit_rows(sha256: str, dispatcher: Dispatcher, devices: int) -> list[dict[str, Any]]:
-    """One row per target, in the targets' order: the artifact's newest compile-only job
-    for it with the compiler's default options (else the newest), naming its options and
-    linking the compiles made with other options, each row linked to the comparison of its
-    HLO with the first done row's (only between rows of the same options)."""
-    by_target: dict[str, list[Any]] = {}
-    for job in jobs_of(sha256, dispatcher):
-        spec = job.spec
-        target = spec.get("target")
-        if not target or any(stage != "compile" for stage in spec.get("stages", [])):
-            continue
-        by_target.setdefault(str(target), []).append(job)
-    order = {t: i for i, t in enumerate(TARGET_IDS)}
-    rows = []
-    for target in sorted(by_target, key=lambda t: order.get(t, len(order))):
-        shown, others = _shown(by_target[target])
-        row = fit_row(shown, dispatcher, devices)
-        row["options"] = options_of(shown.spec)
-        row["variants"] = [
-            {"options": options_of(j.spec) or "default options", "link": f"/runs/{j.id}"}
-            for j in others
-        ]
-        rows.append(row)
-    done = [r for r in rows if r["compiled"]]
-    if done:
-        first = done[0]
-        for row in [r for r in done[1:] if r["options"] == first["options"]]:
-            row["compare"] = f"/compare?a={first['job']}&b={row['job']}&ir=hlo"
-            row["compare_with"] = first["label"]
-    return rows
+def compile_jobs(sha256: str, dispatcher: Dispatcher) -> list[Any]:
+    """Newest first: the artifact's compile-only jobs for a target."""
+    return [
+        job
+        for job in jobs_of(sha256, dispatcher)
+        if job.spec.get("target") and all(s == "compile" for s in job.spec.get("stages", []))
+    ]
 
 
 RUNS_LISTED = 20
@@ -331,12 +203,18 @@ def artifact_context(
             "fitting": [],
             "one_click": [],
         }
-        return {**empty, "fit": [], "fit_pending": False, "runs": [], "more_runs": False}
+        none: dict[str, Any] = {
+            "fit": [],
+            "fit_compared": None,
+            "fit_elsewhere": [],
+            "fit_probes": [],
+        }
+        return {**empty, **none, "fit_pending": False, "runs": [], "more_runs": False}
     devices = int(header.get("nr_devices", 1))
     fitting = fitting_targets(header)
     chosen = one_click(fitting, devices)
     offered = {t for w in dispatcher.connected_workers() for t in w.capabilities.targets}
-    rows = fit_rows(info["sha256"], dispatcher, devices)
+    table = fit_table(compile_jobs(info["sha256"], dispatcher), dispatcher, devices)
     runs, more_runs = run_rows(info["sha256"], dispatcher)
     return {
         "arguments": _named(
@@ -364,8 +242,11 @@ def artifact_context(
         ],
         "one_click": [t.id for t in chosen],
         "one_click_label": ", ".join(target_label(t) for t in chosen),
-        "fit": rows,
-        "fit_pending": any(not r["final"] for r in rows),
+        "fit": table.rows,
+        "fit_compared": table.compared,
+        "fit_elsewhere": table.elsewhere,
+        "fit_probes": table.probes,
+        "fit_pending": table.pending,
         "runs": runs,
         "more_runs": more_runs,
         "runs_listed": RUNS_LISTED,

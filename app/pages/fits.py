@@ -34,6 +34,8 @@ CSV_COLUMNS = (
     "compiles",
     "run_at_largest",
     "run_above",
+    "non_monotone",
+    "checks_done",
 )
 
 
@@ -136,8 +138,11 @@ def target_public(
         "usable_fraction": c.usable_fraction,
         "usable_bytes": c.usable_bytes,
         **_answer(state),
+        "non_monotone": state.step.non_monotone,
+        "non_monotone_probes": [list(pair) for pair in state.step.falls],
         "bracket": {"fits": bracket.fits, "over": bracket.over},
         "probes_done": sum(1 for p in state.probes if p.judged),
+        "checks_done": state.step.checks,
         "probes_pending": len(state.pending),
         "next": list(state.step.values) if status == "searching" else [],
         "reason": f"the probe at {failure.value}: {failure.failed}" if failure else None,
@@ -199,6 +204,7 @@ def fit_csv(public: dict[str, Any]) -> str:
             "fit": public["id"],
             "dimension": public["dimension"],
             "compiles": t["probes_done"],
+            "non_monotone": "true" if t["non_monotone"] else "false",
         }
         writer.writerow(["" if values.get(k) is None else str(values[k]) for k in CSV_COLUMNS])
     return out.getvalue()
@@ -220,9 +226,43 @@ def _largest_text(public: dict[str, Any], t: dict[str, Any]) -> str:
     return f"{t['largest_fitting']:,}"
 
 
+def compiles_text(t: dict[str, Any]) -> str:
+    """The compiles of a target's search, those that checked an answer apart."""
+    checks, done = t["checks_done"], t["probes_done"]
+    searched = f"{done - checks} compile{'' if done - checks == 1 else 's'}"
+    return f"{searched} + {checks} to check" if checks else searched
+
+
+def falls_text(dimension: str, t: dict[str, Any]) -> str | None:
+    """What a target's probes show when the peak is not monotone (None when it looks so),
+    and what the search did about it."""
+    if not t["non_monotone"]:
+        return None
+    probes = {p["value"]: p for p in t["probes"]}
+    shown = []
+    for a, b in t["non_monotone_probes"][:2]:
+        low, high = probes.get(a), probes.get(b)
+        if low is None or high is None:
+            continue
+        if high["fits"] and not low["fits"]:
+            shown.append(f"{dimension}={b:,} fits where {dimension}={a:,} does not")
+        else:
+            shown.append(
+                f"{dimension}={a:,} needs {_bytes_text(low['peak_bytes'])}, "
+                f"{dimension}={b:,} {_bytes_text(high['peak_bytes'])}"
+            )
+    return (
+        f"Not monotone: the peak falls as {dimension} grows ({'; '.join(shown)}). So the "
+        "search did not stop at the first boundary it proved: it checked the rest of the "
+        f"range above it ({t['checks_done']} compiles, apart from the search's own). The "
+        "answer is the largest value that fits of those compiled, the next value on the grid "
+        "not; a value not compiled may still fit above it."
+    )
+
+
 def _progress_text(t: dict[str, Any]) -> str:
     """Where a target's search stands: compiles done, the bracket, what compiles now."""
-    done = f"{t['probes_done']} compile{'' if t['probes_done'] == 1 else 's'}"
+    done = compiles_text(t)
     bracket = t["bracket"]
     known = []
     if bracket["fits"] is not None:
@@ -247,6 +287,7 @@ def fit_view(public: dict[str, Any]) -> dict[str, Any]:
                 "hbm_text": f"{t['hbm_label']} ({t['hbm_bytes']:,} bytes)",
                 "usable_text": _bytes_text(t["usable_bytes"]) or UNREAD,
                 "progress": _progress_text(t),
+                "falls_text": falls_text(public["dimension"], t),
                 "probe_rows": [
                     {**p, "peak_text": _bytes_text(p["peak_bytes"])} for p in t["probes"]
                 ],

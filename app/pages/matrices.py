@@ -139,6 +139,14 @@ def group_size(collective: dict[str, Any]) -> str:
     return f"groups of {len(first.split(','))}" if first else "groups not stated"
 
 
+def _fits(needed: int | None, limit: int | None, *, refused: bool) -> bool | None:
+    """Whether a compile fits: never when the compiler refused it (the figure its refusal
+    names is rounded), else its needs against the limit (None when either is unknown)."""
+    if refused:
+        return False
+    return needed <= limit if needed is not None and limit else None
+
+
 def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
     """What the compiler produced, per cell: fusions, library calls, collectives (with the
     size of their replica groups) and memory per device against what the device may hold
@@ -167,7 +175,7 @@ def compile_facts(run: dict[str, Any]) -> dict[str, Any]:
         "memory_needed_bytes": needed,
         "usable_bytes": memory.get("usable_bytes"),
         "hbm_bytes": hbm,
-        "fits": (needed <= limit) if needed is not None and limit else None,
+        "fits": _fits(needed, limit, refused=bool(target.get("refused"))),
     }
 
 

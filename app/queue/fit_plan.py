@@ -7,8 +7,9 @@ value on the grid does not (or the answer is `hi`; or even `lo` does not fit, an
 is no answer). Each compile is slow, so the planner spends as few as it can:
 
 1. **Seeds.** Two compiles at once: `lo` (the cheapest, and the proof when nothing
-   fits) and a value between `lo` and `hi` at their geometric mean, cheap to compile
-   when the range is wide but far enough from `lo` to give the slope.
+   fits) and a value between `lo` and `hi` at the upper quartile of their logs
+   (lo^(1/4) × hi^(3/4)), far enough from `lo` to give the slope and near enough to
+   the boundary of most searches to give the slope there.
 2. **Prediction.** A program's peak memory is nearly affine in a batch-like dimension,
    so the line through two peaks predicts the last value whose peak stays within the
    limit, and that value is compiled. The next line goes through its peak and the next
@@ -19,16 +20,26 @@ is no answer). Each compile is slow, so the planner spends as few as it can:
 3. **Bisection.** When no line can be drawn (fewer than two peaks, a peak that does
    not grow, no limit to aim at, a prediction that contradicts a compile already made),
    or when two compiles in a row did not halve what is unknown, the next compile halves
-   it, as in Dekker's and Brent's root finders; while nothing has failed yet it doubles
-   the largest value that fitted instead (an exponential search), since the boundary
-   is more likely near it than half-way to `hi`.
+   it, as in Dekker's and Brent's root finders (at the roundest value of its middle
+   half: a quarter of it goes at least); while nothing has failed yet it doubles the
+   largest value that fitted instead (an exponential search), since the boundary is
+   more likely near it than half-way to `hi`.
+4. **Checks** (app.queue.fit_check). A proved boundary is checked with the roundest
+   value just above it (the round check), when there is one rounder than the value that
+   did not fit. When the probes show a peak that falls as the value grows
+   (`Step.falls`), the search does not answer at the first boundary it proves: it
+   compiles a round value in each of the fourfold stretches of the range above it,
+   searches on above any that fits (each value it compiles then the roundest near the
+   one it aims at), and answers when the stretches above its answer hold no value that
+   fits. The checks' compiles are counted apart (`Step.checks`).
 
-The planner is a pure function of the probes made so far (`next_step`): the server
-keeps no planner state, so any replica can take the next step, and a restart loses
-nothing. Whether a compile fits is the caller's verdict (by the target's criterion); the
-planner only aims at `limit_bytes`, and its answer rests on verdicts alone. When fitting
-is not monotone in the value (a noisy compiler), the answer is still a proved boundary:
-it fits, and the next value does not.
+The answer is the top bracket of the probes: the largest value that fits, when the
+value after it on the grid was compiled and does not fit; every value compiled above it
+does not fit either. The planner is a pure function of the probes made so far
+(`next_step`): the server keeps no planner state, so any replica can take the next
+step, and a restart loses nothing. Whether a compile fits is the caller's verdict (by
+the target's criterion); the planner only aims at `limit_bytes`, and its answer rests on
+verdicts alone.
 """
 
 from __future__ import annotations
@@ -37,6 +48,20 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from app.queue.fit_check import (
+    Probe,
+    check_points,
+    checks_made,
+    falls,
+    round_check,
+    round_halfway,
+    shown_after,
+    snapped,
+    twos,
+)
+
+__all__ = ["Bracket", "Grid", "How", "Probe", "Step", "next_step"]
+
 
 class How(StrEnum):
     """Why a step compiles what it does."""
@@ -44,6 +69,10 @@ class How(StrEnum):
     SEED = "seed"
     PREDICT = "predict"
     BISECT = "bisect"
+    ROUND = "round"
+    """The round check of a proved boundary."""
+    CHECK = "check"
+    """The check of the rest of the range, once the peak is shown not monotone."""
     DONE = "done"
 
 
@@ -77,18 +106,9 @@ class Grid:
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One finished compile: its value, whether it fits, and its peak when known."""
-
-    value: int
-    fits: bool
-    peak_bytes: int | None = None
-
-
-@dataclass(frozen=True)
 class Bracket:
-    """What the probes prove: the largest value that fits below every value that does not
-    (None: none yet), and the smallest value that does not fit (None: none yet)."""
+    """What the probes prove: the largest value that fits (None: none yet), and the
+    smallest value above it that does not fit (None: none yet)."""
 
     fits: int | None
     over: int | None
@@ -106,6 +126,19 @@ class Step:
     largest: int | None = None
     predicted: int | None = None
     """The value the line predicted as the last that fits (the prediction steps only)."""
+    falls: tuple[tuple[int, int], ...] = ()
+    """Pairs of probed values (a, b), a < b, that show a peak that falls as the value
+    grows (app.queue.fit_check.falls); empty while the probes show a monotone peak."""
+    shown_after: int | None = None
+    """How many probes, in the order planned, it took to show it (None: not shown)."""
+    checks: int = 0
+    """How many of the probes checked an answer rather than searched for it: those planned
+    once the probes before them had proved a boundary (round checks, checks of the rest
+    of the range), or had shown the peak not monotone."""
+
+    @property
+    def non_monotone(self) -> bool:
+        return bool(self.falls)
 
     @property
     def done(self) -> bool:
@@ -114,9 +147,9 @@ class Step:
 
 @dataclass(frozen=True)
 class _Known:
-    """The probes on the grid by index, and the proved bracket in indices: `fit` the
-    largest fitting index below `over`, the smallest index that does not fit (-1 and
-    the grid's size stand for "none yet", just outside the grid)."""
+    """The probes on the grid by index, and the top bracket in indices: `fit` the largest
+    fitting index, `over` the smallest index above it that does not fit (-1 and the
+    grid's size stand for "none yet", just outside the grid)."""
 
     probes: dict[int, Probe]
     fit: int
@@ -130,8 +163,8 @@ class _Known:
             index = grid.index(probe.value)
             if index is not None:
                 on_grid[index] = probe
-        over = min((i for i, p in on_grid.items() if not p.fits), default=grid.size)
-        fit = max((i for i, p in on_grid.items() if p.fits and i < over), default=-1)
+        fit = max((i for i, p in on_grid.items() if p.fits), default=-1)
+        over = min((i for i, p in on_grid.items() if not p.fits and i > fit), default=grid.size)
         return cls(on_grid, fit, over, grid.size)
 
     def bracket(self, grid: Grid) -> Bracket:
@@ -152,23 +185,85 @@ def next_step(
     """What to compile next for one target, given every finished probe of it in the
     order they were planned; `limit_bytes` is the peak the prediction aims at (None:
     no prediction). With `predict=False` the search is plain bisection from the start
-    (the yardstick the planner is measured against)."""
+    (the yardstick the planner is measured against), with no checks."""
     known = _Known.of(grid, _informative(probes, limit_bytes))
-    bracket = known.bracket(grid)
-    if known.unknown == 0:
-        largest = grid.value(known.fit) if known.fit >= 0 else None
-        return Step((), How.DONE, bracket, largest)
+    shown = tuple(falls(probes)) if predict else ()
+    after = shown_after(probes) if shown else None
+
     seeds = sorted({0, _geometric_index(grid)})
+
+    def step(values: list[int], how: How, **more: int | None) -> Step:
+        made = checks_made(grid, probes, len(seeds), after) if predict else 0
+        return Step(
+            tuple(grid.value(i) for i in values),
+            how,
+            known.bracket(grid),
+            falls=shown,
+            shown_after=after,
+            checks=made,
+            **more,
+        )
+
+    checks = _checks(grid, known, after, len(probes)) if predict else []
+    if checks:
+        return step(checks, How.CHECK if shown else How.ROUND)
+    if known.unknown == 0:
+        return step([], How.DONE, largest=grid.value(known.fit) if known.fit >= 0 else None)
     if predict and not probes:
-        return Step(tuple(grid.value(i) for i in seeds), How.SEED, bracket)
+        return step(seeds, How.SEED)
     predicted = None
     if predict and limit_bytes is not None and not _stalled(grid, probes, len(seeds)):
-        predicted = _predicted_index(known, _aim(known, limit_bytes))
+        aim = _aim(known, limit_bytes)
+        predicted = _round_line(grid, known, aim) if shown else _predicted_index(known, aim)
     if predicted is None:
-        return Step((grid.value(_halfway(known, gallop=predict)),), How.BISECT, bracket)
-    # The prediction itself, or the value past it when it is proved to fit already.
-    value = grid.value(max(predicted, known.fit + 1))
-    return Step((value,), How.PREDICT, bracket, predicted=grid.value(max(predicted, 0)))
+        index = _halfway(known, gallop=predict)
+        if predict:
+            index = round_halfway(grid, known.fit, known.over, index)
+        return step([index], How.BISECT)
+    # The prediction itself, or the value past it when it is proved to fit already; the
+    # roundest value near it once the peak is shown to depend on more than the value.
+    index = max(predicted, known.fit + 1)
+    index = snapped(grid, known.fit, index) if shown else index
+    return step([index], How.PREDICT, predicted=grid.value(max(predicted, 0)))
+
+
+CHECK_BUDGET = 4
+"""Compiles the checks may take once the peak is shown not monotone, per bit of the
+grid's size (84 over a million values): past them the search answers with what it has
+proved."""
+
+
+def _checks(grid: Grid, known: _Known, shown: int | None, made: int) -> list[int]:
+    """The indices that check the top bracket: once it is proved, its round check while
+    the peak looks monotone; once it does not, the check of the rest of the range above
+    it, at the bracket's own scale and coarser (within the budget). Empty when there is
+    nothing left to check."""
+    if known.over >= known.size:
+        return []
+    probed = set(known.probes)
+    if shown is None:
+        if known.unknown or known.fit < 0:  # an answer of none rests on lo alone
+            return []
+        index = round_check(grid, known.over)
+        return [index] if index is not None and index not in probed else []
+    if made - shown >= CHECK_BUDGET * grid.size.bit_length():
+        return []
+    return check_points(grid, known.over, probed, width=known.over - known.fit)
+
+
+def _round_line(grid: Grid, known: _Known, aim: int) -> int | None:
+    """Once the peak is shown not monotone: the last index that the line through the
+    largest value that fits and the roundest value above it that does not keeps within
+    `aim` (round values' peaks lie on the program's own line, others' may not), else
+    the chord across the bracket; None when neither gives one inside it."""
+    fit = known.probes.get(known.fit)
+    above = [i for i, p in known.probes.items() if i > known.fit and p.peak_bytes is not None]
+    over = max(above, key=lambda i: (twos(grid.value(i)), -i), default=None)
+    lines = []
+    if fit is not None and fit.peak_bytes is not None and over is not None:
+        lines.append(((known.fit, fit.peak_bytes), (over, known.probes[over].peak_bytes or 0)))
+    lines += _lines(known, aim)[-1:]
+    return _crossing(known, aim, lines)
 
 
 def _informative(probes: list[Probe], limit_bytes: int | None) -> list[Probe]:
@@ -205,10 +300,20 @@ def _halfway(known: _Known, *, gallop: bool) -> int:
     return (known.fit + known.over) // 2
 
 
+SEED_AT = 0.75
+"""Where the second seed lies between `lo` and `hi`, in the log of the value."""
+
+
 def _geometric_index(grid: Grid) -> int:
-    """The grid index nearest the geometric mean of `lo` and `hi` (their midpoint when
-    `lo` is not positive)."""
-    mean = math.sqrt(grid.lo * grid.hi) if grid.lo > 0 else (grid.lo + grid.hi) / 2
+    """The grid index nearest the upper quartile of `lo` … `hi` in the log of the value,
+    lo^(1/4) × hi^(3/4) (4,096 of 1 … 65,536; the midpoint's when `lo` is not
+    positive): far enough from `lo` for a slope, near enough to the boundary of most
+    searches that the slope is the one that matters there (a peak at small values often
+    carries buffers the compiler drops at larger ones)."""
+    if grid.lo <= 0:
+        mean = grid.lo + (grid.hi - grid.lo) * SEED_AT
+    else:
+        mean = math.exp((1 - SEED_AT) * math.log(grid.lo) + SEED_AT * math.log(grid.hi))
     return min(grid.size - 1, max(0, round((mean - grid.lo) / grid.step)))
 
 
@@ -270,7 +375,13 @@ def _predicted_index(known: _Known, aim: int) -> int | None:
     gives one inside the bracket), moved onto `hi` when it falls past it and nothing
     has failed yet; None when no line gives one (too few peaks, a peak that does not
     grow, or a prediction that contradicts a compile already made)."""
-    for (i1, p1), (i2, p2) in _lines(known, aim):
+    return _crossing(known, aim, _lines(known, aim))
+
+
+def _crossing(known: _Known, aim: int, lines: list[Line]) -> int | None:
+    """The first of `lines` whose crossing of `aim` lies inside the bracket (or past `hi`
+    while nothing has failed: then `hi`), as an index."""
+    for (i1, p1), (i2, p2) in lines:
         if p2 <= p1:
             continue
         # The crossing in index units, exactly: i1 + (aim - p1) * (i2 - i1) / (p2 - p1).

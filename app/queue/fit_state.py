@@ -80,7 +80,11 @@ def target_states(
     for target in spec.targets:
         mine = [p for p in probes if p.target == target]
         criterion = criterion_of(parse_target(target), spec.usable_fraction, capacities)
-        judged = [Probe(p.value, p.fits, p.peak_bytes) for p in mine if p.fits is not None]
+        judged = [
+            Probe(p.value, p.fits, p.peak_bytes, refused=p.refused is not None)
+            for p in mine
+            if p.fits is not None
+        ]
         refusals = [p.refused for p in mine if p.refused]
         step = next_step(grid, judged, criterion.aim(refusals))
         states.append(TargetState(target, criterion, mine, step))

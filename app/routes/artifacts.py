@@ -152,7 +152,8 @@ async def artifact_json(sha256: str, dispatcher: DispatcherDep) -> JSONResponse:
     """The page's JSON twin: the file, the targets it fits and its compiles' memory fit."""
     info = stored_file(dispatcher, sha256)
     page = artifact_context(info, dispatcher)
-    keep = ("arguments", "results", "mesh", "fitting", "one_click", "fit")
+    keep = ["arguments", "results", "mesh", "fitting", "one_click"]
+    keep += ["fit", "fit_compared", "fit_elsewhere", "fit_probes"]
     return JSONResponse({**info, **{k: page[k] for k in keep}})
 
 

@@ -102,7 +102,8 @@ def insert_probes_in(
 
 
 class Fits(StoreBase):
-    """get_fit / fit_probes / record_probe / end_fit / live_fits / list_fits on the store."""
+    """get_fit / fit_probes / record_probe / end_fit / live_fits / list_fits / probe_jobs on
+    the store."""
 
     def get_fit(self, fit_id: str) -> FitRow | None:
         rows = self._read(f"SELECT {_FIT_COLUMNS} FROM fits WHERE id = ?", (fit_id,))
@@ -175,6 +176,16 @@ class Fits(StoreBase):
             f"SELECT {_FIT_COLUMNS} FROM fits ORDER BY created_at DESC LIMIT ?", (limit,)
         )
         return [_fit(r) for r in rows]
+
+    def probe_jobs(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """Of `job_ids`, those that are probes of a fit search, each with its search's id."""
+        if not job_ids:
+            return {}
+        rows = self._read(
+            f"SELECT job_id, fit_id FROM fit_probes WHERE job_id IN ({marks(len(job_ids))})",
+            tuple(job_ids),
+        )
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def live_probe_jobs(self, job_ids: Sequence[str]) -> set[str]:
         """Of `job_ids`, those that are probes of a live search (they never expire)."""

@@ -25,6 +25,12 @@ def affine(base: int, per: int) -> Peak:
     return lambda value: base + per * value
 
 
+def aligned(base: int, per: int, align: int, factor: float) -> Peak:
+    """`affine`, where a value that is not a multiple of `align` needs `factor` times the
+    memory per value: as XLA lays out a batch it cannot tile evenly."""
+    return lambda value: base + round(per * value * (1 if value % align == 0 else factor))
+
+
 def probe_result(spec: dict[str, Any], peak: int) -> dict[str, Any]:
     """A compiled run of a probe, as a worker posts it: the target's report with the
     peak; on a v6e over what libtpu keeps, its refusal and no HLO."""

@@ -103,7 +103,7 @@ async def test_a_fit_searchs_probes_alternate_between_its_targets(
     values = [grant["spec"]["params"]["batch"] for grant in leased]
     # Every target's first seed before any target's second.
     assert sorted(targets[:4]) == sorted(TARGETS) and sorted(targets[4:]) == sorted(TARGETS)
-    assert values == [1] * 4 + [16] * 4
+    assert values == [1] * 4 + [64] * 4
     peak = affine(int(1e9), int(3e8))
     for grant in leased:
         spec = grant["spec"]

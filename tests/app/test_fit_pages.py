@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.fit_fakes import affine, play, probe_worker, symbolic_artifact
+from app.mcp.answers import fit_answer
+from tests.app.fit_fakes import affine, aligned, play, probe_worker, symbolic_artifact
 
 pytestmark = pytest.mark.anyio
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -136,3 +137,43 @@ async def test_an_upload_s_page_leads_to_a_search_over_its_symbolic_dimension(
     assert all(g["spec"]["params"]["dims"]["b"] % 8 == 0 for g in grants)
     done = text((await bench_client.get(created.headers["location"])).text)
     assert "b200:1 (jax-gpu) 13,400 " in done  # 1e9 + 1e7 b ≤ 0.75 × 180 GB up to 13,400
+
+
+async def test_a_peak_that_falls_is_flagged_checked_and_said_on_every_rendering(
+    bench_client: httpx.AsyncClient,
+) -> None:
+    """Batches that are not multiples of 8 need 1.3 times the memory per batch: 151 fits,
+    152 fits with less, 153 does not; the check of the rest finds 192."""
+    search = {
+        "workload": "attention",
+        "params": {"heads": 8, "seq_len": 1024, "head_dim": 64},
+        "dimension": "batch",
+        "range": [1, 256],
+        "targets": ["h100:1"],
+    }
+    fit_id = (await bench_client.post("/api/v1/fits", json=search)).json()["id"]
+    peak = aligned(10**9, 3 * 10**8, 8, 1.3)
+    await play(await probe_worker(bench_client, ["h100:1"]), peak)
+    (target,) = (await bench_client.get(f"/api/v1/fits/{fit_id}")).json()["targets"]
+    assert target["status"] == "found" and target["non_monotone"] is True
+    assert target["largest_fitting"] == 192 == max(v for v in range(1, 257) if peak(v) <= 60e9)
+    assert target["value_above"] == 193 and target["peak_bytes_above"] == peak(193)
+    values = {p["value"]: p for p in target["probes"]}
+    for low, high in target["non_monotone_probes"]:  # each pair shows the peak falling
+        a, b = values[low], values[high]
+        assert low < high and (b["peak_bytes"] < a["peak_bytes"] or (b["fits"] and not a["fits"]))
+    assert {160, 192} <= {v for v, p in values.items() if p["fits"]}  # found by the check
+    assert 0 < target["checks_done"] < target["probes_done"]
+
+    words = text((await bench_client.get(f"/fits/{fit_id}")).text)
+    assert "h100:1: Not monotone: the peak falls as batch grows" in words
+    assert "192 (not monotone)" in words
+    assert f"{target['probes_done'] - target['checks_done']} compiles + " in words
+    rows = list(csv.DictReader(io.StringIO((await bench_client.get(f"/fits/{fit_id}.csv")).text)))
+    assert rows[0]["non_monotone"] == "true" and rows[0]["checks_done"] == str(
+        target["checks_done"]
+    )
+    # What the MCP tool answers: the flag, the pairs, and the sentence the page shows.
+    (mcp,) = fit_answer((await bench_client.get(f"/api/v1/fits/{fit_id}")).json(), "x")["table"]
+    assert mcp["non_monotone"] is True and mcp["non_monotone_probes"]
+    assert mcp["warning"].startswith("Not monotone: the peak falls as batch grows")

@@ -98,6 +98,11 @@ async def test_real_compiles_prove_the_answer_by_the_stated_criterion(
         run = (await bench_client.get(f"/api/v1/jobs/{probe['run_id']}")).json()["run"]
         peak = run["memory_analysis"]["peak_bytes"]
         assert probe["peak_bytes"] == peak and probe["fits"] == (peak <= usable)
+        # One capacity: the probe's own run page holds it against the same usable bytes.
+        memory = run["target"]["memory"]
+        assert (
+            memory["usable_bytes"] == usable and (memory["peak_bytes"] <= usable) == probe["fits"]
+        )
         assert run["job"]["dumps"] == "none" and not run["artifacts"]["ptx"]
         assert run["memory_report"] is not None  # where its memory goes, on its page
         assert "not asked for" in run["target"]["compile_timing"]

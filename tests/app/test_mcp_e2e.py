@@ -123,6 +123,8 @@ def test_a_fit_search_over_an_uploads_symbolic_batch_answers_its_table(
     (row,) = answer["table"]
     assert row["target"] == "h100:1" and row["status"] == "found"
     assert row["largest_fitting"] == 1024 and row["largest_is_hi"] is True
+    assert row["non_monotone"] is False and row["non_monotone_probes"] == []
+    assert row["checks_done"] == 0 and "warning" not in row
     assert answer["address"] == f"{bench_server}/fits/{answer['fit_id']}"
 
 

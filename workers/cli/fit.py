@@ -32,7 +32,6 @@ from workers.cli.export_upload import post_file
 from workers.cli.run import UsageError, parse_assignments
 from workers.export.api_client import Refused, ServerLost, refusal_text, wait_ended
 from workers.export.server_address import EXAMPLES, ServerAddress, server_option
-from workers.protocol.sizes import byte_text
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 SUBMIT_TOKEN_ENV = "BOUNDARY_SUBMIT_TOKEN"
@@ -113,30 +112,68 @@ def progress_line(target: dict[str, Any]) -> str:
         f"{bracket['over']:,} does not" if bracket["over"] is not None else "",
     ]
     pending = [f"{p['value']:,}" for p in target["probes"] if p["status"] in ("queued", "running")]
-    parts = [f"{target['probes_done']} compiles", *[k for k in known if k]]
+    parts = [compiles_text(target), *[k for k in known if k]]
     if pending:
         parts.append(f"compiling {', '.join(pending)}")
+    if target.get("non_monotone"):
+        parts.append("not monotone: checking the rest of the range")
     return f"[{target['target']}] {target['status']}: " + " · ".join(parts)
 
 
+def compiles_text(target: dict[str, Any]) -> str:
+    """The compiles of a target's search, those that checked an answer apart."""
+    done, checks = target["probes_done"], target.get("checks_done") or 0
+    searched = f"{done - checks} compile{'' if done - checks == 1 else 's'}"
+    return f"{searched} + {checks} to check" if checks else searched
+
+
+def _verdict(t: dict[str, Any], value: int, peak: int | None, refused: str | None) -> str:
+    """One side of the proof in exact bytes: the value, and why it fits or does not."""
+    usable = t.get("usable_bytes")
+    if refused is not None:
+        need = f" (it needs at least {peak:,} bytes)" if peak is not None else ""
+        return f"{value:,}: does not fit: refused by libtpu{need}"
+    figure = "not reported" if peak is None else f"{peak:,} bytes"
+    if t["rule"] == "libtpu":
+        return f"{value:,}: fits: libtpu compiled it, peak {figure}"
+    if peak is None or usable is None:
+        return f"{value:,}: peak {figure}"
+    if peak <= usable:
+        return f"{value:,}: fits: peak {figure} ≤ {usable:,} usable"
+    return f"{value:,}: does not fit: peak {figure} > {usable:,} usable"
+
+
+def _answer(t: dict[str, Any], lo: int) -> list[str]:
+    """A found target's answer and its proof: the compile at it and at the next value."""
+    largest = t["largest_fitting"]
+    above = _verdict(t, t["value_above"] or lo, t["peak_bytes_above"], t["refused_above"])
+    if largest is None:
+        return [f"none: even {lo:,} does not fit", above]
+    at = _verdict(t, largest, t["peak_bytes_at_largest"], None)
+    if t["largest_is_hi"]:
+        return [f"{largest:,}, the top of the range (a larger value may fit too)", at]
+    return [f"{largest:,}", at, above]
+
+
 def table(fit: dict[str, Any]) -> list[str]:
-    """The answer per target as text, the way the page's table reads."""
+    """The answer per target as text, the way the page's table reads, its proof in bytes."""
     lo, hi = fit["range"]
-    lines = [f"largest {fit['dimension']} that fits, in {lo:,} … {hi:,} (GB = 10^9 bytes):"]
+    dim = fit["dimension"]
+    lines = [f"largest {dim} that fits, in {lo:,} … {hi:,} (step {fit.get('step', 1):,}):"]
     for t in fit["targets"]:
         if t["status"] != "found":
-            answer = f"{t['status']}{': ' + t['reason'] if t['reason'] else ''}"
-        elif t["largest_fitting"] is None:
-            answer = f"none: even {lo:,} does not fit ({byte_text(t['peak_bytes_above'])})"
+            answer = [f"{t['status']}{': ' + t['reason'] if t['reason'] else ''}"]
         else:
-            answer = f"{t['largest_fitting']:,} (peak {byte_text(t['peak_bytes_at_largest'])})"
-            if t["largest_is_hi"]:
-                answer += ", the top of the range"
-            else:
-                above = "refused" if t["refused_above"] else byte_text(t["peak_bytes_above"])
-                answer += f"; {t['value_above']:,}: {above}"
-        lines.append(f"  {t['target']:<9} {answer}")
-        lines.append(f"  {'':<9} {t['criterion']}; {t['probes_done']} compiles")
+            answer = _answer(t, lo)
+        lines.append(f"  {t['target']:<9} {answer[0]}")
+        lines += [f"  {'':<9}   {line}" for line in answer[1:]]
+        if t.get("non_monotone"):
+            pairs = ", ".join(f"{a:,} → {b:,}" for a, b in t["non_monotone_probes"][:4])
+            lines.append(
+                f"  {'':<9} not monotone: the peak falls as {dim} grows ({pairs}); the search "
+                "checked the rest of the range, and a value it did not compile may fit above"
+            )
+        lines.append(f"  {'':<9} {t['criterion']}; {compiles_text(t)}")
     return lines
 
 

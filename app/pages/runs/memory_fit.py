@@ -143,6 +143,12 @@ def _verdict(needed: int | None, limit: int, word: str, refused: str | None) -> 
     if needed is None:
         return {"fits": None, "verdict": "Unknown: the compiler reported no peak"}
     has = f"{gb(limit)} usable" if word == "usable" else gb(limit)
+    if refused and needed <= limit:  # the refusal's figure is rounded; its verdict is not
+        verdict = (
+            f"Does not fit: the compiler refused the program (its figure, {gb(needed)}, "
+            f"is rounded; it has {has})"
+        )
+        return {"fits": False, "verdict": verdict}
     if needed <= limit:
         verdict = f"Fits: {gb(needed)} of {has} ({100 * needed / limit:.3g} %)"
     elif refused:
