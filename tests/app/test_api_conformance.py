@@ -103,6 +103,9 @@ def _app(tmp: Path) -> Any:
         WORKER_TOKEN=TOKEN,
         POLL_S=0.5,
         SUBMIT_RATE=100_000,
+        # The job limit is pinned: by default it is half the host's memory, and a smaller
+        # CI host then refused twice as many generated jobs as too large.
+        MAX_JOB_BYTES=12 * 1024**3,
     )
     return create_app(settings)
 

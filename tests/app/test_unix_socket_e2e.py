@@ -135,7 +135,10 @@ def test_boundary_run_and_fit_reach_the_server_and_its_workers_over_the_socket(
         "fit", *gather, "--target", "h100:1", "--server", str(on_socket.server)
     )
     assert fit.returncode == 0, fit.stderr
-    assert re.search(r"h100:1\s+3,661,085 \(peak 60 GB\)", fit.stdout)
+    assert re.search(
+        r"h100:1\s+3,661,085\n\s+3,661,085: fits: peak [\d,]+ bytes ≤ 60,000,000,000 usable\n",
+        fit.stdout,
+    )
     assert re.search(
         rf"http://unix:{re.escape(str(on_socket.path))}:/fits/[0-9a-f]{{16}}", fit.stdout
     )

@@ -318,7 +318,11 @@ def test_queued_jobs_and_a_fit_search_survive_a_server_restart(
     for job_id in jobs:
         assert c.wait_status(job_id, {"done", "failed"})["status"] == "done"
     assert fit.wait(120) == 0, c.log("fit")
-    assert re.search(r"h100:1\s+3,661,085 \(peak 60 GB\); 3,661,086: 60 GB", c.log("fit"))
+    assert re.search(
+        r"h100:1\s+3,661,085\n\s+3,661,085: fits: peak [\d,]+ bytes ≤ 60,000,000,000 usable\n"
+        r"\s+3,661,086: does not fit: peak [\d,]+ bytes > 60,000,000,000 usable\n",
+        c.log("fit"),
+    )
 
 
 def test_a_hung_runner_is_killed_and_the_worker_takes_the_next_job(
