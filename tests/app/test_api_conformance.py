@@ -223,27 +223,56 @@ def test_every_operation_answers_as_documented(operation: Any) -> None:
     conforms()
 
 
+SCHEMA_STATED = (
+    "is not in the form it takes",
+    "must be a whole number",
+    "must be a number",
+    "must be true or false",
+    "must be text",
+    "unknown field",
+    "is required",
+)
+"""Refusals of a kind the document's schema states (types, patterns, names): a body
+generated from the schema must never get one."""
+NAMES_FILES = ("artifact", "inputs", "reference")
+"""Parameters naming an uploaded file: a generated digest names none the server holds."""
+
+
 def test_most_jobs_the_document_allows_are_queued() -> None:
     """The jobs' schema says what the server takes: bodies generated from it are queued
     (202), or refused (422) only by the rules it lists that no schema states. Before it had
-    a branch per workload, none of 150 was."""
+    a branch per workload, none of 150 was.
+
+    Bodies that name an uploaded file are refused for want of it (no schema can say which
+    files are stored), so the share queued is taken over the others: about a third of a
+    sample names one, and that share swung the whole sample's from 35 % to 70 %."""
     operation = SCHEMA["/api/v1/jobs"]["POST"]
-    statuses: list[int] = []
+    answers: list[tuple[bool, int]] = []
+    refusals: list[str] = []
 
     @given(case=operation.as_strategy(GenerationMode.POSITIVE))
     @settings(
-        max_examples=40,
+        max_examples=60,
         deadline=None,
         derandomize=True,
         database=None,
         suppress_health_check=list(HealthCheck),
     )
     def submitted(case: Any) -> None:
-        statuses.append(case.call(headers=AUTH).status_code)
+        params = case.body.get("params") if isinstance(case.body, dict) else None
+        names_files = isinstance(params, dict) and any(params.get(k) for k in NAMES_FILES)
+        answer = case.call(headers=AUTH)
+        answers.append((names_files, answer.status_code))
+        if answer.status_code == 422:
+            refusals.extend(f"{d['field']}: {d['message'][:100]}" for d in answer.json()["detail"])
 
     submitted()
-    assert set(statuses) <= {202, 422, 429}
-    assert statuses.count(202) >= len(statuses) / 2, statuses
+    assert {status for _, status in answers} <= {202, 422, 429}, answers
+    stated = [r for r in refusals if any(words in r for words in SCHEMA_STATED)]
+    assert not stated, stated
+    plain = [status for names_files, status in answers if not names_files]
+    assert len(plain) >= len(answers) / 2, answers
+    assert plain.count(202) >= len(plain) / 2, (plain, refusals)
 
 
 def _free_port() -> int:

@@ -127,6 +127,8 @@ class ExportedParams(WorkloadParams):
     dims: dict[DimName, DimSize] = Field(
         default_factory=dict,
         max_length=16,
+        # A JSON Schema's patternProperties leave other names allowed; the server refuses them.
+        json_schema_extra={"additionalProperties": False},
         description="A value for each symbolic dimension of the artifact (exported with "
         'jax.export.symbolic_shape), e.g. {"b": 64}; its shapes are then concrete.',
     )
