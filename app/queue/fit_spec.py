@@ -150,6 +150,13 @@ def probe_job(spec: FitSpec, target: str, value: int) -> dict[str, Any]:
         "target": target,
         "stages": [StageId.COMPILE.value],
         "dumps": Dumps.NONE.value,
+        # A GPU compile is held against the search's own share of the HBM, on its page too.
+        **(
+            {"usable_fraction": spec.usable_fraction}
+            if spec.usable_fraction is not None
+            and parse_target(target).chip.platform.value == "gpu"
+            else {}
+        ),
     }
 
 

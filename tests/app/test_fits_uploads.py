@@ -75,7 +75,13 @@ async def test_real_compiles_prove_the_answer_by_the_stated_criterion(
     from workers.run.engine import run_job
 
     sha = await upload(bench_client, symbolic_forward)
-    search = {"artifact": sha, "dimension": "b", "range": [1, 1 << 20], "targets": ["h100:1"]}
+    search = {
+        "artifact": sha,
+        "dimension": "b",
+        "range": [1, 1 << 20],
+        "targets": ["h100:1"],
+        "usable_fraction": 0.6,  # not JAX's default: each probe's run must say the same
+    }
     created = await bench_client.post("/api/v1/fits", json=search)
     assert created.status_code == 202, created.text
     fit_id = created.json()["id"]
@@ -94,6 +100,7 @@ async def test_real_compiles_prove_the_answer_by_the_stated_criterion(
     assert fit["status"] == "done", fit
     (target,) = fit["targets"]
     usable = target["usable_bytes"]
+    assert usable == int(80 * 10**9 * 0.6)
     for probe in target["probes"]:
         run = (await bench_client.get(f"/api/v1/jobs/{probe['run_id']}")).json()["run"]
         peak = run["memory_analysis"]["peak_bytes"]
@@ -103,6 +110,8 @@ async def test_real_compiles_prove_the_answer_by_the_stated_criterion(
         assert (
             memory["usable_bytes"] == usable and (memory["peak_bytes"] <= usable) == probe["fits"]
         )
+        assert memory["usable_source"].startswith("0.6 × the published HBM")
+        assert run["job"]["usable_fraction"] == 0.6
         assert run["job"]["dumps"] == "none" and not run["artifacts"]["ptx"]
         assert run["memory_report"] is not None  # where its memory goes, on its page
         assert "not asked for" in run["target"]["compile_timing"]

@@ -103,6 +103,16 @@ def test_a_target_without_stages_compiles_only() -> None:
     assert job().stages == [StageId.COMPILE, StageId.EXECUTE]
 
 
+def test_a_share_of_the_hbm_is_a_gpu_targets_alone() -> None:
+    assert job(target="h100:1", usable_fraction=0.5).usable_fraction == 0.5
+    assert job(target="h100:1").usable_fraction is None  # JAX's default, by the server
+    for refused in ({"target": "v6e:1x1"}, {"path": "jax-gpu"}):
+        with pytest.raises(ValueError, match="usable_fraction applies only to a GPU target"):
+            job(**refused, usable_fraction=0.5)
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        job(target="b200:1", usable_fraction=1.5)
+
+
 @pytest.mark.parametrize(
     ("path", "target", "workload", "field", "says"),
     [

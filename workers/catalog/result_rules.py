@@ -204,7 +204,7 @@ RULES: tuple[Rule, ...] = (
     Rule("target.memory.hbm_label", "recomputed", "the server's chip table", TARGET),
     Rule("target.memory.source", "recomputed", "the server's chip table", TARGET),
     Rule("target.memory.fraction", "recomputed", "peak + code over the usable bytes", TARGET),
-    Rule("target.memory.usable_bytes", "bounded", "TPU: libtpu's reading, above 0 and at most twice the HBM; GPU: JAX's default share", Bound(b.usable_bytes)),
+    Rule("target.memory.usable_bytes", "bounded", "TPU: libtpu's reading, above 0 and at most twice the HBM; GPU: the job's usable_fraction of the HBM, JAX's default share without one", Bound(b.usable_bytes)),
     Rule("target.memory.usable_source", "bounded", "the worker's words beside libtpu's reading; GPU: the server's", Bound(b.usable_source)),
     Rule("target.memory.temp_bytes", "bounded", "not negative; none on TPU without the device", Bound(b.target_temp)),
     Rule("target.memory.generated_code_bytes", "bounded", "not reported where XLA:GPU says 0", Bound(b.generated_code)),

@@ -37,6 +37,7 @@ from workers.protocol.targets import (
     KernelSchedule,
     TargetError,
     gpu_usable_bytes,
+    gpu_usable_source,
     parse_target,
 )
 
@@ -194,12 +195,13 @@ def generated_code(value: int | None, owner: Any, facts: Facts) -> int | None:
 
 def usable_bytes(value: int | None, owner: Any, facts: Facts) -> int | None:
     """What one device may hold: on a TPU libtpu's reading (only the worker has it), above 0
-    and at most twice the published HBM; on a GPU JAX's default share of the HBM."""
+    and at most twice the published HBM; on a GPU the job's usable_fraction of the HBM, JAX's
+    default share without one."""
     chip = chip_of(facts)
     if chip is None:
         return None
     if chip.platform.value != "tpu":
-        return gpu_usable_bytes(chip)
+        return gpu_usable_bytes(chip, facts.job.usable_fraction)
     usable = not_negative(value)
     return usable if usable is not None and 0 < usable <= 2 * chip.device_hbm_bytes else None
 
@@ -209,7 +211,8 @@ def usable_source(value: str | None, owner: Any, facts: Facts) -> str | None:
     without one), the server's own on a GPU."""
     chip = chip_of(facts)
     if chip is not None and chip.platform.value != "tpu":
-        return GPU_USABLE_SOURCE
+        fraction = facts.job.usable_fraction
+        return GPU_USABLE_SOURCE if fraction is None else gpu_usable_source(fraction)
     return words(value, 300) if usable_bytes(owner.usable_bytes, owner, facts) else None
 
 

@@ -101,6 +101,14 @@ class JobSpec(StrictModel):
         "compile ends and brings the dumps (machine code, the kernels' own IR, the pass "
         "pipeline) in a follow-up job, `inline` waits for them. The server sets it.",
     )
+    usable_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="A GPU target: the share of each device's published HBM the program's "
+        "peak is held against (unset: 0.75, JAX's GPU allocator's own). A fit search's "
+        "compiles carry the search's, so each run says what the search judged it by.",
+    )
     compiler_options: dict[str, Any] = Field(
         default_factory=dict,
         max_length=MAX_OPTIONS,
@@ -149,6 +157,21 @@ class JobSpec(StrictModel):
             return parse_target(value).id
         except TargetError as exc:
             raise PydanticCustomError("target", "{message}", {"message": str(exc)}) from None
+
+    @model_validator(mode="after")
+    def _fraction_of_a_gpu(self) -> JobSpec:
+        # TPU capacity is libtpu's own reading and a run on real hardware has what it has:
+        # a share of the HBM is a question only a GPU target's compile answers.
+        if self.usable_fraction is None:
+            return self
+        if self.target is None or parse_target(self.target).chip.platform.value != "gpu":
+            raise PydanticCustomError(
+                "usable_fraction",
+                "usable_fraction applies only to a GPU target (h100:N, h200:N, b200:N), "
+                "not {target}",
+                {"target": self.target or "a job without a target"},
+            )
+        return self
 
 
 def cuda_host_boundary(measure: MeasureOptions) -> BoundaryId:
