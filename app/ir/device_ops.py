@@ -30,15 +30,21 @@ def kind_of(module: HloModule, ins: Instruction) -> str:
 
 def with_estimates(device_time: DeviceTime, module: HloModule) -> DeviceTime:
     """`device_time` with each measured instruction's kind and estimated cycles, and the
-    entry computation's estimated cycles for one call (None where none is stated)."""
+    entry computation's estimated cycles for one call (None where none is stated).
+
+    Only the entry computation's instructions get an estimate: each runs once per call,
+    as its measured time is counted. One in a loop's body runs once per trip, and its time
+    per call adds up every trip, while its estimate is for one: set side by side, the two
+    would differ by the trip count, which the trace does not state."""
+    entry = module.entry.instructions if module.entry is not None else []
+    once = {i.name for i in entry}
     ops = []
     for op in device_time.ops:
         ins = module.by_name.get(op.name)
         kind = kind_of(module, ins) if ins is not None else None
-        cycles = ins.estimated_cycles if ins is not None else None
+        cycles = ins.estimated_cycles if ins is not None and ins.name in once else None
         ops.append(op.model_copy(update={"kind": kind, "estimated_cycles": cycles}))
-    entry = module.entry
-    stated = [i.estimated_cycles for i in entry.instructions] if entry is not None else []
+    stated = [i.estimated_cycles for i in entry]
     known = [c for c in stated if c is not None]
     total = sum(known) if known else None
     return device_time.model_copy(update={"ops": ops, "estimated_cycles": total})

@@ -71,7 +71,7 @@ class FitSpec(StrictModel):
     targets: list[str] = Field(min_length=1, max_length=MAX_TARGETS)
     usable_fraction: float | None = Field(
         default=None,
-        gt=0,
+        ge=0.01,
         le=1,
         description="GPU targets: the share of the published HBM a peak may use "
         f"(default {DEFAULT_USABLE_FRACTION}, JAX's GPU allocator's own).",

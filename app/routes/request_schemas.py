@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from app.routes.schemas import inline_schema, inline_schema_of
 from workers.catalog import WORKLOADS
 from workers.catalog.mesh import MeshParams
-from workers.protocol import TARGET_IDS, JobSpec, PathId, parse_target
+from workers.protocol import TARGET_IDS, JobSpec, PathId, Platform, parse_target
 from workers.protocol.compiler_options import MAX_OPTIONS, PATH_COMPILER
 from workers.protocol.option_lists import ALLOWED, OptionSpec
 
@@ -81,6 +81,12 @@ def _by_path() -> list[dict[str, Any]]:
         else:
             continue
         rules.append({"if": when, "then": {"properties": {"compiler_options": options_of(path)}}})
+    # A share of the HBM is a GPU target's alone.
+    gpus = [t for t in TARGET_IDS if parse_target(t).platform is Platform.GPU]
+    asked = {"required": ["usable_fraction"], "properties": {"usable_fraction": {"not": NULL}}}
+    rules.append(
+        {"if": asked, "then": {"required": ["target"], "properties": {"target": {"enum": gpus}}}}
+    )
     return rules
 
 

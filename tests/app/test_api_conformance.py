@@ -231,6 +231,8 @@ SCHEMA_STATED = (
     "must be text",
     "unknown field",
     "is required",
+    "must be a SHA-256",
+    "must be letters, digits and _",
 )
 """Refusals of a kind the document's schema states (types, patterns, names): a body
 generated from the schema must never get one."""

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.app.bench_fakes import FakeWorker, capabilities
+from workers.protocol import RunResult
 
 pytestmark = pytest.mark.anyio
 
@@ -68,8 +69,18 @@ async def test_a_chip_runs_page_sets_the_prediction_beside_the_chip(
     assert "the same, to the byte" in page  # predicted peak = the real compile's
     assert "one bfloat16 pass per float32 product" in page
     assert f'href="/chips/{V5E.replace(" ", "%20")}"' in page
+    # The whole program's estimate says what it leaves out: the async copy states none.
+    assert "It leaves out what the compiler states no estimate for: <code>copy-start</code>" in page
     explained = page[page.index('id="explain-h"') :]
     assert "on the chip</th>" in explained and "(estimated 1.02×)" in explained
+
+    # The real peak beside the prediction is the run's own memory analysis, not a figure
+    # the worker states a second time: a forged one changes nothing.
+    real = runs[MATMUL]["memory_analysis"]["peak_bytes"]
+    assert run["prediction"]["real_peak_bytes"] == real
+    forged = {**runs[MATMUL], "prediction": {**runs[MATMUL]["prediction"], "real_peak_bytes": 1}}
+    again = (await client.get(f"/api/v1/jobs/{await post_as_the_chip(client, forged)}")).json()
+    assert again["run"]["prediction"]["real_peak_bytes"] == real
 
     small = await post_as_the_chip(client, runs[SUM])
     page = (await client.get(f"/runs/{small}")).text
@@ -116,3 +127,61 @@ def test_a_small_programs_roofline_point_is_in_device_time() -> None:
     host = roofs.model_copy(update={"boundary": BoundaryId.HOST_SYNC})
     on_host = build_roofline(run.model_copy(update={"ceilings": host}))
     assert on_host is not None and on_host.achieved == run.rates.flops_per_s  # type: ignore[union-attr]
+
+
+LOOPED = """HloModule jit_step, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[8]{0} get-tuple-element(%p), index=1
+  %inner = f32[8]{0} multiply(%x, %x), backend_config={"estimated_cycles":"100"}
+  ROOT %t = (s32[], f32[8]{0}) tuple(%i, %inner)
+}
+
+%cond (q: (s32[], f32[8])) -> pred[] {
+  %q = (s32[], f32[8]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{0}) tuple(%zero, %a)
+  %loop = (s32[], f32[8]{0}) while(%init), condition=%cond, body=%body, backend_config={CYCLES}
+  %out = f32[8]{0} get-tuple-element(%loop), index=1
+  ROOT %copy = f32[8]{0} copy(%out)
+}
+""".replace("{CYCLES}", '{"estimated_cycles":"450"}')
+
+
+def test_an_instruction_in_a_loops_body_gets_no_estimate_beside_its_time_per_call() -> None:
+    """Its time per call adds up every trip, its estimate is for one: no ratio between them.
+    The entry's own instructions keep theirs, and a measured one without an estimate is
+    named on the page as left out of the program's estimate."""
+    from app.ir.device_ops import with_estimates
+    from app.pages.runs.chip import chip_view
+    from workers.protocol import DeviceTime
+    from workers.protocol.hlo import read_hlo
+
+    ops = [
+        {"name": "loop", "median_s": 4e-6, "calls": 10},
+        {"name": "inner", "median_s": 4e-6, "calls": 10},
+        {"name": "copy", "median_s": 1e-6, "calls": 10},
+    ]
+    measured = DeviceTime.model_validate({"planes": ["/device:TPU:0"], "calls": 10, "ops": ops})
+    done = with_estimates(measured, read_hlo(LOOPED, cut=False))
+    assert {op.name: op.estimated_cycles for op in done.ops} == {
+        "loop": 450,
+        "inner": None,
+        "copy": None,
+    }
+    assert done.estimated_cycles == 450  # the entry's instructions alone
+    run = chip_runs()[MATMUL]
+    on_chip = RunResult.model_validate({**run, "device_time": done.model_dump()})
+    view = chip_view(on_chip)
+    assert view is not None and view.unestimated is not None
+    share, names = view.unestimated
+    assert names == ["inner", "copy"] and abs(share - 5 / 9) < 1e-9

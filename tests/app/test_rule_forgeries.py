@@ -535,3 +535,21 @@ def test_a_forged_field_is_refused_dropped_or_ruled_by_its_kind(rule: Rule) -> N
         held(rule, base, loc, data.draw(values(kind)))
 
     forge()
+
+
+def test_a_posted_share_of_the_hbm_is_the_leased_jobs_or_refused() -> None:
+    """A GPU compile's usable bytes follow its job's `usable_fraction`: a worker that posts
+    a larger share than it leased (to make a program fit the whole HBM) is refused."""
+    spec = {"workload": "matmul", "path": "jax-gpu", "target": "h100:1", "params": {"m": 64}}
+    leased = {**spec, "usable_fraction": 0.5}
+    run = run_result(leased)
+    run["measurements"] = []
+    lease = Lease(run["job"], _caps("cpu"))
+    assert refusals(RunResult.model_validate(run), lease) == {}
+    for posted in ({**leased, "usable_fraction": 1.0}, spec):
+        forged = RunResult.model_validate({**run, "job": run_result(posted)["job"]})
+        said = refusals(forged, lease).get(422, [])
+        assert (
+            "result.job.usable_fraction",
+            "differs from the leased job's usable_fraction",
+        ) in said

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from workers.catalog import CatalogError
 from workers.catalog.target_rules import apply_target
@@ -107,10 +108,14 @@ def test_a_share_of_the_hbm_is_a_gpu_targets_alone() -> None:
     assert job(target="h100:1", usable_fraction=0.5).usable_fraction == 0.5
     assert job(target="h100:1").usable_fraction is None  # JAX's default, by the server
     for refused in ({"target": "v6e:1x1"}, {"path": "jax-gpu"}):
-        with pytest.raises(ValueError, match="usable_fraction applies only to a GPU target"):
+        with pytest.raises(ValidationError) as caught:
             job(**refused, usable_fraction=0.5)
-    with pytest.raises(ValueError, match="less than or equal to 1"):
-        job(target="b200:1", usable_fraction=1.5)
+        (error,) = caught.value.errors()
+        assert error["loc"] == ("usable_fraction",)  # the refusal names the field
+        assert "usable_fraction applies only to a GPU target" in error["msg"]
+    for share, says in ((1.5, "less than or equal to 1"), (0.001, "greater than or equal")):
+        with pytest.raises(ValidationError, match=says):
+            job(target="b200:1", usable_fraction=share)
 
 
 @pytest.mark.parametrize(

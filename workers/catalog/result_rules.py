@@ -116,7 +116,7 @@ RULES: tuple[Rule, ...] = (
     Rule("device_time.estimated_cycles", "server", "the entry computation's, added up", Server("device_time.estimated_cycles")),
     Rule("device_time.ops[].name", "text", "the instruction's name, capped; none that states a rate", Text(limit=200, no_rate=True)),
     Rule("device_time.*", "text", "the trace's planes, capped; none that states a rate", Text(limit=80, items=16, no_rate=True)),
-    Rule("prediction.target", "recomputed", "the chip's own target, from the device kind", Recompute(r.prediction, scope="prediction")),
+    Rule("prediction.target", "recomputed", "the chip's own target, from the device kind; the real peak and temporary bytes from the run's memory analysis", Recompute(r.prediction, scope="prediction")),
     Rule("prediction.same_hlo", "bounded", "a yes or no", FLAG),
     Rule("prediction.compiler_version", "text", "the compiler's version, capped", Text(limit=120, no_rate=True)),
     Rule("prediction.refused", "text", "the compiler's refusal, capped", Text(limit=1_000, no_rate=True)),

@@ -54,6 +54,7 @@ LEASE_FIELDS: tuple[str, ...] = (
     "measure",
     "params",
     "compiler_options",
+    "usable_fraction",
 )
 """What a posted result's job must share with the job that was leased."""
 
@@ -119,6 +120,7 @@ def leased_job(run: RunResult, lease: Lease) -> Problems:
         "measure": (mine.measure.model_dump(mode="json"), job.measure.model_dump(mode="json")),
         "params": (mine.params, job.params),
         "compiler_options": (mine.compiler_options, job.compiler_options),
+        "usable_fraction": (mine.usable_fraction, job.usable_fraction),
     }
     problems = [
         (f"result.job.{name}", f"differs from the leased job's {name}")

@@ -218,10 +218,18 @@ def device_time(value: Any, run: RunResult, facts: Facts) -> Any:
 
 def prediction(value: Prediction | None, run: RunResult, facts: Facts) -> Prediction | None:
     """The prediction beside a real chip: for the target the server derives from the
-    device kind the worker registered; none where it derives none."""
+    device kind the worker registered, set against the real compile's peak and temporary
+    bytes as the run's own memory analysis states them; none where it derives no target."""
     if value is None or facts.own_target is None:
         return None
-    return value.model_copy(update={"target": facts.own_target})
+    real = run.memory_analysis
+    return value.model_copy(
+        update={
+            "target": facts.own_target,
+            "real_peak_bytes": real.peak_bytes if real is not None else None,
+            "real_temp_bytes": real.temp_bytes if real is not None else None,
+        }
+    )
 
 
 def target(value: Any, run: RunResult, facts: Facts) -> Any:

@@ -103,7 +103,7 @@ class JobSpec(StrictModel):
     )
     usable_fraction: float | None = Field(
         default=None,
-        gt=0,
+        ge=0.01,
         le=1,
         description="A GPU target: the share of each device's published HBM the program's "
         "peak is held against (unset: 0.75, JAX's GPU allocator's own). A fit search's "
@@ -158,20 +158,22 @@ class JobSpec(StrictModel):
         except TargetError as exc:
             raise PydanticCustomError("target", "{message}", {"message": str(exc)}) from None
 
-    @model_validator(mode="after")
-    def _fraction_of_a_gpu(self) -> JobSpec:
+    @field_validator("usable_fraction")
+    @classmethod
+    def _fraction_of_a_gpu(cls, value: float | None, info: ValidationInfo) -> float | None:
         # TPU capacity is libtpu's own reading and a run on real hardware has what it has:
         # a share of the HBM is a question only a GPU target's compile answers.
-        if self.usable_fraction is None:
-            return self
-        if self.target is None or parse_target(self.target).chip.platform.value != "gpu":
+        if value is None or "target" not in info.data:
+            return value  # none asked, or the target itself is refused
+        target = info.data["target"]
+        if target is None or parse_target(target).platform.value != "gpu":
             raise PydanticCustomError(
                 "usable_fraction",
                 "usable_fraction applies only to a GPU target (h100:N, h200:N, b200:N), "
                 "not {target}",
-                {"target": self.target or "a job without a target"},
+                {"target": target or "a job without a target"},
             )
-        return self
+        return value
 
 
 def cuda_host_boundary(measure: MeasureOptions) -> BoundaryId:

@@ -240,10 +240,16 @@ class TargetMemory(OpenModel):
 
 
 def gpu_usable_source(fraction: float) -> str:
-    """Where a GPU's usable bytes come from, in a sentence."""
+    """Where a GPU's usable bytes come from, in a sentence: JAX's default share, or the
+    share a job or fit search asked for instead."""
+    if fraction == GPU_USABLE_FRACTION:
+        return (
+            f"{fraction:g} × the published HBM: JAX's GPU allocator preallocates that share "
+            "of the device's memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        )
     return (
-        f"{fraction:g} × the published HBM: JAX's GPU allocator preallocates that share "
-        "of the device's memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        f"{fraction:g} × the published HBM: the share asked for (usable_fraction), where "
+        f"JAX's GPU allocator preallocates {GPU_USABLE_FRACTION:g} by default"
     )
 
 

@@ -58,9 +58,9 @@ class ChipView:
     @property
     def dispatch_s(self) -> float | None:
         """Host-sync less the device's own time: what the host adds to each call."""
-        if self.host_s is None or self.device_s is None:
-            return None
-        return max(self.host_s - self.device_s, 0.0)
+        if self.host_s is None or self.device_s is None or self.host_s < self.device_s:
+            return None  # below: the two passes differ (the samples, then the profiled one)
+        return self.host_s - self.device_s
 
     @property
     def host_over_device(self) -> float | None:
@@ -74,6 +74,17 @@ class ChipView:
     @property
     def ratio(self) -> float | None:
         return self.estimated_s / self.device_s if self.estimated_s and self.device_s else None
+
+    @property
+    def unestimated(self) -> tuple[float, list[str]] | None:
+        """The share of the measured instructions' time on the chip that states no
+        estimate, and their names; None when every one states one (or none was measured).
+        The whole program's estimate leaves their time out."""
+        total = sum(op.measured_s for op in self.ops)  # each a median per call
+        left = [op for op in self.ops if op.estimated_s is None]
+        if not left or total <= 0:
+            return None
+        return sum(op.measured_s for op in left) / total, [op.name for op in left]
 
 
 def clock_of(run: RunResult) -> Clock | None:
