@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from workers.catalog.published import ruled
-from workers.measure.device_time import module_name, profiled_pass, read_trace
+from workers.measure.device_time import device_times, module_name, profiled_pass, read_trace
 from workers.protocol import (
     BoundaryId,
     DeviceOp,
@@ -48,6 +49,34 @@ def test_a_small_sum_is_microseconds_on_the_chip() -> None:
     assert times is not None
     assert statistics.median(times.spans_s) == pytest.approx(1.7425e-6, rel=1e-3)
     assert times.ops[0].name == "reduce_sum.7"
+
+
+def _event(name: str, start_ns: int, duration_ns: int) -> SimpleNamespace:
+    return SimpleNamespace(name=name, start_ns=start_ns, duration_ns=duration_ns, stats=[])
+
+
+def _plane(name: str, calls: list[tuple[int, int]], ops: list[tuple[str, int, int]]) -> Any:
+    modules = [_event("jit_step(42)", start, length) for start, length in calls]
+    executed = [_event(f"%{op} = f32[8] fusion(%a)", start, length) for op, start, length in ops]
+    lines = [SimpleNamespace(name="XLA Modules", events=modules)]
+    lines.append(SimpleNamespace(name="XLA Ops", events=executed))
+    return SimpleNamespace(name=name, lines=lines)
+
+
+def test_each_devices_calls_count_once_on_a_host_with_two_chips() -> None:
+    """Two device planes: every call on either is a call, and each device's instruction
+    times stay in its own calls (a second plane once wrote into the first one's)."""
+    first = _plane("/device:TPU:0", [(0, 100), (1000, 100)], [("a", 10, 50), ("a", 1010, 70)])
+    on_second = [("a", 5, 200), ("a", 1005, 200), ("a", 2005, 200), ("b", 2100, 40)]
+    second = _plane("/device:TPU:1", [(0, 300), (1000, 300), (2000, 300)], on_second)
+    host = SimpleNamespace(name="/host:CPU", lines=[])
+    times = device_times([host, first, second], "jit_step")
+    assert times is not None and times.planes == ["/device:TPU:0", "/device:TPU:1"]
+    assert times.spans_s == pytest.approx([1e-7, 1e-7, 3e-7, 3e-7, 3e-7])
+    by_name = {op.name: op for op in times.ops}
+    assert by_name["a"].calls == 5 and by_name["b"].calls == 1
+    assert by_name["a"].median_s == pytest.approx(200e-9)  # of 50, 70, 200, 200, 200 ns
+    assert by_name["b"].median_s == 0.0  # in one call of five
 
 
 def test_another_programs_trace_has_no_device_time_for_this_one() -> None:

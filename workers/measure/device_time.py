@@ -21,7 +21,7 @@ import glob
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,38 +70,42 @@ def _op_name(event_name: str) -> str:
     return head.removeprefix("%")
 
 
-def _device_planes(data: Any) -> list[Any]:
-    return [p for p in data.planes if p.name.startswith("/device:") and "CUSTOM" not in p.name]
+def _device_planes(planes: Iterable[Any]) -> list[Any]:
+    return [p for p in planes if p.name.startswith("/device:") and "CUSTOM" not in p.name]
 
 
 def read_trace(path: str, module: str) -> DeviceTimes | None:
     """Device times of `module` (its HLO module name, e.g. `jit_sum`) in the trace file
     `path` (an `.xplane.pb`); None when no device plane ran it (a CPU, or another program)."""
-    data = ProfileData.from_file(path)
+    return device_times(ProfileData.from_file(path).planes, module)
+
+
+def device_times(all_planes: Iterable[Any], module: str) -> DeviceTimes | None:
+    """Device times of `module` in a trace's planes (`ProfileData.planes`: each with its
+    name and lines, each line with its name and events); None when no device plane ran it.
+    Each call is counted once, on whichever device plane ran it."""
     spans: list[float] = []
-    per_op: dict[str, list[float]] = {}
+    per_op: dict[str, dict[int, float]] = {}  # each instruction's time in each call it ran
     planes = []
-    for plane in _device_planes(data):
+    for plane in _device_planes(all_planes):
         lines = {line.name: list(line.events) for line in plane.lines}
         calls = [e for e in lines.get(_MODULES, []) if e.name.split("(", 1)[0] == module]
         if not calls:
             continue
         planes.append(plane.name)
-        spans.extend(_duration_s(e) for e in calls)
-        windows = [(e.start_ns, e.start_ns + e.duration_ns) for e in calls]
-        for i, (start, end) in enumerate(windows):
-            inside: dict[str, float] = {}
+        for call in calls:  # numbered across the planes: one device's call is not another's
+            number = len(spans)
+            spans.append(_duration_s(call))
+            start, end = call.start_ns, call.start_ns + call.duration_ns
             for op in lines.get(_OPS, []):
                 if start <= op.start_ns <= end:
-                    name = _op_name(op.name)
-                    inside[name] = inside.get(name, 0.0) + _duration_s(op)
-            for name, seconds in inside.items():
-                per_op.setdefault(name, [0.0] * len(windows))[i] = seconds
+                    ran = per_op.setdefault(_op_name(op.name), {})
+                    ran[number] = ran.get(number, 0.0) + _duration_s(op)
     if not spans:
         return None
     ops = [
-        OpTime(name, statistics.median(times), sum(1 for t in times if t > 0))
-        for name, times in per_op.items()
+        OpTime(name, statistics.median([ran.get(n, 0.0) for n in range(len(spans))]), len(ran))
+        for name, ran in per_op.items()
     ]
     ops.sort(key=lambda o: o.median_s, reverse=True)
     return DeviceTimes(spans, ops, planes)
