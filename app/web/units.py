@@ -9,6 +9,8 @@ def format_seconds(value: float) -> str:
         return f"{value:.3f} s"
     if value >= 1e-3:
         return f"{value * 1e3:.3f} ms"
+    if 0 < value < 1e-6:  # an instruction on a chip: 14 ns, not "0.0 µs"
+        return f"{value * 1e9:.3g} ns"
     return f"{value * 1e6:.1f} µs"
 
 

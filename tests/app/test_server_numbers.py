@@ -133,6 +133,7 @@ async def test_a_sweeps_times_are_the_samples_not_the_workers_figures(
         assert p["flops"] == h["flops"]  # the catalog's count
     assert job["run"]["rates"]["calls"] == 3
     assert "-1000000" not in page and ">0.0 µs<" not in page and "1e-12" not in page
+    assert "0.001 ns" not in page  # 1e-12 s as the pages write a few nanoseconds
 
 
 # --- work counts ---------------------------------------------------------------------------
