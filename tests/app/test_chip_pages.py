@@ -72,6 +72,7 @@ async def test_a_chip_runs_page_sets_the_prediction_beside_the_chip(
     # The whole program's estimate says what it leaves out: the async copy states none.
     left_out = "(none stated, or inside a loop's body): <code>copy-start</code>"
     assert f"with no estimate beside their time {left_out}" in page
+    assert "<code>copy-done</code>, under 0.1 % of the measured instructions' time" in page
     explained = page[page.index('id="explain-h"') :]
     assert "on the chip</th>" in explained and "(estimated 1.02×)" in explained
 
