@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 
@@ -21,25 +21,28 @@ def get_app_settings(request: Request) -> Settings:
     return get_state(request).settings
 
 
+T = TypeVar("T")
+
 StateDep = Annotated[AppState, Depends(get_state)]
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 
 
-def get_dispatcher(request: Request) -> Dispatcher:
-    dispatcher = get_state(request).dispatcher
-    if dispatcher is None:
+def _running(part: T | None) -> T:
+    """A part of the bench (set when the server starts it), or 503 where it is not running."""
+    if part is None:
         raise HTTPException(status_code=503, detail="the bench is not running on this server")
-    return dispatcher
+    return part
+
+
+def get_dispatcher(request: Request) -> Dispatcher:
+    return _running(get_state(request).dispatcher)
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 
 
 def get_admission(request: Request) -> Admission:
-    admission = get_state(request).admission
-    if admission is None:
-        raise HTTPException(status_code=503, detail="the bench is not running on this server")
-    return admission
+    return _running(get_state(request).admission)
 
 
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
@@ -47,10 +50,7 @@ AdmissionDep = Annotated[Admission, Depends(get_admission)]
 
 
 def get_hlo_diffs(request: Request) -> HloDiffs:
-    diffs = get_state(request).hlo_diffs
-    if diffs is None:
-        raise HTTPException(status_code=503, detail="the bench is not running on this server")
-    return diffs
+    return _running(get_state(request).hlo_diffs)
 
 
 HloDiffsDep = Annotated[HloDiffs, Depends(get_hlo_diffs)]

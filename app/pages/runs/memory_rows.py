@@ -17,6 +17,7 @@ from urllib.parse import quote
 from app.ir.sent import short_file
 from app.ir.view import Keys
 from workers.protocol import MemoryBlock, MemoryBuffer
+from workers.protocol.hlo.shapes import top_level_parts
 from workers.protocol.sizes import byte_text as gb
 
 
@@ -62,17 +63,7 @@ def shown_shape(shape: str) -> str:
     hundred elements) by its count and first two elements, layouts left out."""
     if not shape.startswith("("):
         return shape
-    inner = _LAYOUT.sub("", shape[1:-1])
-    depth, parts, start = 0, [], 0
-    for i, c in enumerate(inner):
-        if c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(inner[start:i].strip())
-            start = i + 1
-    parts.append(inner[start:].strip())
+    parts = top_level_parts(_LAYOUT.sub("", shape[1:-1]))
     if len(parts) <= 3:
         return f"({', '.join(parts)})"
     return f"a tuple of {len(parts)}: ({', '.join(parts[:2])}, …)"
