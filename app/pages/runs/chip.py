@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import cached_property
 
 from workers.protocol import BoundaryId, RunResult
 from workers.protocol.chips import CHIPS, Clock, TargetModel, chip_of_kind
@@ -75,7 +76,7 @@ class ChipView:
     def ratio(self) -> float | None:
         return self.estimated_s / self.device_s if self.estimated_s and self.device_s else None
 
-    @property
+    @cached_property  # the page reads it several times
     def unestimated(self) -> tuple[float, list[str]] | None:
         """The share of the measured instructions' time on the chip that states no
         estimate, and their names; None when every one states one (or none was measured).
@@ -121,15 +122,19 @@ def chip_view(run: RunResult) -> ChipView | None:
     device_s = _median(run, BoundaryId.DEVICE_TIME)
     if device_s is None and run.prediction is None:
         return None
-    host_boundary = next(
-        (b for b in (BoundaryId.HOST_SYNC, BoundaryId.HOST_THROUGHPUT) if _median(run, b)),
-        None,
+    host_boundary, host_s = next(
+        (
+            (b, median)
+            for b in (BoundaryId.HOST_SYNC, BoundaryId.HOST_THROUGHPUT)
+            if (median := _median(run, b))
+        ),
+        (None, None),
     )
     clock, p = clock_of(run), run.prediction
     return ChipView(
         device_kind=run.environment.device_kind,
         target=p.target if p is not None else (run.target.id if run.target else None),
-        host_s=_median(run, host_boundary) if host_boundary else None,
+        host_s=host_s,
         host_boundary=host_boundary.value if host_boundary else None,
         device_s=device_s,
         estimated_s=_estimated(run, clock),
