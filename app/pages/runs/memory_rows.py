@@ -17,7 +17,7 @@ from urllib.parse import quote
 from app.ir.sent import short_file
 from app.ir.view import Keys
 from workers.protocol import MemoryBlock, MemoryBuffer
-from workers.protocol.hlo.shapes import top_level_parts
+from workers.protocol.hlo import top_level_parts
 from workers.protocol.sizes import byte_text as gb
 
 

@@ -32,6 +32,7 @@ from workers.protocol.hlo.shapes import (
     layout_of,
     payload_shape,
     shape_bytes,
+    top_level_parts,
     without_layout,
 )
 from workers.protocol.hlo.syntax import (
@@ -71,6 +72,7 @@ __all__ = [
     "read_hlo",
     "shape_bytes",
     "source_of",
+    "top_level_parts",
     "unnamed",
     "with_metadata",
     "without_layout",
