@@ -37,10 +37,10 @@ def large_run() -> tuple[dict[str, Any], int]:
     import jax
     import jax.numpy as jnp
 
+    from workers.compiler.analysis import memory_analysis
     from workers.compiler.memory_dump import dump_folder, dump_options, read_plan, report_of
     from workers.protocol import JobSpec
     from workers.run.engine import run_job
-    from workers.run.program import memory_analysis
 
     x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
     ws = jax.ShapeDtypeStruct((LINKS, 64, 64), jnp.float32)

@@ -10,6 +10,7 @@ policies shared compiles.
 from __future__ import annotations
 
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,32 @@ def test_the_cpu_stand_in_reference_names_its_dtype(tmp_path: Path) -> None:
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     verdict = bound.judge(params, [x], x * 2)
     assert verdict.passed and verdict.reference == "the same artifact on the CPU, in float32"
+
+
+def _sorted_outer(x: jax.Array) -> jax.Array:
+    return jnp.sort(jnp.outer(x, x).ravel())[:4]
+
+
+def test_a_cpu_stand_in_over_the_job_limit_is_not_run_and_says_why(tmp_path: Path) -> None:
+    """On the chip, a program near the HBM's limit needed 82 GB as its CPU stand-in and
+    took the host down: the stand-in's compiled peak is read first, and held to the job
+    limit."""
+    files = FileCache(tmp_path)
+    data, _ = export_function(_sorted_outer, [("float32", (1024,))], ["cpu", "cuda"])
+    params = parse_params("exported", {"artifact": files.put(data)})
+    x = np.linspace(-1.0, 1.0, 1024, dtype=np.float32)
+    out = np.sort(np.outer(x, x).ravel())[:4]
+    roomy = ExportedFunction().bind(params, PathId.JAX_GPU, tmp_path, 64 * 1024**2)
+    assert roomy.judge(params, [x], out).passed
+    tight = ExportedFunction().bind(params, PathId.JAX_GPU, tmp_path, 2 * 1024**2)
+    verdict = tight.judge(params, [x], out)
+    assert not verdict.checked and verdict.reference == "none"
+    assert verdict.detail is not None
+    need = re.search(
+        r"on the CPU would need [\d.]+ MB \(([\d,]+) bytes\) of host memory", verdict.detail
+    )
+    assert need is not None and int(need.group(1).replace(",", "")) > 4 * 1024**2
+    assert "over the job limit of 2.1 MB (2,097,152 bytes)" in verdict.detail
 
 
 # --- 3. complex values are compared as complex ------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 
+from workers.compiler.analysis import memory_stat, memory_stats
 from workers.compiler.environment import detect_environment, devices_by_platform
 from workers.compiler.memory_dump import Plan
 from workers.protocol import (
@@ -28,7 +29,6 @@ from workers.protocol import (
     gpu_usable_bytes,
 )
 from workers.protocol.hlo_summary import autotuned_gemms
-from workers.run.program import memory_stat, memory_stats
 from workers.run.target_program import Dumped
 from workers.xla_targets.capacity import capacity_report
 from workers.xla_targets.misfit import Misfit

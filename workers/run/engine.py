@@ -30,6 +30,7 @@ from workers.catalog.kernels import (
 )
 from workers.catalog.shape_sweep import ShapeSweepParams
 from workers.catalog.target_rules import apply_target, byte_cap, job_kernel, job_target
+from workers.compiler.analysis import memory_analysis
 from workers.compiler.environment import describe_devices, detect_environment, devices_by_platform
 from workers.compiler.source import workload_source
 from workers.measure.publish import Measured, RateBasis
@@ -50,7 +51,7 @@ from workers.protocol.hlo_summary import compiled_costs
 from workers.protocol.targets import own_target, parse_target
 from workers.run.base import SEED, PathUnavailable, Progress, emitter
 from workers.run.execute import execute
-from workers.run.program import compile_program, memory_analysis, work_of
+from workers.run.program import compile_program, work_of
 from workers.run.stages import bind_workload
 from workers.run.sweep import run_sweep
 from workers.scale.attach import attach_scale

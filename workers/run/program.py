@@ -44,7 +44,6 @@ from workers.protocol import (
     CachePolicy,
     HloSummary,
     JobSpec,
-    MemoryAnalysis,
     MemoryReport,
     PipelineCapture,
     StageSeconds,
@@ -74,34 +73,6 @@ def _jitted(workload: str, params: WorkloadParams, choice: KernelChoice | None) 
     while len(_JITTED) > _MAX_JITTED:
         _JITTED.popitem(last=False)
     return found
-
-
-def memory_stats(compiled: Any) -> Any | None:
-    """XLA's `memory_analysis()` of a compiled program, or None where it gives none."""
-    try:
-        return compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        return None
-
-
-def memory_stat(stats: Any, name: str) -> int | None:
-    """One byte count of `memory_stats`, or None when absent or not a count."""
-    value = getattr(stats, name, None)
-    return int(value) if isinstance(value, int) and value >= 0 else None
-
-
-def memory_analysis(compiled: Any) -> MemoryAnalysis | None:
-    """What XLA says the compiled program holds in memory, or None where it says nothing."""
-    stats = memory_stats(compiled)
-    if stats is None:
-        return None
-    return MemoryAnalysis(
-        argument_bytes=memory_stat(stats, "argument_size_in_bytes"),
-        output_bytes=memory_stat(stats, "output_size_in_bytes"),
-        temp_bytes=memory_stat(stats, "temp_size_in_bytes"),
-        peak_bytes=memory_stat(stats, "peak_memory_in_bytes"),
-        alias_bytes=memory_stat(stats, "alias_size_in_bytes"),
-    )
 
 
 @dataclass

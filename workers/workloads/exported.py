@@ -33,6 +33,7 @@ from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import WorkloadParams
 from workers.catalog.exported import ExportedParams
 from workers.catalog.target_rules import check_target_platforms, placement_on
+from workers.compiler.analysis import memory_analysis
 from workers.export.meshes import MeshError, argument_shardings, flat_call
 from workers.export.rules import (
     InputRuleError,
@@ -45,6 +46,8 @@ from workers.export.samples import ReferenceError, as_dtype, dtype_name, expecte
 from workers.files import FileCache
 from workers.measure.correctness import check_results
 from workers.protocol import Correctness, PathId, Target
+from workers.protocol.memory import program_peak
+from workers.protocol.sizes import byte_text
 from workers.workloads.artifact import (
     Loaded,
     check_artifact,
@@ -198,19 +201,32 @@ class ExportedFunction(Workload[ExportedParams]):
 
     def _on_cpu(
         self, params: ExportedParams, inputs: Sequence[HostArray]
-    ) -> dict[int, tuple[Any | None, Any]] | None:
-        """Every result of the same artifact run on this process's CPU devices, or None
-        where that cannot stand in (the jax-cpu path itself, no CPU lowering, too few)."""
+    ) -> dict[int, tuple[Any | None, Any]] | str:
+        """Every result of the same artifact run on this process's CPU devices, or why it
+        cannot stand in: the jax-cpu path itself, no CPU lowering, too few CPU devices, or a
+        CPU program that would need more host memory than the job limit (its compile's
+        memory analysis, read before anything runs: a program that fills a chip's HBM can
+        need several times that on the CPU, which does not rematerialize as libtpu does)."""
         exp = _load(params).exp
         cpus = jax.devices("cpu")
-        if self.path in (None, PathId.JAX_CPU) or "cpu" not in exp.platforms:
-            return None
-        if len(cpus) < int(exp.nr_devices):
-            return None
+        if self.path in (None, PathId.JAX_CPU):
+            return "on the jax-cpu path a CPU run would only repeat this run"
+        if "cpu" not in exp.platforms or len(cpus) < int(exp.nr_devices):
+            return "no CPU run could stand in (not exported for CPU, or too few CPU devices)"
         placed = [
             jax.device_put(x, s) for x, s in zip(inputs, argument_shardings(exp, cpus), strict=True)
         ]
-        results = jax.jit(flat_call(exp))(*placed)
+        compiled = jax.jit(flat_call(exp)).lower(*placed).compile()
+        analysis = memory_analysis(compiled)
+        need = analysis and program_peak("cpu", peak=analysis.peak_bytes, temp=analysis.temp_bytes)
+        if need is not None and need > self.max_bytes:
+            return (
+                f"the same artifact on the CPU would need {byte_text(need, exact=True)} of host "
+                f"memory (its CPU compile's memory analysis), over the job limit of "
+                f"{byte_text(self.max_bytes, exact=True)}; upload reference outputs to check "
+                "it (export-fn --upload)"
+            )
+        results = compiled(*placed)
         return {i: (None, np.asarray(r)) for i, r in enumerate(results)}
 
     def judge(
@@ -235,16 +251,11 @@ class ExportedFunction(Workload[ExportedParams]):
                 label = "an uploaded sample of the reference outputs"
             return check_results(names, results, found, tolerances, reference=label)
         stand_in = self._on_cpu(params, inputs)
-        if stand_in is not None:
+        if not isinstance(stand_in, str):
             kinds = sorted({r.dtype.name for _, r in stand_in.values()})
             label = f"the same artifact on the CPU, in {', '.join(kinds)}"
             return check_results(names, results, stand_in, tolerances, reference=label)
-        why = (
-            "on the jax-cpu path a CPU run would only repeat this run"
-            if self.path in (None, PathId.JAX_CPU)
-            else "no CPU run could stand in (not exported for CPU, or too few CPU devices)"
-        )
-        why_none = f"no reference outputs were uploaded, and {why}"
+        why_none = f"no reference outputs were uploaded, and {stand_in}"
         return check_results(names, results, {}, tolerances, reference="none", why_none=why_none)
 
     # --- counts --------------------------------------------------------------------------------
