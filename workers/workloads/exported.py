@@ -218,7 +218,9 @@ class ExportedFunction(Workload[ExportedParams]):
         ]
         compiled = jax.jit(flat_call(exp)).lower(*placed).compile()
         analysis = memory_analysis(compiled)
-        need = analysis and program_peak("cpu", peak=analysis.peak_bytes, temp=analysis.temp_bytes)
+        need = None
+        if analysis is not None:
+            need = program_peak("cpu", peak=analysis.peak_bytes, temp=analysis.temp_bytes)
         if need is not None and need > self.max_bytes:
             return (
                 f"the same artifact on the CPU would need {byte_text(need, exact=True)} of host "
