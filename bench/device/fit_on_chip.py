@@ -33,14 +33,18 @@ from workers.export.server_address import ServerAddress  # noqa: E402
 OWN = {
     "transformer step": ("bench.device.models.transformer_step", "step"),
     "nnx forward": ("bench.device.models.nnx_forward", "forward"),
+    "nnx train step": ("bench.device.models.nnx_step", "step"),
 }
 
 
-def export_own(folder: Path) -> list[tuple[str, Path]]:
-    """The two models, exported with a symbolic batch as a user would, off the chip."""
+def export_own(folder: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
+    """The models (those `only` names, else all), exported with a symbolic batch as a user
+    would, off the chip."""
     found = []
     for label, (module, function) in OWN.items():
-        out = folder / f"{function}.jaxexport"
+        if only and label not in only:
+            continue
+        out = folder / f"{module.rsplit('.', 1)[-1]}.jaxexport"
         subprocess.run(
             [sys.executable, "-m", "app.cli", "export-fn", f"{module}:{function}",
              "--example", f"{module}:example", "--symbolic", "batch=tokens",
@@ -88,9 +92,11 @@ def confirm(
     for value, key in ((largest, "at_largest"), (t.get("value_above"), "above_on_chip")):
         if value is None:
             continue
-        body = {"workload": "exported", "path": path, "measure": {"samples": 5},
-                "params": {"artifact": sha, "dims": {dim: value}}}  # fmt: skip
-        job_id = client.post("/api/v1/jobs", json=body).json()["id"]
+        params = {"artifact": sha, "dims": {dim: value}}
+        body = {"workload": "exported", "path": path, "measure": {"samples": 5}, "params": params}
+        posted = client.post("/api/v1/jobs", json=body)
+        assert posted.status_code == 202, posted.text
+        job_id = posted.json()["id"]
         job = wait(client, f"/api/v1/jobs/{job_id}", ("done", "failed", "expired"), 1800)
         run = job.get("run") or {}
         row[key] = {"value": value, "status": job["status"], "valid": run.get("valid"),
@@ -111,6 +117,7 @@ def main() -> int:
     parser.add_argument("--range", default="1:65536")
     parser.add_argument("--step", type=int, default=64)
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--only", action="append", choices=sorted(OWN), help="an own model")
     args = parser.parse_args()
     lo, hi = (int(x) for x in args.range.split(":"))
     lo = lo if (hi - lo) % args.step == 0 else hi - args.step * ((hi - lo) // args.step)
@@ -118,7 +125,7 @@ def main() -> int:
     env = {"BOUNDARY_JAX_PLATFORMS": "cpu"} if args.cpu else {}
     with tempfile.TemporaryDirectory(prefix="bfit-") as name:
         tmp = Path(name)
-        programs = [(f.name, f) for f in args.files] or export_own(tmp)
+        programs = [(f.name, f) for f in args.files] or export_own(tmp, args.only)
         procs = start(tmp, tmp / "b.sock", {**env, "BOUNDARY_WORKER_TOKEN": TOKEN})
         server = ServerAddress.parse(f"unix:{tmp / 'b.sock'}")
         rows = []
