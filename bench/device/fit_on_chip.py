@@ -35,6 +35,13 @@ OWN = {
     "nnx forward": ("bench.device.models.nnx_forward", "forward"),
     "nnx train step": ("bench.device.models.nnx_step", "step"),
 }
+RULES: dict[str, dict[str, Any]] = {
+    "nnx train step": {"opt_state/*": {"kind": "zeros"}, "opt_state/0/nu/*": {"kind": "positive"}},
+}
+"""How a run draws the arguments of an own model that needs more than the defaults (read
+here, not from the model's module: importing it would open the chip in this process, and
+one process at a time may hold a TPU). AdamW's second moment drawn as N(0, 1) is negative
+half the time, and its square root NaN."""
 
 
 def export_own(folder: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
@@ -67,7 +74,15 @@ def wait(client: Any, address: str, final: tuple[str, ...], timeout: float) -> d
 
 
 def confirm(
-    client: Any, sha: str, dim: str, *, span: tuple[int, int], step: int, target: str, path: str
+    client: Any,
+    sha: str,
+    dim: str,
+    *,
+    span: tuple[int, int],
+    step: int,
+    target: str,
+    path: str,
+    rules: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     fit = client.post(
         "/api/v1/fits",
@@ -92,7 +107,11 @@ def confirm(
     for value, key in ((largest, "at_largest"), (t.get("value_above"), "above_on_chip")):
         if value is None:
             continue
-        params = {"artifact": sha, "dims": {dim: value}}
+        params = {
+            "artifact": sha,
+            "dims": {dim: value},
+            **({"input_rules": rules} if rules else {}),
+        }
         body = {"workload": "exported", "path": path, "measure": {"samples": 5}, "params": params}
         posted = client.post("/api/v1/jobs", json=body)
         assert posted.status_code == 202, posted.text
@@ -100,6 +119,7 @@ def confirm(
         job = wait(client, f"/api/v1/jobs/{job_id}", ("done", "failed", "expired"), 1800)
         run = job.get("run") or {}
         row[key] = {"value": value, "status": job["status"], "valid": run.get("valid"),
+                    "check": (run.get("correctness") or {}).get("detail"),
                     "reason": (job.get("reason") or "")[:300]}  # fmt: skip
     ran = row.get("at_largest", {})
     above = row.get("above_on_chip")  # none when L is the range's top
@@ -149,6 +169,7 @@ def main() -> int:
                         step=args.step,
                         target=target,
                         path=path,
+                        rules=RULES.get(label),
                     )
                     row["program"] = label
                     rows.append(row)

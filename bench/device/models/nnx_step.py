@@ -3,7 +3,8 @@ with optax's AdamW on next-token prediction. Nothing here knows about Boundary.
 
 `step` takes the model's state as a plain dict, AdamW's state and a batch of tokens (one
 longer than the model's context), and returns the loss, the new state and the optimizer's
-new state: outputs the size of the model, whatever the batch.
+new state: outputs the size of the model, whatever the batch. A run that draws AdamW's state
+needs its second moment drawn positive (bench/device/fit_on_chip.py's RULES).
 """
 
 from __future__ import annotations
