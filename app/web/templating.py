@@ -22,6 +22,7 @@ from pygments.lexers import get_lexer_by_name
 
 from app.settings import REPO_ROOT
 from app.web.units import format_seconds, format_si
+from workers.catalog.exported import STAND_IN_TOO_BIG
 from workers.protocol.targets import CHIPS, TargetModel
 
 TEMPLATE_DIR = REPO_ROOT / "templates"
@@ -129,6 +130,20 @@ def unchecked_why(detail: str | None) -> str:
     return text
 
 
+def unchecked_advice(detail: str | None) -> str:
+    """What a user can do about an output that went unchecked, by why it did."""
+    if STAND_IN_TOO_BIG in (detail or ""):
+        return (
+            "upload reference outputs made elsewhere (params.reference: an .npz, whole or "
+            "sampled), or run it on a worker whose job limit (BOUNDARY_MAX_JOB_BYTES) leaves "
+            "room for the CPU run"
+        )
+    return (
+        "upload reference outputs (an .npz) with the function, or export it for CPU too so a "
+        "CPU run can stand in on other paths"
+    )
+
+
 DEVICELESS = "Compiled without the hardware:"
 """How a worker's warning about a compile without the hardware begins
 (workers/run/deviceless.py): the run page's verdict says it, so its list of warnings does not."""
@@ -196,6 +211,7 @@ def make_environment() -> Environment:
     env.filters["ago"] = relative_time
     env.filters["outliers"] = outliers_text
     env.filters["unchecked_why"] = unchecked_why
+    env.filters["unchecked_advice"] = unchecked_advice
     env.filters["capitalize_first"] = capitalize_first
     env.filters["beyond_verdict"] = beyond_verdict
     env.filters["chip_name"] = chip_name

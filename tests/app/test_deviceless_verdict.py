@@ -74,3 +74,17 @@ def test_only_the_warning_the_verdict_says_is_left_out() -> None:
     assert beyond_verdict(warnings, deviceless=False) == warnings
     assert chip_name("v6e") == "TPU v6e (Trillium)" and chip_name("h100") == "NVIDIA H100 SXM"
     assert chip_name("tpu9") == "tpu9"
+
+
+def test_an_unchecked_outputs_advice_follows_why_it_went_unchecked() -> None:
+    """A stand-in too large for the worker is no reason to export for CPU (the artifact
+    already is): the page suggests a reference made elsewhere, or a roomier worker."""
+    from app.web.templating import unchecked_advice
+    from workers.catalog.exported import STAND_IN_TOO_BIG
+
+    too_big = f"output unchecked: no reference outputs were uploaded, and {STAND_IN_TOO_BIG} 82 GB"
+    advice = unchecked_advice(too_big)
+    assert "made elsewhere (params.reference" in advice and "BOUNDARY_MAX_JOB_BYTES" in advice
+    assert "export it for CPU" not in advice
+    plain = unchecked_advice("output unchecked: no reference outputs were uploaded, and no CPU")
+    assert "export it for CPU too" in plain

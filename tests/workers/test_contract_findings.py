@@ -101,30 +101,69 @@ def test_the_cpu_stand_in_reference_names_its_dtype(tmp_path: Path) -> None:
     assert verdict.passed and verdict.reference == "the same artifact on the CPU, in float32"
 
 
-def _sorted_outer(x: jax.Array) -> jax.Array:
-    return jnp.sort(jnp.outer(x, x).ravel())[:4]
+def _sorts(x: jax.Array) -> jax.Array:
+    """Small results from a large argument, through temporaries larger than either."""
+    head = x[:2048]
+    return jnp.sort(x)[:4] + jnp.sort(jnp.outer(head, head).ravel())[:4]
 
 
-def test_a_cpu_stand_in_over_the_job_limit_is_not_run_and_says_why(tmp_path: Path) -> None:
-    """On the chip, a program near the HBM's limit needed 82 GB as its CPU stand-in and
-    took the host down: the stand-in's compiled peak is read first, and held to the job
-    limit."""
+STAND_IN = re.compile(
+    r"^output unchecked: no reference outputs were uploaded, and the same artifact on the CPU "
+    r"would need [\d.]+ MB \(([\d,]+) bytes\) of host memory \(its CPU compile's memory "
+    r"analysis\) beside the [\d.]+ (?:MB|kB) \(([\d,]+) bytes\) this run holds on the host, "
+    r"over the worker's job limit of [\d.]+ MB \(([\d,]+) bytes\) \(BOUNDARY_MAX_JOB_BYTES\)$"
+)
+
+
+def test_a_cpu_stand_in_runs_only_within_the_job_limit_with_what_the_run_holds(
+    tmp_path: Path,
+) -> None:
+    """On a TPU v5e, a training step at its largest fitting batch needed 82 GB of host
+    memory as its CPU stand-in, and the host went down. The stand-in is compiled from
+    shapes first; its peak and what the run already holds on the host (its inputs and
+    results) must fit the job limit, or it is not run and the verdict says why."""
     files = FileCache(tmp_path)
-    data, _ = export_function(_sorted_outer, [("float32", (1024,))], ["cpu", "cuda"])
+    data, _ = export_function(_sorts, [("float32", (512 * 1024,))], ["cpu", "cuda"])
     params = parse_params("exported", {"artifact": files.put(data)})
-    x = np.linspace(-1.0, 1.0, 1024, dtype=np.float32)
-    out = np.sort(np.outer(x, x).ravel())[:4]
-    roomy = ExportedFunction().bind(params, PathId.JAX_GPU, tmp_path, 64 * 1024**2)
-    assert roomy.judge(params, [x], out).passed
-    tight = ExportedFunction().bind(params, PathId.JAX_GPU, tmp_path, 2 * 1024**2)
-    verdict = tight.judge(params, [x], out)
-    assert not verdict.checked and verdict.reference == "none"
-    assert verdict.detail is not None
-    need = re.search(
-        r"on the CPU would need [\d.]+ MB \(([\d,]+) bytes\) of host memory", verdict.detail
+    x = np.linspace(-1.0, 1.0, 512 * 1024, dtype=np.float32)
+    head = x[:2048]
+    out = np.sort(x)[:4] + np.sort(np.outer(head, head).ravel())[:4]
+
+    def verdict(limit: int) -> Any:
+        bound = ExportedFunction().bind(params, PathId.JAX_GPU, tmp_path, limit)
+        return bound.judge(params, [x], out)
+
+    tight = verdict(9 * 1024**2)  # room for the job itself (bind's estimate), not the CPU run
+    assert not tight.checked and tight.reference == "none"
+    said = STAND_IN.match(tight.detail or "")
+    assert said is not None, tight.detail
+    need, held, limit = (int(group.replace(",", "")) for group in said.groups())
+    assert limit == 9 * 1024**2 and held == x.nbytes + out.nbytes
+    assert need > x.nbytes  # the argument and the temporaries of two sorts
+    short = verdict(need + held - 1)  # the CPU run alone would fit; with what is held, not
+    assert not short.checked and STAND_IN.match(short.detail or "") is not None
+    enough = verdict(need + held)
+    assert enough.checked and enough.passed
+    assert enough.reference == "the same artifact on the CPU, in float32"
+
+
+def test_a_stand_in_over_several_cpu_devices_counts_each_and_an_unreported_peak_stops_it(
+    tmp_path: Path,
+) -> None:
+    """memory_analysis() speaks for one device; a CPU run over four keeps four such peaks
+    in the same host memory. Without a reported peak the stand-in does not run."""
+    from workers.protocol import MemoryAnalysis
+
+    bound = ExportedFunction(PathId.JAX_GPU, FileCache(tmp_path), max_bytes=1000)
+    one = MemoryAnalysis(argument_bytes=100, output_bytes=50, temp_bytes=60, peak_bytes=200)
+    assert bound._too_big(one, 1, 740) is None  # 200 + 60 (the CPU rule) + 740 ≤ 1,000
+    said = bound._too_big(one, 4, 0) or ""
+    assert "would need 1.04 kB (1,040 bytes) of host memory" in said and "on 4 devices" in said
+    assert "over the worker's job limit of 1 kB (1,000 bytes)" in said
+    assert bound._too_big(one.model_copy(update={"temp_bytes": None}), 1, 0) == (
+        "the same artifact on the CPU would need memory its compile did not report, "
+        "so it was not run"
     )
-    assert need is not None and int(need.group(1).replace(",", "")) > 4 * 1024**2
-    assert "over the job limit of 2.1 MB (2,097,152 bytes)" in verdict.detail
 
 
 # --- 3. complex values are compared as complex ------------------------------------------------

@@ -29,6 +29,11 @@ EXPORT_MEDIA_TYPE = "application/vnd.jax.exported"
 NPZ_MEDIA_TYPE = "application/x-npz"
 """How the store labels a NumPy .npz archive of arrays."""
 
+STAND_IN_TOO_BIG = "the same artifact on the CPU would need"
+"""How the reason begins when a run on a GPU or TPU goes unchecked because the CPU run
+that would stand in for a reference needs more host memory than the worker's job limit
+(workers/workloads/exported.py); the run page's advice follows from it."""
+
 JAX_PLATFORM: dict[PathId, str] = {
     PathId.JAX_CPU: "cpu",
     PathId.JAX_GPU: "cuda",

@@ -21,9 +21,9 @@ directory: the agent fetches them from the server before the job reaches the run
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -31,7 +31,7 @@ import numpy as np
 from workers.catalog import CatalogError
 from workers.catalog.arithmetic import Arithmetic
 from workers.catalog.base import WorkloadParams
-from workers.catalog.exported import ExportedParams
+from workers.catalog.exported import STAND_IN_TOO_BIG, ExportedParams
 from workers.catalog.target_rules import check_target_platforms, placement_on
 from workers.compiler.analysis import memory_analysis
 from workers.export.meshes import MeshError, argument_shardings, flat_call
@@ -45,7 +45,7 @@ from workers.export.rules import (
 from workers.export.samples import ReferenceError, as_dtype, dtype_name, expected
 from workers.files import FileCache
 from workers.measure.correctness import check_results
-from workers.protocol import Correctness, PathId, Target
+from workers.protocol import Correctness, MemoryAnalysis, PathId, Target
 from workers.protocol.memory import program_peak
 from workers.protocol.sizes import byte_text
 from workers.workloads.artifact import (
@@ -200,36 +200,53 @@ class ExportedFunction(Workload[ExportedParams]):
         raise ValueError("an exported function is judged result by result (see judge)")
 
     def _on_cpu(
-        self, params: ExportedParams, inputs: Sequence[HostArray]
+        self, params: ExportedParams, inputs: Sequence[HostArray], held: int
     ) -> dict[int, tuple[Any | None, Any]] | str:
         """Every result of the same artifact run on this process's CPU devices, or why it
-        cannot stand in: the jax-cpu path itself, no CPU lowering, too few CPU devices, or a
-        CPU program that would need more host memory than the job limit (its compile's
-        memory analysis, read before anything runs: a program that fills a chip's HBM can
-        need several times that on the CPU, which does not rematerialize as libtpu does)."""
+        cannot stand in: the jax-cpu path itself, no CPU lowering, too few CPU devices, or
+        too little host memory. The CPU program is compiled from the inputs' shapes before
+        anything is placed, and runs only when its peak (memory_analysis() by the CPU rule,
+        on each of its devices, all in the host's memory) and the `held` bytes the run
+        already keeps on the host fit within the worker's job limit. On a TPU v5e, a
+        training step at 15 GB of its HBM reports 82 GB of temporaries on the CPU."""
         exp = _load(params).exp
         cpus = jax.devices("cpu")
         if self.path in (None, PathId.JAX_CPU):
             return "on the jax-cpu path a CPU run would only repeat this run"
-        if "cpu" not in exp.platforms or len(cpus) < int(exp.nr_devices):
+        devices = int(exp.nr_devices)
+        if "cpu" not in exp.platforms or len(cpus) < devices:
             return "no CPU run could stand in (not exported for CPU, or too few CPU devices)"
-        placed = [
-            jax.device_put(x, s) for x, s in zip(inputs, argument_shardings(exp, cpus), strict=True)
+        shardings = argument_shardings(exp, cpus)
+        struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)  # jax leaves it untyped
+        shapes = [
+            struct(np.shape(x), np.asarray(x).dtype, sharding=s)
+            for x, s in zip(inputs, shardings, strict=True)
         ]
-        compiled = jax.jit(flat_call(exp)).lower(*placed).compile()
-        analysis = memory_analysis(compiled)
-        need = None
-        if analysis is not None:
-            need = program_peak("cpu", peak=analysis.peak_bytes, temp=analysis.temp_bytes)
-        if need is not None and need > self.max_bytes:
-            return (
-                f"the same artifact on the CPU would need {byte_text(need, exact=True)} of host "
-                f"memory (its CPU compile's memory analysis), over the job limit of "
-                f"{byte_text(self.max_bytes, exact=True)}; upload reference outputs to check "
-                "it (export-fn --upload)"
-            )
+        compiled = jax.jit(flat_call(exp)).lower(*shapes).compile()
+        too_big = self._too_big(memory_analysis(compiled), devices, held)
+        if too_big is not None:
+            return too_big
+        placed = [jax.device_put(x, s) for x, s in zip(inputs, shardings, strict=True)]
         results = compiled(*placed)
         return {i: (None, np.asarray(r)) for i, r in enumerate(results)}
+
+    def _too_big(self, analysis: MemoryAnalysis | None, devices: int, held: int) -> str | None:
+        """Why the CPU stand-in may not run in this worker's memory, or None when it may."""
+        limit = f"the worker's job limit of {byte_text(self.max_bytes, exact=True)}"
+        peak = None
+        if analysis is not None:
+            peak = program_peak("cpu", peak=analysis.peak_bytes, temp=analysis.temp_bytes)
+        if peak is None:
+            return f"{STAND_IN_TOO_BIG} memory its compile did not report, so it was not run"
+        need = peak * devices
+        if need + held <= self.max_bytes:
+            return None
+        spread = f", on {devices} devices" if devices > 1 else ""
+        return (
+            f"{STAND_IN_TOO_BIG} {byte_text(need, exact=True)} of host memory (its CPU "
+            f"compile's memory analysis{spread}) beside the {byte_text(held, exact=True)} "
+            f"this run holds on the host, over {limit} (BOUNDARY_MAX_JOB_BYTES)"
+        )
 
     def judge(
         self,
@@ -252,7 +269,8 @@ class ExportedFunction(Workload[ExportedParams]):
             if any(indices is not None for indices, _ in found.values()):
                 label = "an uploaded sample of the reference outputs"
             return check_results(names, results, found, tolerances, reference=label)
-        stand_in = self._on_cpu(params, inputs)
+        held = sum(np.asarray(x).nbytes for x in inputs) + sum(r.nbytes for r in results)
+        stand_in = self._on_cpu(params, inputs, held)
         if not isinstance(stand_in, str):
             kinds = sorted({r.dtype.name for _, r in stand_in.values()})
             label = f"the same artifact on the CPU, in {', '.join(kinds)}"
