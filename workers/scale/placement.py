@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from workers.catalog.mesh import format_spec
+from workers.compiler.analysis import memory_stat, memory_stats
 from workers.protocol import (
     CollectiveExplanation,
     DeviceMemory,
@@ -63,11 +64,6 @@ def shard_shapes(prepared: Prepared) -> list[ShardShapes]:
     return list(by_device.values())  # in mesh order
 
 
-def _stat(stats: Any, name: str) -> int | None:
-    value = getattr(stats, name, None)
-    return int(value) if isinstance(value, int) and value >= 0 else None
-
-
 def _allocator_peak(device: Any) -> int | None:
     if getattr(device, "process_index", 0) != jax.process_index():
         return None
@@ -83,10 +79,7 @@ def device_memory(
     prepared: Prepared, shards: list[ShardShapes], compiled: Any
 ) -> tuple[list[DeviceMemory], str]:
     """Bytes each device needs, and a note on where the figures came from."""
-    try:
-        stats = compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, ValueError):
-        stats = None
+    stats = memory_stats(compiled)
     size = prepared.params.element_bytes()
     names = [layout.name for layout in prepared.layouts]
     inputs, output = names[:-1], names[-1]
@@ -99,14 +92,14 @@ def device_memory(
                 device=shard.device,
                 argument_bytes=argument,
                 output_bytes=math.prod(shard.shapes[output]) * size,
-                temp_bytes=_stat(stats, "temp_size_in_bytes"),
-                peak_bytes=_stat(stats, "peak_memory_in_bytes"),
+                temp_bytes=memory_stat(stats, "temp_size_in_bytes"),
+                peak_bytes=memory_stat(stats, "peak_memory_in_bytes"),
                 in_use_peak_bytes=_allocator_peak(devices[shard.device]),
                 source="shards placed; temp and peak from memory_analysis()",
             )
         )
     note = MEMORY_NOTE
-    compiled_args = _stat(stats, "argument_size_in_bytes")
+    compiled_args = memory_stat(stats, "argument_size_in_bytes")
     if compiled_args is not None and rows and compiled_args != rows[0].argument_bytes:
         note += f" XLA's own argument size for the per-device program is {compiled_args:,} bytes."
     return rows, note
