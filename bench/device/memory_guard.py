@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 GIB = 1024**3
 
@@ -27,11 +28,25 @@ def available() -> int:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
+def ancestors() -> set[int]:
+    """This process, its parents up to init, and init: never the guard's to kill."""
+    found, pid = {1}, os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return found
+
+
 def largest(count: int = 3) -> list[tuple[int, int, str]]:
-    """(resident bytes, pid, command line) of the largest processes, largest first."""
-    found = []
+    """(resident bytes, pid, command line) of the largest processes, largest first,
+    leaving out this guard's own line of parents."""
+    found, spared = [], ancestors()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in spared:
             continue
         try:
             status = (entry / "status").read_text()
@@ -42,6 +57,22 @@ def largest(count: int = 3) -> list[tuple[int, int, str]]:
         if rss is not None:
             found.append((int(rss.split()[1]) * 1024, int(entry.name), command))
     return sorted(found, reverse=True)[:count]
+
+
+def kill_largest(left: int, log: TextIO) -> None:
+    """Kill the largest process and say so; a process gone already, or not this user's,
+    is said too, and the guard goes on."""
+    found = largest(1)
+    if not found:
+        print(f"{left / GIB:.1f} GiB left, and no process could be read", file=log)
+        return
+    rss, pid, cmd = found[0]
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as exc:
+        print(f"could not kill {pid} ({rss / GIB:.1f} GiB): {exc}", file=log)
+        return
+    print(f"KILLED {pid} ({rss / GIB:.1f} GiB, {left / GIB:.1f} GiB left): {cmd}", file=log)
 
 
 def main() -> int:
@@ -61,12 +92,7 @@ def main() -> int:
                 )
                 said, lowest = now, min(lowest, left)
             if left < floor:
-                rss, pid, cmd = largest(1)[0]
-                print(
-                    f"KILLED {pid} ({rss / GIB:.1f} GiB, {left / GIB:.1f} GiB left): {cmd}",
-                    file=log,
-                )
-                os.kill(pid, signal.SIGKILL)
+                kill_largest(left, log)
                 time.sleep(1.0)
             time.sleep(0.25)
     return 0
