@@ -42,7 +42,8 @@ TreePath = tuple[str | int, ...]
 
 _CONVENTION = "jax_export_calling_convention_version"
 
-_shape_dtype_struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)
+shape_dtype_struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)
+"""`jax.ShapeDtypeStruct`, which jax leaves untyped, callable from typed code."""
 _config_update = cast("Callable[[str, object], None]", jax.config.update)
 
 
@@ -278,7 +279,7 @@ def _abstract(x: Any) -> Any:
     if not isinstance(sharding, jax.sharding.NamedSharding):
         sharding = None
     dtype = x.dtype if isinstance(x, jax.Array) else np.asarray(x).dtype
-    return _shape_dtype_struct(np.shape(x), dtype, sharding=sharding)
+    return shape_dtype_struct(np.shape(x), dtype, sharding=sharding)
 
 
 def readable_convention() -> None:
@@ -333,7 +334,7 @@ def symbolic_specs(
                     f"argument's {values[dim]}; one dimension has one size in the example"
                 )
             out[argument] = jax.tree.map(
-                lambda leaf, d=symbols[dim]: _shape_dtype_struct(
+                lambda leaf, d=symbols[dim]: shape_dtype_struct(
                     (d, *leaf.shape[1:]), leaf.dtype, sharding=leaf.sharding
                 ),
                 specs[argument],

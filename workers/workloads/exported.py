@@ -21,9 +21,9 @@ directory: the agent fetches them from the server before the job reaches the run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import jax
 import numpy as np
@@ -43,6 +43,7 @@ from workers.export.rules import (
     resolve_rules,
 )
 from workers.export.samples import ReferenceError, as_dtype, dtype_name, expected
+from workers.export.trees import shape_dtype_struct
 from workers.files import FileCache
 from workers.measure.correctness import check_results
 from workers.protocol import Correctness, MemoryAnalysis, PathId, Target
@@ -217,9 +218,8 @@ class ExportedFunction(Workload[ExportedParams]):
         if "cpu" not in exp.platforms or len(cpus) < devices:
             return "no CPU run could stand in (not exported for CPU, or too few CPU devices)"
         shardings = argument_shardings(exp, cpus)
-        struct = cast("Callable[..., Any]", jax.ShapeDtypeStruct)  # jax leaves it untyped
         shapes = [
-            struct(np.shape(x), np.asarray(x).dtype, sharding=s)
+            shape_dtype_struct(np.shape(x), np.asarray(x).dtype, sharding=s)
             for x, s in zip(inputs, shardings, strict=True)
         ]
         compiled = jax.jit(flat_call(exp)).lower(*shapes).compile()
