@@ -106,17 +106,22 @@ def test_a_plain_xla_tpu_program_gets_bundles_too() -> None:
     assert any(k["mxu_ops"] > 0 for k in run["target"]["kernels"])
 
 
-def test_the_pipeline_has_each_tpu_kernels_mosaic_and_llo_passes() -> None:
-    job = JobSpec.model_validate(
-        {
-            "workload": "matmul",
-            "path": "jax-tpu",
-            "target": "v6e:1x1",
-            "params": {"m": 512, "n": 512, "k": 512, "dtype": "bfloat16", "kernel": "pallas"},
-            "measure": {"pipeline": True},
-        }
-    )
-    run = run_job(job)
+def test_the_pipeline_has_each_tpu_kernels_passes_and_the_bundles_it_has_without() -> None:
+    """With `--pipeline` the dump child dumps every pass; without, only the passes its
+    bundles and schedule summary are read from (workers/xla_targets/tpu_dump.py): the
+    two must agree on those to the byte."""
+    body: dict[str, Any] = {
+        "workload": "matmul",
+        "path": "jax-tpu",
+        "target": "v6e:1x1",
+        "params": {"m": 512, "n": 512, "k": 512, "dtype": "bfloat16", "kernel": "pallas"},
+    }
+    run = run_job(JobSpec.model_validate({**body, "measure": {"pipeline": True}}))
+    lean = run_job(JobSpec.model_validate(body))
+    assert lean.kernel_pipelines == {}
+    assert lean.artifacts.bundles is not None and lean.artifacts.bundles == run.artifacts.bundles
+    assert lean.target is not None and run.target is not None
+    assert lean.target.kernels == run.target.kernels and lean.target.kernels[0].vmem_bytes
     [(name, capture)] = run.kernel_pipelines.items()
     assert name == "boundary_matmul"
     pipelines = [s.pipeline for s in capture.steps]
