@@ -8,6 +8,7 @@ Real compiles (a few seconds each, with the bundles' child compile), so few and 
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from workers.agent import idle
 from workers.agent.idle import Idle
 from workers.agent.runner_pool import RunnerPool
 from workers.files import FileCache
@@ -66,6 +68,32 @@ def test_libtpu_states_the_usable_bytes_a_real_v5e_reports(
         assert found["v5e:1x1"] == V5E_BYTES_LIMIT and "v5e:2x2" in found
         assert found["v5e:2x2"] <= V5E_BYTES_LIMIT  # a larger slice keeps a little more
         assert set(capacity.cached_capacities()) == set(found)
+    finally:
+        capacity.usable_bytes.cache_clear()
+
+
+def test_one_process_of_a_machine_reads_missing_targets_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers of one machine, idle together, would read the same targets side by side."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # this machine has read nothing yet
+    capacity.usable_bytes.cache_clear()
+    capacity.lock_file().parent.mkdir(parents=True)
+    try:
+        with capacity.lock_file().open("a") as held:  # another process reading
+            fcntl.flock(held, fcntl.LOCK_EX)
+            assert capacity.reading_elsewhere()
+            assert capacity.read_missing(["v5e:1x1"], budget_s=0) == {}  # nothing read here
+            caps = {"targets": ["v5e:1x1"], "capacities": {}}
+
+            async def started(targets: list[str]) -> bool:
+                raise AssertionError(f"a reading process was started for {targets}")
+
+            monkeypatch.setattr(idle, "_read_apart", started)
+            assert anyio.run(Idle(RunnerPool()).capacities, caps) is None
+            assert not capacity.cache_file().exists()
+        assert not capacity.reading_elsewhere()
+        assert capacity.read_missing(["v5e:1x1"], budget_s=0) == {"v5e:1x1": V5E_BYTES_LIMIT}
     finally:
         capacity.usable_bytes.cache_clear()
 

@@ -20,7 +20,11 @@ from typing import Any
 from workers.agent.runner_pool import RunnerPool
 from workers.agent.runner_process import RunnerFailed
 from workers.protocol import TPU_TARGET_IDS, parse_target
-from workers.xla_targets.capacity import cached_capacities, reading_environment
+from workers.xla_targets.capacity import (
+    cached_capacities,
+    reading_elsewhere,
+    reading_environment,
+)
 
 log = logging.getLogger("boundary.worker")
 
@@ -69,8 +73,8 @@ class Idle:
         known = capabilities.get("capacities") or {}
         targets = [t for t in capabilities.get("targets") or [] if t in TPU_TARGET_IDS]
         missing = sorted((t for t in targets if t not in known), key=_devices)
-        if not missing or time.monotonic() < self.capacity_after:
-            return None
+        if not missing or time.monotonic() < self.capacity_after or reading_elsewhere():
+            return None  # (another worker of the machine reading: its readings come next time)
         if not await _read_apart(missing):
             self.capacity_after = time.monotonic() + CAPACITY_BACKOFF_S
         fresh = {t: v for t, v in cached_capacities().items() if t in targets}

@@ -20,6 +20,8 @@ why this way.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -27,7 +29,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,9 +209,49 @@ def usable_bytes(target_id: str) -> int | None:
     return reading.usable_bytes
 
 
+def lock_file() -> Path:
+    """Held by the one process of the machine that reads missing targets (`read_missing`)."""
+    return cache_file().with_name("tpu-capacity.lock")
+
+
+@contextlib.contextmanager
+def _reading_alone() -> Iterator[bool]:
+    """Whether this process may read now: True while it holds the machine's reading lock
+    (or where the lock cannot be made, a read-only home), False while another holds it."""
+    try:
+        lock_file().parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_file().open("a")
+    except OSError:
+        yield True
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True  # released when the file closes
+
+
+def reading_elsewhere() -> bool:
+    """Whether another process of the machine is reading missing targets now."""
+    with _reading_alone() as alone:
+        return not alone
+
+
 def read_missing(target_ids: Iterable[str], budget_s: float) -> dict[str, int]:
     """Every reading of `target_ids` this machine has, reading missing ones in order
-    until `budget_s` has passed (at least one); the rest wait for the next call."""
+    until `budget_s` has passed (at least one); the rest wait for the next call. One
+    process of the machine reads at a time: where another is reading, this one reads
+    nothing and answers what is kept (the workers of one machine would otherwise read the
+    same targets side by side, in the same order)."""
+    with _reading_alone() as alone:
+        if not alone:
+            return cached_capacities()
+        return _read_missing(target_ids, budget_s)
+
+
+def _read_missing(target_ids: Iterable[str], budget_s: float) -> dict[str, int]:
     known = cached_capacities()
     deadline = time.monotonic() + budget_s
     read = 0
