@@ -44,7 +44,7 @@ def alive(pid: int) -> bool:
     """Running, not exited (a zombie has closed every device it had)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or reaped between open and read
         return False
     return state != "Z"
 
